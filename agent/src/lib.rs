@@ -1,0 +1,1 @@
+//! keelson agent library

@@ -1,0 +1,12 @@
+//! Test support for keelson: the test API server, the real-containerd harness,
+//! locally built OCI images, network-namespace helpers, and shared utilities
+//! used by the component tests, system tests and benchmarks.
+//!
+//! Nothing here is meant for production use: the test API server is a
+//! stand-in for kube-apiserver on machines where none can be installed.
+
+pub mod containerd;
+pub mod images;
+pub mod netns;
+pub mod support;
+pub mod testapi;

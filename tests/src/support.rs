@@ -1,0 +1,64 @@
+//! Small utilities shared by every test tier: waiting on a condition with a
+//! deadline (never sleep-and-hope), and the root check of system tests.
+
+use std::future::Future;
+use std::time::Duration;
+
+/// Error returned when a condition did not hold before its deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("timed out after {waited:?} waiting for {what}; last observation: {last}")]
+pub struct WaitTimeout {
+    /// What was awaited, in words.
+    pub what: String,
+    /// How long we waited.
+    pub waited: Duration,
+    /// The last thing the probe reported (its `Err` text).
+    pub last: String,
+}
+
+/// Polls `probe` every `interval` until it returns `Ok(value)` or `timeout`
+/// passes. The probe's `Err` text is kept and reported on timeout so a
+/// failing test says what it last saw.
+pub async fn wait_for<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    interval: Duration,
+    mut probe: F,
+) -> Result<T, WaitTimeout>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let start = tokio::time::Instant::now();
+    let mut last = String::from("(never probed)");
+    loop {
+        match probe().await {
+            Ok(v) => return Ok(v),
+            Err(e) => last = e,
+        }
+        if start.elapsed() >= timeout {
+            return Err(WaitTimeout {
+                what: what.to_string(),
+                waited: start.elapsed(),
+                last,
+            });
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// System tests need root (network namespaces, nftables, containerd). They
+/// fail loudly when not root, unless `KEELSON_SKIP_SYSTEM_TESTS=1` is set, in
+/// which case the caller should return early (the skip is printed).
+///
+/// Returns `true` when the test should run.
+pub fn require_root(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    if std::env::var("KEELSON_SKIP_SYSTEM_TESTS").as_deref() == Ok("1") {
+        eprintln!("SKIPPED {test}: not root and KEELSON_SKIP_SYSTEM_TESTS=1");
+        return false;
+    }
+    panic!("{test} is a system test and needs root (set KEELSON_SKIP_SYSTEM_TESTS=1 to skip)");
+}
