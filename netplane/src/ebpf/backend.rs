@@ -1,0 +1,136 @@
+//! `proxy.mode: ebpf`: the socket LB for ClusterIP TCP/UDP plus the
+//! nftables backend for everything else, both from the same model.
+//!
+//! The nftables half is the ordinary nftables backend, given the same diffs:
+//! it renders the whole model, so it answers whatever the socket LB leaves
+//! untranslated (NodePort, externalIPs, load-balancer IPs, SCTP, Service
+//! ports without endpoints, traffic of processes outside the attached
+//! cgroup, packets routed through the node). Socket-translated connections
+//! never carry a Service address on the wire, so they never meet those
+//! rules.
+
+use crate::backend::{Backend, BackendError, SyncOutcome};
+use crate::model::{ProxyDiff, ProxySnapshot};
+
+use super::error::EbpfError;
+use super::lb::{EbpfConfig, SocketLb, cleanup};
+use super::render::{changes_of, desired_of};
+use super::sync::{SyncErrors, SyncStats};
+
+/// The eBPF-mode backend.
+pub struct EbpfBackend {
+    lb: SocketLb,
+    north_south: Box<dyn Backend>,
+}
+
+impl std::fmt::Debug for EbpfBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EbpfBackend")
+            .field("lb", &self.lb)
+            .field("north_south", &self.north_south.name())
+            .finish()
+    }
+}
+
+impl EbpfBackend {
+    /// Attaches the socket LB (see [`SocketLb::start`]) and pairs it with
+    /// the nftables backend that serves north-south traffic. Call
+    /// [`super::check_support`] first to decide on a fallback.
+    pub fn new(config: &EbpfConfig, north_south: Box<dyn Backend>) -> Result<Self, EbpfError> {
+        let (lb, stats) = SocketLb::start(config)?;
+        if stats.deletes > 0 {
+            tracing::info!(
+                deleted = stats.deletes,
+                "removed stale socket-LB map entries left by a previous run"
+            );
+        }
+        Ok(EbpfBackend { lb, north_south })
+    }
+
+    /// The socket LB (diagnostics: affinity and reverse-translation entries).
+    pub fn socket_lb(&self) -> &SocketLb {
+        &self.lb
+    }
+}
+
+fn outcome(stats: SyncStats) -> SyncOutcome {
+    SyncOutcome {
+        objects_changed: stats.puts + stats.deletes,
+        messages: stats.puts + stats.deletes,
+        repaired: false,
+    }
+}
+
+fn sync_error(e: SyncErrors) -> BackendError {
+    BackendError::Refused {
+        what: "socket-LB BPF maps".to_string(),
+        message: e.to_string(),
+        errno: None,
+    }
+}
+
+fn merge(a: SyncOutcome, b: SyncOutcome) -> SyncOutcome {
+    SyncOutcome {
+        objects_changed: a.objects_changed + b.objects_changed,
+        messages: a.messages + b.messages,
+        repaired: a.repaired || b.repaired,
+    }
+}
+
+impl Backend for EbpfBackend {
+    fn name(&self) -> &'static str {
+        "ebpf"
+    }
+
+    /// The socket LB first, then nftables. BPF maps have no multi-entry
+    /// transaction: on `Err` some service ports may already carry the new
+    /// state, each one whole (never a half-written service). The syncer
+    /// keeps the desired state, so the caller's retry of the same changes
+    /// converges and rewrites nothing that is already right.
+    fn sync(&mut self, diff: &ProxyDiff) -> Result<SyncOutcome, BackendError> {
+        let lb = self.lb.apply(changes_of(diff)).map_err(sync_error)?;
+        let ns = self.north_south.sync(diff)?;
+        Ok(merge(outcome(lb), ns))
+    }
+
+    fn full_sync(&mut self, snapshot: &ProxySnapshot) -> Result<SyncOutcome, BackendError> {
+        let (lb, repaired) = self
+            .lb
+            .verify_and_replace_all(desired_of(snapshot))
+            .map_err(sync_error)?;
+        let mut lb = outcome(lb);
+        lb.repaired = repaired;
+        let ns = self.north_south.full_sync(snapshot)?;
+        Ok(merge(lb, ns))
+    }
+
+    fn cleanup(&mut self) -> Result<(), BackendError> {
+        let lb = cleanup(self.lb.config()).map_err(|e| BackendError::Io {
+            context: "removing the eBPF socket LB".to_string(),
+            source: std::io::Error::other(e.to_string()),
+        });
+        let ns = self.north_south.cleanup();
+        lb.and(ns)
+    }
+}
+
+impl From<EbpfError> for BackendError {
+    fn from(e: EbpfError) -> Self {
+        match e {
+            EbpfError::Unsupported { reason } => BackendError::Unsupported(reason),
+            EbpfError::Io {
+                context,
+                path,
+                source,
+            } => BackendError::Io {
+                context: format!("{context} ({})", path.display()),
+                source,
+            },
+            other => BackendError::Refused {
+                what: "eBPF socket LB".to_string(),
+                message: other.to_string(),
+                errno: None,
+            },
+        }
+    }
+}

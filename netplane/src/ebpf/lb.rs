@@ -1,0 +1,417 @@
+//! Loading, attaching, pinning and removing the socket LB.
+//!
+//! Pins live under `<bpffs>/<pin_subdir>/`:
+//! - `maps/kl_services`, `maps/kl_backends`, `maps/kl_members`,
+//!   `maps/kl_affinity`, `maps/kl_revnat`
+//! - `links/connect4`, `links/connect6`, `links/sendmsg4`, ... (cgroup BPF
+//!   links; each holds its program)
+//!
+//! Because the links are pinned, the programs stay attached and keep
+//! translating with the pinned maps while keelson is stopped or restarting.
+//! A starting keelson loads its own programs against the same maps,
+//! attaches them next to the running ones and then replaces the pins, which
+//! detaches the old programs. During that overlap both run in turn: the
+//! first one translates, the second sees a backend address (not in
+//! `kl_services`) or a Service address (not in `kl_revnat`) and passes, so
+//! there is no moment without translation and none with a double one.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapInfo, MapType};
+use aya::programs::links::FdLink;
+use aya::programs::{CgroupAttachMode, CgroupSockAddr};
+use aya::util::KernelVersion;
+use aya::{Ebpf, EbpfLoader};
+
+use super::error::EbpfError;
+use super::fs::{cgroup2_root, ensure_bpffs, is_cgroup2};
+use super::layout::{
+    AffinityEntry, AffinityKeyBytes, AffinityValueBytes, Frontend, RevNatEntry, RevNatKeyBytes,
+    RevNatValueBytes, decode_affinity, decode_revnat,
+};
+use super::maps::KernelMaps;
+use super::object::{MAPS, MapSpec, PROGRAMS, SOCK_LB_OBJECT};
+use super::sync::{LbService, SyncErrors, SyncStats, Syncer};
+
+/// The oldest kernel with every hook the socket LB uses
+/// (`cgroup/getpeername4/6` and `bpf_get_netns_cookie` for sock_addr
+/// programs arrived in 5.8; BPF links for cgroups in 5.7).
+pub const MIN_KERNEL: (u8, u8) = (5, 8);
+
+/// Where the socket LB attaches and pins (`proxy.mode: ebpf`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EbpfConfig {
+    /// cgroup v2 directory whose processes' sockets are load-balanced,
+    /// descendants included. `None`: the node's cgroup v2 root, i.e. every
+    /// process on the node.
+    pub cgroup_path: Option<PathBuf>,
+    /// Where bpffs is (mounted there when it is not).
+    pub bpffs_path: PathBuf,
+    /// Directory under `bpffs_path` for keelson's pins.
+    pub pin_subdir: String,
+}
+
+impl Default for EbpfConfig {
+    fn default() -> Self {
+        EbpfConfig {
+            cgroup_path: None,
+            bpffs_path: PathBuf::from("/sys/fs/bpf"),
+            pin_subdir: "keelson".to_string(),
+        }
+    }
+}
+
+impl EbpfConfig {
+    /// `<bpffs>/<pin_subdir>`.
+    pub fn pin_dir(&self) -> PathBuf {
+        self.bpffs_path.join(&self.pin_subdir)
+    }
+
+    fn maps_dir(&self) -> PathBuf {
+        self.pin_dir().join("maps")
+    }
+
+    fn links_dir(&self) -> PathBuf {
+        self.pin_dir().join("links")
+    }
+
+    /// The cgroup to attach to: the configured one or the node's root.
+    pub fn resolved_cgroup(&self) -> Result<PathBuf, EbpfError> {
+        match &self.cgroup_path {
+            Some(p) => Ok(p.clone()),
+            None => cgroup2_root(),
+        }
+    }
+}
+
+/// Checks, without attaching or pinning anything, that this kernel and node
+/// can run the socket LB: kernel version, the cgroup v2 directory, and that
+/// every program loads (the verifier accepts it for its hook). The wiring
+/// calls it at start; on `Err(EbpfError::Unsupported)` it either stops with
+/// that message or, when configured to, falls back to nftables.
+pub fn check_support(config: &EbpfConfig) -> Result<(), EbpfError> {
+    check_kernel_version()?;
+    let cgroup = config.resolved_cgroup()?;
+    if !is_cgroup2(&cgroup) {
+        return Err(EbpfError::Unsupported {
+            reason: format!(
+                "{} is not a cgroup v2 directory (the socket LB attaches to cgroup v2)",
+                cgroup.display()
+            ),
+        });
+    }
+    let mut bpf = EbpfLoader::new()
+        .load(SOCK_LB_OBJECT)
+        .map_err(|e| unsupported_or("loading the socket-LB object", &e))?;
+    for (func, hook) in PROGRAMS {
+        let prog = program(&mut bpf, func)?;
+        prog.load()
+            .map_err(|e| unsupported_or(&format!("loading the {hook} program"), &e))?;
+    }
+    Ok(())
+}
+
+fn check_kernel_version() -> Result<(), EbpfError> {
+    let (major, minor) = MIN_KERNEL;
+    match KernelVersion::current() {
+        Ok(v) if v < KernelVersion::new(major, minor, 0) => Err(EbpfError::Unsupported {
+            reason: format!(
+                "kernel {v} lacks cgroup getpeername hooks and netns cookies for sock_addr \
+                 programs (needs {major}.{minor} or newer)"
+            ),
+        }),
+        // Unknown version string: let the program loads decide.
+        _ => Ok(()),
+    }
+}
+
+/// Errors that mean "this kernel cannot" become `Unsupported`; a missing
+/// privilege is said as such.
+fn unsupported_or(context: &str, e: &dyn std::error::Error) -> EbpfError {
+    let mut text = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        src = s.source();
+    }
+    if text.contains("Operation not permitted") || text.contains("EPERM") {
+        return EbpfError::bpf(
+            context,
+            format!(
+                "{text} (the socket LB needs root, or CAP_BPF + CAP_NET_ADMIN + CAP_SYS_ADMIN)"
+            ),
+        );
+    }
+    EbpfError::Unsupported {
+        reason: format!("{context}: {text}"),
+    }
+}
+
+fn program<'a>(bpf: &'a mut Ebpf, func: &str) -> Result<&'a mut CgroupSockAddr, EbpfError> {
+    let p = bpf
+        .program_mut(func)
+        .ok_or_else(|| EbpfError::bpf("embedded object", format!("program {func} missing")))?;
+    p.try_into()
+        .map_err(|e| EbpfError::bpf(format!("program {func}"), e))
+}
+
+/// The running socket LB: programs attached through pinned links, pinned
+/// maps, and the syncer that writes them.
+pub struct SocketLb {
+    config: EbpfConfig,
+    cgroup: PathBuf,
+    syncer: Syncer<KernelMaps>,
+    affinity: BpfHashMap<MapData, AffinityKeyBytes, AffinityValueBytes>,
+    revnat: BpfHashMap<MapData, RevNatKeyBytes, RevNatValueBytes>,
+}
+
+impl std::fmt::Debug for SocketLb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SocketLb")
+            .field("config", &self.config)
+            .field("cgroup", &self.cgroup)
+            .field("frontends", &self.syncer.written_len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SocketLb {
+    /// Loads the programs, attaches them to the cgroup and pins links and
+    /// maps; reuses maps a previous keelson pinned (their services keep
+    /// being served until [`SocketLb::replace_all`] changes them). Returns
+    /// the deletions made while adopting the maps.
+    pub fn start(config: &EbpfConfig) -> Result<(SocketLb, SyncStats), EbpfError> {
+        check_kernel_version()?;
+        let cgroup = config.resolved_cgroup()?;
+        if !is_cgroup2(&cgroup) {
+            return Err(EbpfError::Unsupported {
+                reason: format!("{} is not a cgroup v2 directory", cgroup.display()),
+            });
+        }
+        ensure_bpffs(&config.bpffs_path)?;
+        for dir in [config.pin_dir(), config.maps_dir(), config.links_dir()] {
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| EbpfError::io("creating the pin directory", &dir, e))?;
+        }
+        let maps_dir = config.maps_dir();
+        for spec in MAPS {
+            drop_incompatible_pin(&maps_dir.join(spec.name), spec)?;
+        }
+        let mut loader = EbpfLoader::new();
+        for spec in MAPS {
+            loader.map_pin_path(spec.name, maps_dir.join(spec.name));
+        }
+        let mut bpf = loader
+            .load(SOCK_LB_OBJECT)
+            .map_err(|e| unsupported_or("loading the socket-LB object", &e))?;
+
+        let cgroup_dir =
+            File::open(&cgroup).map_err(|e| EbpfError::io("opening the cgroup", &cgroup, e))?;
+        let links_dir = config.links_dir();
+        for (func, hook) in PROGRAMS {
+            let prog = program(&mut bpf, func)?;
+            prog.load()
+                .map_err(|e| unsupported_or(&format!("loading the {hook} program"), &e))?;
+            let id = prog
+                .attach(&cgroup_dir, CgroupAttachMode::Single)
+                .map_err(|e| {
+                    EbpfError::bpf(format!("attaching {hook} to {}", cgroup.display()), e)
+                })?;
+            let link = prog
+                .take_link(id)
+                .map_err(|e| EbpfError::bpf(format!("taking the {hook} link"), e))?;
+            let link = FdLink::try_from(link).map_err(|e| EbpfError::Unsupported {
+                reason: format!("the kernel attached {hook} without a BPF link ({e}); needs 5.7+"),
+            })?;
+            let pin = links_dir.join(hook);
+            let staging = links_dir.join(format!("{hook}.new"));
+            let _ = std::fs::remove_file(&staging);
+            link.pin(&staging)
+                .map_err(|e| EbpfError::bpf(format!("pinning the {hook} link"), e))?;
+            // Replacing the pin drops the previous keelson's link (if any):
+            // its program is detached now that ours runs.
+            std::fs::rename(&staging, &pin)
+                .map_err(|e| EbpfError::io("replacing the link pin", &pin, e))?;
+        }
+
+        let services = take_map(&mut bpf, "kl_services")?;
+        let backends = take_map(&mut bpf, "kl_backends")?;
+        let members = take_map(&mut bpf, "kl_members")?;
+        let affinity = lru(take_map(&mut bpf, "kl_affinity")?, "kl_affinity")?;
+        let revnat = lru(take_map(&mut bpf, "kl_revnat")?, "kl_revnat")?;
+        let maps = KernelMaps::new(services, backends, members)?;
+        let (syncer, stats) = Syncer::adopt(maps)?;
+        tracing::info!(
+            cgroup = %cgroup.display(),
+            pins = %config.pin_dir().display(),
+            adopted = syncer.written_len(),
+            "eBPF socket LB attached"
+        );
+        Ok((
+            SocketLb {
+                config: config.clone(),
+                cgroup,
+                syncer,
+                affinity,
+                revnat,
+            },
+            stats,
+        ))
+    }
+
+    /// The configuration it was started with.
+    pub fn config(&self) -> &EbpfConfig {
+        &self.config
+    }
+
+    /// The cgroup the programs are attached to.
+    pub fn cgroup(&self) -> &Path {
+        &self.cgroup
+    }
+
+    /// Applies changes to frontends (see [`Syncer::apply`]).
+    pub fn apply(
+        &mut self,
+        changes: impl IntoIterator<Item = (Frontend, Option<LbService>)>,
+    ) -> Result<SyncStats, SyncErrors> {
+        self.syncer.apply(changes)
+    }
+
+    /// Sets the complete set of frontends (see [`Syncer::replace_all`]).
+    pub fn replace_all(
+        &mut self,
+        desired: BTreeMap<Frontend, LbService>,
+    ) -> Result<SyncStats, SyncErrors> {
+        self.syncer.replace_all(desired)
+    }
+
+    /// Re-reads the maps and sets the complete set of frontends (see
+    /// [`Syncer::verify_and_replace_all`]).
+    pub fn verify_and_replace_all(
+        &mut self,
+        desired: BTreeMap<Frontend, LbService>,
+    ) -> Result<(SyncStats, bool), SyncErrors> {
+        self.syncer.verify_and_replace_all(desired)
+    }
+
+    /// The service-port id written for a frontend.
+    pub fn service_id(&self, f: &Frontend) -> Option<u32> {
+        self.syncer.service_id(f)
+    }
+
+    /// Remembered backend choices (ClientIP affinity and UDP flows), for
+    /// diagnosis.
+    pub fn affinity_entries(&self) -> Vec<AffinityEntry> {
+        self.affinity
+            .iter()
+            .filter_map(Result::ok)
+            .filter_map(|(k, v)| decode_affinity(&k, &v))
+            .collect()
+    }
+
+    /// Reverse translations (socket, backend) -> Service address, for
+    /// diagnosis.
+    pub fn revnat_entries(&self) -> Vec<RevNatEntry> {
+        self.revnat
+            .iter()
+            .filter_map(Result::ok)
+            .filter_map(|(k, v)| decode_revnat(&k, &v))
+            .collect()
+    }
+}
+
+fn take_map(bpf: &mut Ebpf, name: &str) -> Result<MapData, EbpfError> {
+    match bpf.take_map(name) {
+        Some(Map::HashMap(d) | Map::LruHashMap(d)) => Ok(d),
+        Some(_) => Err(EbpfError::bpf(
+            "embedded object",
+            format!("map {name} has an unexpected type"),
+        )),
+        None => Err(EbpfError::bpf(
+            "embedded object",
+            format!("map {name} missing"),
+        )),
+    }
+}
+
+fn lru<K: aya::Pod, V: aya::Pod>(
+    d: MapData,
+    name: &str,
+) -> Result<BpfHashMap<MapData, K, V>, EbpfError> {
+    BpfHashMap::try_from(Map::LruHashMap(d)).map_err(|e| EbpfError::bpf(format!("map {name}"), e))
+}
+
+/// Removes a pinned map whose shape differs from this build's (an older
+/// or newer keelson's layout); its state is lost, which is logged.
+fn drop_incompatible_pin(path: &Path, spec: &MapSpec) -> Result<(), EbpfError> {
+    if !path.exists() {
+        return Ok(());
+    }
+    let want = if spec.lru {
+        MapType::LruHash
+    } else {
+        MapType::Hash
+    };
+    let verdict = match MapInfo::from_pin(path) {
+        Ok(info) => {
+            let ty = info.map_type().ok();
+            if ty == Some(want)
+                && info.key_size() == spec.key_size
+                && info.value_size() == spec.value_size
+            {
+                return Ok(());
+            }
+            format!(
+                "type {ty:?} key {} value {} (want {want:?} key {} value {})",
+                info.key_size(),
+                info.value_size(),
+                spec.key_size,
+                spec.value_size
+            )
+        }
+        Err(e) => format!("unreadable: {e}"),
+    };
+    tracing::warn!(map = spec.name, path = %path.display(), found = %verdict,
+        "pinned map does not match this keelson's layout; replacing it");
+    std::fs::remove_file(path)
+        .map_err(|e| EbpfError::io("removing an incompatible pinned map", path, e))
+}
+
+/// Detaches the programs and removes every pin keelson made (the
+/// `keelson uninstall` path; also what tests call). Safe to call when
+/// nothing is installed. Programs stay attached only while a running
+/// keelson still holds their links open, so stop keelson first.
+pub fn cleanup(config: &EbpfConfig) -> Result<(), EbpfError> {
+    let links = config.links_dir();
+    for (_, hook) in PROGRAMS {
+        for name in [hook.to_string(), format!("{hook}.new")] {
+            remove_if_present(&links.join(name))?;
+        }
+    }
+    let maps = config.maps_dir();
+    for spec in MAPS {
+        remove_if_present(&maps.join(spec.name))?;
+    }
+    for dir in [links, maps, config.pin_dir()] {
+        match std::fs::remove_dir(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(EbpfError::io("removing the pin directory", &dir, e));
+            }
+            _ => {}
+        }
+    }
+    tracing::info!(pins = %config.pin_dir().display(), "eBPF socket LB removed");
+    Ok(())
+}
+
+fn remove_if_present(path: &Path) -> Result<(), EbpfError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(EbpfError::io("removing a pin", path, e))
+        }
+        _ => Ok(()),
+    }
+}

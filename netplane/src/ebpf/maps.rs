@@ -1,0 +1,224 @@
+//! The narrow interface through which the map syncer touches the kernel:
+//! put, delete and dump of raw entries of the three maps userspace owns.
+//! [`KernelMaps`] is the real one (aya maps pinned under bpffs);
+//! [`FakeMaps`] keeps entries in memory for unit tests and can be told to
+//! fail.
+
+use std::collections::BTreeMap;
+
+use aya::maps::{HashMap as BpfHashMap, MapData, MapError};
+
+use super::layout::{
+    BackendKeyBytes, BackendValueBytes, MemberKeyBytes, SvcKeyBytes, SvcValueBytes,
+};
+
+/// The maps keelson writes from userspace. (`kl_affinity` and `kl_revnat`
+/// are written by the programs only.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LbMap {
+    /// `kl_services`: (VIP, port, proto) -> service entry.
+    Services,
+    /// `kl_backends`: (service id, generation, slot) -> backend.
+    Backends,
+    /// `kl_members`: (service id, backend) -> 1.
+    Members,
+}
+
+impl LbMap {
+    /// The map's name in the object and its pin file name.
+    pub fn name(self) -> &'static str {
+        match self {
+            LbMap::Services => "kl_services",
+            LbMap::Backends => "kl_backends",
+            LbMap::Members => "kl_members",
+        }
+    }
+}
+
+/// A map operation that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} in map {map}: {detail}")]
+pub struct MapsError {
+    /// Which map.
+    pub map: &'static str,
+    /// put, delete or dump.
+    pub op: &'static str,
+    /// What the kernel (or the fake) said.
+    pub detail: String,
+}
+
+/// Every entry of a map as raw (key, value) bytes.
+pub type RawEntries = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Raw access to the userspace-owned maps.
+pub trait LbMaps {
+    /// Creates or replaces one entry.
+    fn put(&mut self, map: LbMap, key: &[u8], value: &[u8]) -> Result<(), MapsError>;
+    /// Deletes one entry; a missing entry is not an error.
+    fn delete(&mut self, map: LbMap, key: &[u8]) -> Result<(), MapsError>;
+    /// Every entry of the map (used at start and after an error only).
+    fn dump(&self, map: LbMap) -> Result<RawEntries, MapsError>;
+}
+
+/// The pinned kernel maps, opened through aya.
+pub struct KernelMaps {
+    services: BpfHashMap<MapData, SvcKeyBytes, SvcValueBytes>,
+    backends: BpfHashMap<MapData, BackendKeyBytes, BackendValueBytes>,
+    members: BpfHashMap<MapData, MemberKeyBytes, u8>,
+}
+
+impl std::fmt::Debug for KernelMaps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelMaps").finish_non_exhaustive()
+    }
+}
+
+fn err(map: LbMap, op: &'static str, e: impl std::fmt::Display) -> MapsError {
+    MapsError {
+        map: map.name(),
+        op,
+        detail: e.to_string(),
+    }
+}
+
+fn fixed<const N: usize>(map: LbMap, op: &'static str, b: &[u8]) -> Result<[u8; N], MapsError> {
+    b.try_into()
+        .map_err(|_| err(map, op, format!("key of {} bytes, expected {N}", b.len())))
+}
+
+fn is_not_found(e: &MapError) -> bool {
+    match e {
+        MapError::KeyNotFound => true,
+        MapError::SyscallError(s) => s.io_error.raw_os_error() == Some(libc::ENOENT),
+        _ => false,
+    }
+}
+
+impl KernelMaps {
+    /// Wraps the three maps (as taken from the loaded object or opened from
+    /// their pins).
+    pub fn new(services: MapData, backends: MapData, members: MapData) -> Result<Self, MapsError> {
+        Ok(KernelMaps {
+            services: BpfHashMap::try_from(aya::maps::Map::HashMap(services))
+                .map_err(|e| err(LbMap::Services, "open", e))?,
+            backends: BpfHashMap::try_from(aya::maps::Map::HashMap(backends))
+                .map_err(|e| err(LbMap::Backends, "open", e))?,
+            members: BpfHashMap::try_from(aya::maps::Map::HashMap(members))
+                .map_err(|e| err(LbMap::Members, "open", e))?,
+        })
+    }
+}
+
+impl LbMaps for KernelMaps {
+    fn put(&mut self, map: LbMap, key: &[u8], value: &[u8]) -> Result<(), MapsError> {
+        let r = match map {
+            LbMap::Services => {
+                let v: SvcValueBytes = fixed(map, "put", value)?;
+                self.services.insert(fixed(map, "put", key)?, v, 0)
+            }
+            LbMap::Backends => {
+                let v: BackendValueBytes = fixed(map, "put", value)?;
+                self.backends.insert(fixed(map, "put", key)?, v, 0)
+            }
+            LbMap::Members => {
+                let v = value.first().copied().unwrap_or(1);
+                self.members.insert(fixed(map, "put", key)?, v, 0)
+            }
+        };
+        r.map_err(|e| err(map, "put", e))
+    }
+
+    fn delete(&mut self, map: LbMap, key: &[u8]) -> Result<(), MapsError> {
+        let r = match map {
+            LbMap::Services => self.services.remove(&fixed(map, "delete", key)?),
+            LbMap::Backends => self.backends.remove(&fixed(map, "delete", key)?),
+            LbMap::Members => self.members.remove(&fixed(map, "delete", key)?),
+        };
+        match r {
+            Err(e) if !is_not_found(&e) => Err(err(map, "delete", e)),
+            _ => Ok(()),
+        }
+    }
+
+    fn dump(&self, map: LbMap) -> Result<RawEntries, MapsError> {
+        fn collect<K: aya::Pod + AsRef<[u8]>, V: aya::Pod>(
+            map: LbMap,
+            m: &BpfHashMap<MapData, K, V>,
+            value_bytes: impl Fn(&V) -> Vec<u8>,
+        ) -> Result<RawEntries, MapsError> {
+            let mut out = Vec::new();
+            for entry in m.iter() {
+                match entry {
+                    Ok((k, v)) => out.push((k.as_ref().to_vec(), value_bytes(&v))),
+                    // Deleted between the key walk and the lookup: skip it.
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(err(map, "dump", e)),
+                }
+            }
+            Ok(out)
+        }
+        match map {
+            LbMap::Services => collect(map, &self.services, |v| v.to_vec()),
+            LbMap::Backends => collect(map, &self.backends, |v| v.to_vec()),
+            LbMap::Members => collect(map, &self.members, |v| vec![*v]),
+        }
+    }
+}
+
+/// In-memory maps for unit tests; counts operations and fails on demand.
+#[derive(Debug, Default, Clone)]
+pub struct FakeMaps {
+    /// Entries per map.
+    pub entries: BTreeMap<LbMap, BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// Every successful put and delete, in order.
+    pub log: Vec<(LbMap, &'static str, Vec<u8>)>,
+    /// When set, the put or delete with this index (counting every call
+    /// since creation) fails.
+    pub fail_at: Option<usize>,
+    calls: usize,
+}
+
+impl FakeMaps {
+    /// Entries of one map.
+    pub fn map(&self, map: LbMap) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        self.entries.get(&map).cloned().unwrap_or_default()
+    }
+
+    fn check_fail(&mut self, map: LbMap, op: &'static str) -> Result<(), MapsError> {
+        let n = self.calls;
+        self.calls += 1;
+        if self.fail_at == Some(n) {
+            return Err(err(map, op, "injected failure"));
+        }
+        Ok(())
+    }
+}
+
+impl LbMaps for FakeMaps {
+    fn put(&mut self, map: LbMap, key: &[u8], value: &[u8]) -> Result<(), MapsError> {
+        self.check_fail(map, "put")?;
+        self.entries
+            .entry(map)
+            .or_default()
+            .insert(key.to_vec(), value.to_vec());
+        self.log.push((map, "put", key.to_vec()));
+        Ok(())
+    }
+
+    fn delete(&mut self, map: LbMap, key: &[u8]) -> Result<(), MapsError> {
+        self.check_fail(map, "delete")?;
+        if let Some(m) = self.entries.get_mut(&map) {
+            m.remove(key);
+        }
+        self.log.push((map, "delete", key.to_vec()));
+        Ok(())
+    }
+
+    fn dump(&self, map: LbMap) -> Result<RawEntries, MapsError> {
+        Ok(self
+            .entries
+            .get(&map)
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default())
+    }
+}
