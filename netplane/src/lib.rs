@@ -1,1 +1,9 @@
-//! placeholder
+//! keelson's Service data plane (the proxy role): the Service/EndpointSlice
+//! model, change tracking and diffs ([`model`]), the [`Backend`] trait the
+//! data planes implement, and the nftables backend.
+
+pub mod backend;
+pub mod fixtures;
+pub mod model;
+
+pub use backend::{Backend, BackendError, SyncOutcome};
