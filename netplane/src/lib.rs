@@ -3,6 +3,7 @@
 //! data planes implement, and the nftables backend.
 
 pub mod backend;
+pub mod ebpf;
 pub mod fixtures;
 pub mod model;
 
