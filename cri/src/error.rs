@@ -98,6 +98,11 @@ impl CriError {
     /// Maps a gRPC status returned by `method` to the error enum.
     pub fn from_status(method: &'static str, status: &tonic::Status) -> Self {
         let message = status_message(status);
+        if status.code() == Code::Cancelled && is_local_timeout(status) {
+            // tonic enforces the grpc-timeout we set and reports it as
+            // Cancelled; it is our deadline passing.
+            return CriError::DeadlineExceeded { method, message };
+        }
         match status.code() {
             Code::NotFound => CriError::NotFound { method, message },
             Code::Unavailable => CriError::Unavailable { method, message },
@@ -172,6 +177,18 @@ impl CriError {
     }
 }
 
+/// Whether tonic's own deadline enforcement produced this status.
+fn is_local_timeout(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(err) = source {
+        if err.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        source = err.source();
+    }
+    status.message() == "Timeout expired"
+}
+
 /// The status message, completed with the transport error underneath when
 /// tonic reports a connection failure (its own message is then terse).
 fn status_message(status: &tonic::Status) -> String {
@@ -215,6 +232,14 @@ mod tests {
             assert!(text.contains(words), "{text}");
             assert!(text.contains("boom"), "{text}");
         }
+    }
+
+    #[test]
+    fn tonic_timeout_is_a_deadline() {
+        let err = CriError::from_status("Version", &tonic::Status::cancelled("Timeout expired"));
+        assert!(err.is_deadline_exceeded(), "{err}");
+        let err = CriError::from_status("Version", &tonic::Status::cancelled("client went away"));
+        assert_eq!(err.code(), Some(Code::Cancelled));
     }
 
     #[test]
