@@ -1,1 +1,19 @@
-//! keelson agent library
+//! keelson: one daemon per Linux node replacing kubelet (the node role) and
+//! kube-proxy (the proxy role). See DESIGN.md for the architecture.
+//!
+//! The binary (`keelson run`) calls [`run::run`]; tests call the roles
+//! directly with a [`role::RoleContext`].
+
+pub mod apiclient;
+pub mod config;
+pub mod error_chain;
+pub mod events;
+pub mod lifecycle;
+pub mod node;
+pub mod node_ip;
+pub mod observability;
+pub mod proxy;
+pub mod quantity;
+pub mod role;
+pub mod run;
+pub mod version;

@@ -1,1 +1,108 @@
-fn main() {}
+//! The `keelson` command.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use keelson::config::{Config, LogFormat, Overrides};
+use keelson::{lifecycle, observability, run, version};
+use tokio_util::sync::CancellationToken;
+
+/// keelson: one daemon per Linux node replacing kubelet and kube-proxy.
+#[derive(Parser, Debug)]
+#[command(name = "keelson", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the enabled roles (node and proxy by default).
+    Run(RunArgs),
+    /// Validate a configuration file and print the effective configuration.
+    CheckConfig {
+        /// The configuration file.
+        file: PathBuf,
+    },
+    /// Print keelson's version and the Kubernetes version it implements.
+    Version,
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Configuration file (KeelsonConfiguration YAML). Defaults apply without one.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Kubeconfig for both roles (overrides node.kubeconfig and proxy.clientConnection.kubeconfig).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// This node's name (default: the host name).
+    #[arg(long, value_name = "NAME")]
+    node_name: Option<String>,
+    /// Run only the node role (kubelet).
+    #[arg(long, conflicts_with = "proxy_only")]
+    node_only: bool,
+    /// Run only the proxy role (kube-proxy); the DaemonSet form.
+    #[arg(long)]
+    proxy_only: bool,
+    /// Log format.
+    #[arg(long, value_enum)]
+    log_format: Option<LogFormat>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Version => {
+            println!("keelson {}", version::KEELSON_VERSION);
+            println!("kubernetes {}", version::KUBERNETES_VERSION);
+            ExitCode::SUCCESS
+        }
+        Command::CheckConfig { file } => match Config::load(&file) {
+            Ok(cfg) => {
+                print!("{}", cfg.to_yaml());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Run(args) => match run_command(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                tracing::error!(error = format!("{e:#}"), "keelson exited with an error");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn run_command(args: RunArgs) -> anyhow::Result<()> {
+    let mut cfg = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    cfg.apply_overrides(&Overrides {
+        kubeconfig: args.kubeconfig.clone(),
+        node_name: args.node_name.clone(),
+        node_only: args.node_only,
+        proxy_only: args.proxy_only,
+        log_format: args.log_format,
+    })?;
+    observability::logging::init(&cfg.logging);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("keelson")
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let shutdown = CancellationToken::new();
+        lifecycle::cancel_on_signals(shutdown.clone()).context("installing signal handlers")?;
+        run::run(cfg, shutdown).await?;
+        Ok(())
+    })
+}

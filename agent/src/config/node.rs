@@ -1,0 +1,193 @@
+//! The `node:` section: the kubelet replacement's settings. Field names,
+//! meanings and defaults follow KubeletConfiguration (kubelet.config.k8s.io/v1beta1)
+//! where the same setting exists there; `docs/configuration.md` lists each one.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::Taint;
+use serde::{Deserialize, Serialize};
+
+use super::duration::KubeDuration;
+use super::eviction::default_eviction_hard;
+
+/// How pod and QoS cgroups are named and created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupDriver {
+    /// keelson writes the cgroup filesystem itself (kubelet's `cgroupfs`).
+    #[default]
+    Cgroupfs,
+    /// Slices and scopes through systemd (kubelet's `systemd`).
+    Systemd,
+}
+
+/// The node role's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct NodeConfig {
+    /// Run the node role (kubelet). `--proxy-only` turns it off.
+    pub enabled: bool,
+    /// Kubeconfig with the node's credentials (kubelet `--kubeconfig`).
+    /// Empty: `--kubeconfig`, then `$KUBECONFIG`, then in-cluster.
+    pub kubeconfig: Option<PathBuf>,
+    /// The node's IP (kubelet `--node-ip`). Empty: the source address of the
+    /// default route; never a loopback address.
+    #[serde(rename = "nodeIP")]
+    pub node_ip: Option<IpAddr>,
+    /// Where keelson keeps pod volumes and its own state (kubelet `--root-dir`).
+    pub root_dir: PathBuf,
+    /// Where container logs go (`podLogsDir`).
+    pub pod_logs_dir: PathBuf,
+    /// Directory of static pod manifests (`staticPodPath`); empty disables.
+    pub static_pod_path: Option<PathBuf>,
+    /// How often the static pod directory is re-read (`fileCheckFrequency`).
+    pub file_check_frequency: KubeDuration,
+    /// Maximum time between full pod syncs (`syncFrequency`).
+    pub sync_frequency: KubeDuration,
+    /// CRI endpoint of the container runtime (`containerRuntimeEndpoint`).
+    pub container_runtime_endpoint: String,
+    /// CRI image service endpoint; empty means the runtime endpoint (`imageServiceEndpoint`).
+    pub image_service_endpoint: Option<String>,
+    /// Deadline of every CRI call except image pulls (`runtimeRequestTimeout`).
+    pub runtime_request_timeout: KubeDuration,
+    /// Pods this node accepts; also `status.capacity.pods` (`maxPods`).
+    pub max_pods: i32,
+    /// Per-pod PID limit, -1 for none (`podPidsLimit`).
+    pub pod_pids_limit: i64,
+    /// The node's pod CIDR when not assigned by the control plane (`podCIDR`).
+    #[serde(rename = "podCIDR")]
+    pub pod_cidr: String,
+    /// DNS servers for `ClusterFirst` pods (`clusterDNS`).
+    #[serde(rename = "clusterDNS")]
+    pub cluster_dns: Vec<IpAddr>,
+    /// Cluster DNS domain for search paths (`clusterDomain`).
+    pub cluster_domain: String,
+    /// Resolver file used as the base for pod DNS (`resolvConf`).
+    pub resolv_conf: PathBuf,
+    /// `cgroupfs` or `systemd` (`cgroupDriver`).
+    pub cgroup_driver: CgroupDriver,
+    /// Root of the `kubepods` hierarchy (`cgroupRoot`).
+    pub cgroup_root: String,
+    /// Create QoS-level cgroups (`cgroupsPerQOS`).
+    #[serde(rename = "cgroupsPerQOS")]
+    pub cgroups_per_qos: bool,
+    /// Enforce CPU limits with CFS quota (`cpuCFSQuota`).
+    #[serde(rename = "cpuCFSQuota")]
+    pub cpu_cfs_quota: bool,
+    /// CFS period for CPU limits (`cpuCFSQuotaPeriod`).
+    #[serde(rename = "cpuCFSQuotaPeriod")]
+    pub cpu_cfs_quota_period: KubeDuration,
+    /// Resources set aside for Kubernetes daemons (`kubeReserved`).
+    pub kube_reserved: BTreeMap<String, String>,
+    /// Resources set aside for the OS (`systemReserved`).
+    pub system_reserved: BTreeMap<String, String>,
+    /// Hard eviction thresholds (`evictionHard`). When given, replaces the
+    /// defaults as a whole, like kubelet without MergeDefaultEvictionSettings.
+    pub eviction_hard: BTreeMap<String, String>,
+    /// Soft eviction thresholds (`evictionSoft`).
+    pub eviction_soft: BTreeMap<String, String>,
+    /// Grace period of each soft threshold (`evictionSoftGracePeriod`).
+    pub eviction_soft_grace_period: BTreeMap<String, KubeDuration>,
+    /// Minimum time a pressure condition stays after the signal recovers
+    /// (`evictionPressureTransitionPeriod`).
+    pub eviction_pressure_transition_period: KubeDuration,
+    /// Longest grace period given to pods evicted by a soft threshold, in
+    /// seconds; 0 or less means the pod's own (`evictionMaxPodGracePeriod`).
+    pub eviction_max_pod_grace_period: i32,
+    /// Extra reclaim beyond a threshold (`evictionMinimumReclaim`).
+    pub eviction_minimum_reclaim: BTreeMap<String, String>,
+    /// Image GC starts above this disk usage percentage (`imageGCHighThresholdPercent`).
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: i32,
+    /// Image GC frees down to this usage percentage (`imageGCLowThresholdPercent`).
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: i32,
+    /// Unused images younger than this are kept (`imageMinimumGCAge`).
+    #[serde(rename = "imageMinimumGCAge")]
+    pub image_minimum_gc_age: KubeDuration,
+    /// Unused images older than this are removed; 0 disables (`imageMaximumGCAge`).
+    #[serde(rename = "imageMaximumGCAge")]
+    pub image_maximum_gc_age: KubeDuration,
+    /// Pull one image at a time (`serializeImagePulls`).
+    pub serialize_image_pulls: bool,
+    /// Parallel pull limit when not serialized (`maxParallelImagePulls`).
+    pub max_parallel_image_pulls: Option<i32>,
+    /// How often node status is computed (`nodeStatusUpdateFrequency`).
+    pub node_status_update_frequency: KubeDuration,
+    /// Longest time between status writes when nothing changed (`nodeStatusReportFrequency`).
+    pub node_status_report_frequency: KubeDuration,
+    /// Lease duration in seconds; renewed every quarter of it (`nodeLeaseDurationSeconds`).
+    pub node_lease_duration_seconds: i32,
+    /// Images listed in node status, largest first; -1 for all (`nodeStatusMaxImages`).
+    pub node_status_max_images: i32,
+    /// Create the Node object when missing (`registerNode`).
+    pub register_node: bool,
+    /// Taints set when the Node is first registered (`registerWithTaints`).
+    pub register_with_taints: Vec<Taint>,
+    /// Labels set when the Node is registered (kubelet `--node-labels`).
+    pub node_labels: BTreeMap<String, String>,
+    /// Cloud provider ID for `spec.providerID` (`providerID`).
+    #[serde(rename = "providerID")]
+    pub provider_id: String,
+    /// Client-side request rate to the API server (`kubeAPIQPS`).
+    #[serde(rename = "kubeAPIQPS")]
+    pub kube_api_qps: f32,
+    /// Client-side burst to the API server (`kubeAPIBurst`).
+    #[serde(rename = "kubeAPIBurst")]
+    pub kube_api_burst: i32,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            enabled: true,
+            kubeconfig: None,
+            node_ip: None,
+            root_dir: PathBuf::from("/var/lib/keelson"),
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            static_pod_path: None,
+            file_check_frequency: KubeDuration::from_secs(20),
+            sync_frequency: KubeDuration::from_secs(60),
+            container_runtime_endpoint: "unix:///run/containerd/containerd.sock".to_string(),
+            image_service_endpoint: None,
+            runtime_request_timeout: KubeDuration::from_secs(120),
+            max_pods: 110,
+            pod_pids_limit: -1,
+            pod_cidr: String::new(),
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            cgroup_driver: CgroupDriver::Cgroupfs,
+            cgroup_root: "/".to_string(),
+            cgroups_per_qos: true,
+            cpu_cfs_quota: true,
+            cpu_cfs_quota_period: KubeDuration::from_millis(100),
+            kube_reserved: BTreeMap::new(),
+            system_reserved: BTreeMap::new(),
+            eviction_hard: default_eviction_hard(),
+            eviction_soft: BTreeMap::new(),
+            eviction_soft_grace_period: BTreeMap::new(),
+            eviction_pressure_transition_period: KubeDuration::from_secs(300),
+            eviction_max_pod_grace_period: 0,
+            eviction_minimum_reclaim: BTreeMap::new(),
+            image_gc_high_threshold_percent: 85,
+            image_gc_low_threshold_percent: 80,
+            image_minimum_gc_age: KubeDuration::from_secs(120),
+            image_maximum_gc_age: KubeDuration::from_secs(0),
+            serialize_image_pulls: true,
+            max_parallel_image_pulls: None,
+            node_status_update_frequency: KubeDuration::from_secs(10),
+            node_status_report_frequency: KubeDuration::from_secs(300),
+            node_lease_duration_seconds: 40,
+            node_status_max_images: 50,
+            register_node: true,
+            register_with_taints: Vec::new(),
+            node_labels: BTreeMap::new(),
+            provider_id: String::new(),
+            kube_api_qps: 50.0,
+            kube_api_burst: 100,
+        }
+    }
+}

@@ -1,0 +1,116 @@
+use super::*;
+
+const HEADER: &str = "apiVersion: keelson.dev/v1alpha1\nkind: KeelsonConfiguration\n";
+
+fn parse(body: &str) -> Result<Config, ConfigError> {
+    Config::from_yaml_str(&format!("{HEADER}{body}"))
+}
+
+#[test]
+fn empty_file_means_defaults() {
+    let cfg = Config::from_yaml_str("").expect("defaults valid");
+    assert_eq!(cfg, Config::default());
+    assert_eq!(cfg.node.max_pods, 110);
+    assert_eq!(cfg.node.node_lease_duration_seconds, 40);
+    assert_eq!(cfg.proxy.min_sync_period, KubeDuration::from_secs(1));
+    assert_eq!(cfg.proxy.mode, ProxyMode::Nftables);
+}
+
+#[test]
+fn effective_config_round_trips() {
+    let cfg = parse("node:\n  maxPods: 20\n  clusterDNS: [10.96.0.10]\nproxy:\n  mode: ebpf\n")
+        .expect("valid");
+    let again = Config::from_yaml_str(&cfg.to_yaml()).expect("printed config parses");
+    assert_eq!(cfg, again);
+    assert!(cfg.to_yaml().contains("nodeStatusUpdateFrequency: 10s"));
+}
+
+#[test]
+fn unknown_field_names_its_path() {
+    let err = parse("node:\n  maxPod: 3\n").expect_err("unknown field");
+    assert_eq!(err.field_paths(), vec!["node.maxPod".to_string()]);
+    assert!(err.to_string().contains("unknown field"), "{err}");
+}
+
+#[test]
+fn wrong_type_names_its_path() {
+    let err = parse("node:\n  maxPods: lots\n").expect_err("wrong type");
+    assert_eq!(err.field_paths(), vec!["node.maxPods".to_string()]);
+}
+
+#[test]
+fn negative_duration_names_its_path() {
+    let err = parse("node:\n  nodeStatusUpdateFrequency: -10s\n").expect_err("negative");
+    assert_eq!(
+        err.field_paths(),
+        vec!["node.nodeStatusUpdateFrequency".to_string()]
+    );
+    assert!(err.to_string().contains("negative"), "{err}");
+}
+
+#[test]
+fn invalid_values_are_all_reported() {
+    let err = parse(
+        "node:\n  maxPods: 0\n  imageGCLowThresholdPercent: 90\n  evictionHard:\n    memory.available: 10Qi\nproxy:\n  nodePortAddresses: [bogus]\n  nftables:\n    masqueradeBit: 40\n",
+    )
+    .expect_err("invalid");
+    let paths = err.field_paths();
+    for want in [
+        "node.maxPods",
+        "node.imageGCLowThresholdPercent",
+        "node.evictionHard[\"memory.available\"]",
+        "proxy.nodePortAddresses[0]",
+        "proxy.nftables.masqueradeBit",
+    ] {
+        assert!(
+            paths.iter().any(|p| p == want),
+            "missing {want} in {paths:?}"
+        );
+    }
+}
+
+#[test]
+fn wrong_kind_is_refused() {
+    let err =
+        Config::from_yaml_str("apiVersion: v1\nkind: KubeletConfiguration\n").expect_err("kind");
+    assert_eq!(
+        err.field_paths(),
+        vec!["apiVersion".to_string(), "kind".to_string()]
+    );
+}
+
+#[test]
+fn overrides_win() {
+    let mut cfg = Config::default();
+    cfg.apply_overrides(&Overrides {
+        kubeconfig: Some("/tmp/kc".into()),
+        node_name: Some("n1".into()),
+        proxy_only: true,
+        ..Overrides::default()
+    })
+    .expect("valid");
+    assert!(!cfg.node.enabled && cfg.proxy.enabled);
+    assert_eq!(cfg.effective_node_name(), "n1");
+    assert_eq!(
+        cfg.proxy.client_connection.kubeconfig.as_deref(),
+        Some(Path::new("/tmp/kc"))
+    );
+    assert_eq!(cfg.node.kubeconfig.as_deref(), Some(Path::new("/tmp/kc")));
+}
+
+#[test]
+fn node_name_must_be_dns() {
+    let err = parse("nodeName: Bad_Name\n").expect_err("bad name");
+    assert_eq!(err.field_paths(), vec!["nodeName".to_string()]);
+}
+
+#[test]
+fn soft_eviction_requires_grace_period() {
+    let err = parse("node:\n  evictionSoft:\n    memory.available: 1Gi\n").expect_err("no grace");
+    assert_eq!(
+        err.field_paths(),
+        vec!["node.evictionSoftGracePeriod[\"memory.available\"]".to_string()]
+    );
+    parse("node:\n  evictionSoft:\n    memory.available: 1Gi\n  evictionSoftGracePeriod:\n    memory.available: 1m30s\n")
+        .expect("valid soft threshold");
+}

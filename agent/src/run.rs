@@ -1,0 +1,170 @@
+//! `keelson run`: start the enabled roles, serve health and metrics, tell
+//! systemd when ready, and shut everything down in order on a signal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::apiclient::{self, ClientSettings};
+use crate::config::{self, Config};
+use crate::observability::{self, Health};
+use crate::role::RoleContext;
+use crate::{lifecycle, node, proxy};
+
+/// Why `keelson run` stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A role's API client could not be built (bad kubeconfig, no credentials).
+    #[error("{role} role: {source}")]
+    Client {
+        /// Which role.
+        role: &'static str,
+        /// The reason.
+        #[source]
+        source: apiclient::ClientError,
+    },
+    /// The health or metrics server could not listen.
+    #[error(transparent)]
+    Serve(#[from] observability::server::ServeError),
+    /// A role stopped with an error.
+    #[error("{role} role failed: {message}")]
+    Role {
+        /// Which role.
+        role: &'static str,
+        /// Its error.
+        message: String,
+    },
+    /// Shutdown took longer than `shutdownTimeout`.
+    #[error("shutdown did not finish within {0:?}")]
+    ShutdownTimeout(Duration),
+}
+
+/// Runs until `shutdown` is cancelled (or a role fails).
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunError> {
+    let config = Arc::new(config);
+    let node_name = config.effective_node_name();
+    let registry = observability::metrics::new_registry();
+    let health = Health::new();
+    tracing::info!(
+        node = %node_name,
+        version = crate::version::KEELSON_VERSION,
+        kubernetes = crate::version::KUBERNETES_VERSION,
+        node_role = config.node.enabled,
+        proxy_role = config.proxy.enabled,
+        "starting keelson"
+    );
+
+    // Build clients first: a broken kubeconfig is a start-up error.
+    let node_client = if config.node.enabled {
+        Some(
+            apiclient::build_client(&ClientSettings {
+                kubeconfig: config.node.kubeconfig.as_deref(),
+                qps: config.node.kube_api_qps,
+                burst: u32::try_from(config.node.kube_api_burst).unwrap_or(1),
+                role: "node",
+            })
+            .await
+            .map_err(|source| RunError::Client {
+                role: "node",
+                source,
+            })?,
+        )
+    } else {
+        None
+    };
+    let proxy_client = if config.proxy.enabled {
+        Some(
+            apiclient::build_client(&ClientSettings {
+                kubeconfig: config.proxy.client_connection.kubeconfig.as_deref(),
+                qps: config.proxy.client_connection.qps,
+                burst: u32::try_from(config.proxy.client_connection.burst).unwrap_or(0),
+                role: "proxy",
+            })
+            .await
+            .map_err(|source| RunError::Client {
+                role: "proxy",
+                source,
+            })?,
+        )
+    } else {
+        None
+    };
+
+    let servers_stop = CancellationToken::new();
+    observability::server::start(
+        config::socket_addr(&config.healthz_bind_address),
+        config::socket_addr(&config.metrics_bind_address),
+        health.clone(),
+        registry.clone(),
+        servers_stop.clone(),
+    )
+    .await?;
+
+    let roles_stop = shutdown.child_token();
+    let mut roles: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
+    let ctx = |client: kube::Client| RoleContext {
+        config: config.clone(),
+        node_name: node_name.clone(),
+        client,
+        registry: registry.clone(),
+        health: health.clone(),
+        shutdown: roles_stop.clone(),
+    };
+    if let Some(client) = node_client {
+        let c = ctx(client);
+        roles.spawn(async move { ("node", node::run(c).await.map_err(|e| e.to_string())) });
+    }
+    if let Some(client) = proxy_client {
+        let c = ctx(client);
+        roles.spawn(async move { ("proxy", proxy::run(c).await.map_err(|e| e.to_string())) });
+    }
+    lifecycle::notify_ready();
+    lifecycle::notify_status("running");
+
+    // Wait for the shutdown signal, or for a role to stop on its own.
+    let mut failure = None;
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        Some(done) = roles.join_next() => {
+            match done {
+                Ok((role, Err(message))) => {
+                    tracing::error!(role, error = %message, "role failed; shutting down");
+                    failure = Some(RunError::Role { role, message });
+                }
+                Ok((role, Ok(()))) => tracing::warn!(role, "role stopped; shutting down"),
+                Err(e) => {
+                    tracing::error!(error = %e, "role task panicked; shutting down");
+                    failure = Some(RunError::Role { role: "unknown", message: e.to_string() });
+                }
+            }
+        }
+    }
+    lifecycle::notify_stopping();
+    roles_stop.cancel();
+    let limit = config.shutdown_timeout.get();
+    let drained = tokio::time::timeout(limit, async {
+        while let Some(done) = roles.join_next().await {
+            match done {
+                Ok((role, Ok(()))) => tracing::info!(role, "role stopped"),
+                Ok((role, Err(e))) => {
+                    tracing::warn!(role, error = %e, "role stopped with an error")
+                }
+                Err(e) => tracing::warn!(error = %e, "role task ended abnormally"),
+            }
+        }
+    })
+    .await;
+    servers_stop.cancel();
+    if drained.is_err() {
+        roles.abort_all();
+        tracing::error!(timeout = ?limit, "roles did not stop in time");
+        return Err(failure.unwrap_or(RunError::ShutdownTimeout(limit)));
+    }
+    tracing::info!("keelson stopped");
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(()),
+    }
+}
