@@ -1,0 +1,158 @@
+//! Formatting that matches Go's, so probe messages read exactly like the ones
+//! kubelet writes into events (`%q` quoting, `time.Duration` printing and the
+//! syscall error texts of Go's `net` package).
+
+use std::fmt::Write as _;
+use std::io;
+use std::time::Duration;
+
+/// Quotes `s` like Go's `strconv.Quote` / `%q`.
+pub fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_control() => {
+                if (c as u32) < 0x10000 {
+                    let _ = write!(out, "\\u{:04x}", c as u32);
+                } else {
+                    let _ = write!(out, "\\U{:08x}", c as u32);
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Prints a duration like Go's `time.Duration.String` (`1s`, `1m30s`,
+/// `500ms`, `1h0m0s`).
+pub fn duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".to_string();
+    }
+    if nanos < 1_000_000_000 {
+        let (unit, div) = if nanos < 1_000 {
+            ("ns", 1u128)
+        } else if nanos < 1_000_000 {
+            ("µs", 1_000)
+        } else {
+            ("ms", 1_000_000)
+        };
+        return format!("{}{unit}", fraction(nanos, div));
+    }
+    let total_secs = d.as_secs();
+    let hours = total_secs / 3600;
+    let minutes = (total_secs % 3600) / 60;
+    let secs_nanos = u128::from(total_secs % 60) * 1_000_000_000 + u128::from(d.subsec_nanos());
+    let secs = fraction(secs_nanos, 1_000_000_000);
+    if hours > 0 {
+        format!("{hours}h{minutes}m{secs}s")
+    } else if minutes > 0 {
+        format!("{minutes}m{secs}s")
+    } else {
+        format!("{secs}s")
+    }
+}
+
+/// `value / div` printed with the shortest exact decimal fraction.
+fn fraction(value: u128, div: u128) -> String {
+    let whole = value / div;
+    let mut rem = value % div;
+    if rem == 0 {
+        return whole.to_string();
+    }
+    let mut digits = String::new();
+    let mut scale = div;
+    while rem > 0 && scale > 1 {
+        scale /= 10;
+        let digit = rem / scale;
+        digits.push(char::from(b'0' + u8::try_from(digit).unwrap_or(0)));
+        rem %= scale;
+    }
+    format!("{whole}.{digits}")
+}
+
+/// The text Go's `syscall.Errno.Error()` gives for an OS error, e.g.
+/// `connection refused` (Rust prints `Connection refused (os error 111)`).
+pub fn os_error_text(err: &io::Error) -> String {
+    if err.raw_os_error().is_some() {
+        let text = err.to_string();
+        let text = match text.rfind(" (os error ") {
+            Some(at) => text[..at].to_string(),
+            None => text,
+        };
+        lower_first(&text)
+    } else {
+        err.to_string()
+    }
+}
+
+fn lower_first(s: &str) -> String {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().collect::<String>() + chars.as_str(),
+        None => String::new(),
+    }
+}
+
+/// Joins host and port like Go's `net.JoinHostPort` (brackets for IPv6).
+pub fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_like_go() {
+        assert_eq!(quote("sh -c exit 1"), "\"sh -c exit 1\"");
+        assert_eq!(quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
+        assert_eq!(quote("\u{1}"), "\"\\x01\"");
+        assert_eq!(quote("héllo"), "\"héllo\"");
+    }
+
+    #[test]
+    fn durations_like_go() {
+        assert_eq!(duration(Duration::from_secs(1)), "1s");
+        assert_eq!(duration(Duration::from_secs(90)), "1m30s");
+        assert_eq!(duration(Duration::from_secs(3600)), "1h0m0s");
+        assert_eq!(duration(Duration::from_millis(500)), "500ms");
+        assert_eq!(duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(duration(Duration::from_micros(1500)), "1.5ms");
+        assert_eq!(duration(Duration::ZERO), "0s");
+    }
+
+    #[test]
+    fn os_errors_read_like_go() {
+        let refused = io::Error::from_raw_os_error(111);
+        assert_eq!(os_error_text(&refused), "connection refused");
+        let unreachable = io::Error::from_raw_os_error(113);
+        assert_eq!(os_error_text(&unreachable), "no route to host");
+    }
+
+    #[test]
+    fn joins_ipv6_in_brackets() {
+        assert_eq!(join_host_port("10.0.0.1", 80), "10.0.0.1:80");
+        assert_eq!(join_host_port("fd00::1", 8080), "[fd00::1]:8080");
+    }
+}
