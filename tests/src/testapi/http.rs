@@ -1,0 +1,428 @@
+//! The HTTP side: listeners (plain and TLS, HTTP/1.1 and HTTP/2), the
+//! request pipeline (outage, authentication, routing, injected failures
+//! and latency, content negotiation, request log) and dispatch to verbs.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use super::discovery;
+use super::error::ApiError;
+use super::knobs::{Outage, RequestRecord};
+use super::objects::{self, DeleteOpts, JsonReply, Target};
+use super::routing::{self, NonResource, ResourcePath, Route};
+use super::state::ApiState;
+use super::table::{self, IncludeObject};
+use super::util::{self, Query};
+use super::watch::{self, WatchRequest};
+use super::{pods, tokens};
+
+/// Response body type.
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+fn full(b: impl Into<Bytes>) -> Body {
+    Full::new(b.into()).boxed_unsync()
+}
+
+/// How the answer is encoded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Repr {
+    Json,
+    Yaml,
+    Table(IncludeObject),
+}
+
+/// Picks the representation from `Accept` (first acceptable entry wins).
+fn negotiate(accept: &str, q: &Query) -> Result<Repr, ApiError> {
+    if accept.trim().is_empty() {
+        return Ok(Repr::Json);
+    }
+    for entry in accept.split(',') {
+        let mut parts = entry.split(';').map(str::trim);
+        let base = parts.next().unwrap_or_default();
+        let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
+        let param = |k: &str| params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v);
+        match base {
+            "application/json" | "application/json;stream=watch" => match param("as") {
+                None => return Ok(Repr::Json),
+                Some("Table") if param("g") == Some("meta.k8s.io") && matches!(param("v"), Some("v1" | "v1beta1")) => {
+                    return Ok(Repr::Table(IncludeObject::parse(q.get("includeObject").map(String::as_str))));
+                }
+                Some(_) => continue,
+            },
+            "*/*" | "application/*" => return Ok(Repr::Json),
+            "application/yaml" => return Ok(Repr::Yaml),
+            _ => continue,
+        }
+    }
+    Err(ApiError::not_acceptable())
+}
+
+fn respond(code: u16, content_type: &str, body: Bytes) -> Response<Body> {
+    let mut r = Response::new(full(body));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = r.headers_mut();
+    if let Ok(v) = content_type.parse() {
+        h.insert(http::header::CONTENT_TYPE, v);
+    }
+    if let Ok(v) = "no-cache, private".parse() {
+        h.insert(http::header::CACHE_CONTROL, v);
+    }
+    r
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    let mut r = respond(e.code, "application/json", Bytes::from(e.to_status().to_string()));
+    if let Some(s) = e.retry_after
+        && let Ok(v) = s.to_string().parse()
+    {
+        r.headers_mut().insert(http::header::RETRY_AFTER, v);
+    }
+    r
+}
+
+fn encode(repr: Repr, code: u16, body: Bytes) -> Result<Response<Body>, ApiError> {
+    match repr {
+        Repr::Json | Repr::Table(_) => Ok(respond(code, "application/json", body)),
+        Repr::Yaml => {
+            let v: Value = serde_json::from_slice(&body).map_err(|e| ApiError::internal(e.to_string()))?;
+            let y = serde_yaml::to_string(&v).map_err(|e| ApiError::internal(e.to_string()))?;
+            Ok(respond(code, "application/yaml", Bytes::from(y)))
+        }
+    }
+}
+
+fn header(h: &HeaderMap, name: http::header::HeaderName) -> String {
+    h.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
+}
+
+/// Who is calling; 401 when tokens are configured and none matches.
+fn authenticate(state: &ApiState, headers: &HeaderMap, path: &str) -> Result<String, ApiError> {
+    let bearer = header(headers, http::header::AUTHORIZATION);
+    let token = bearer.strip_prefix("Bearer ").map(str::trim).unwrap_or_default();
+    if !token.is_empty() {
+        if let Some((_, user)) = state.config.tokens.iter().find(|(t, _)| t == token) {
+            return Ok(user.clone());
+        }
+        if let Some(id) = state.signer.authenticate(token) {
+            return Ok(id.user);
+        }
+        if !state.config.tokens.is_empty() {
+            return Err(ApiError::unauthorized());
+        }
+    }
+    if state.config.tokens.is_empty() {
+        return Ok("system:anonymous".into());
+    }
+    // Public endpoints stay reachable without credentials, as upstream's
+    // system:public-info-viewer and service-account-issuer-discovery roles allow.
+    let public = matches!(path, "/version" | "/.well-known/openid-configuration" | "/openid/v1/jwks")
+        || ["/healthz", "/livez", "/readyz"].iter().any(|p| path.starts_with(p));
+    if public {
+        Ok("system:anonymous".into())
+    } else {
+        Err(ApiError::unauthorized())
+    }
+}
+
+/// Serves one request.
+async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Result<Response<Body>, std::io::Error> {
+    // Simulated outage.
+    let mut outage = state.knobs.outage_rx();
+    if *outage.borrow_and_update() == Outage::Hang {
+        let _ = outage.wait_for(|o| *o != Outage::Hang).await;
+    }
+    if state.knobs.outage() == Outage::Refuse {
+        return Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "outage (test knob)"));
+    }
+    let (parts, body) = req.into_parts();
+    let method = parts.method.as_str().to_string();
+    let path = parts.uri.path().to_string();
+    let raw_query = parts.uri.query().unwrap_or_default().to_string();
+    let query = util::parse_query(Some(&raw_query));
+    let mut rec = RequestRecord {
+        at: SystemTime::now(),
+        method: method.clone(),
+        path: path.clone(),
+        query: raw_query,
+        verb: String::new(),
+        resource: String::new(),
+        subresource: String::new(),
+        namespace: String::new(),
+        name: String::new(),
+        user: String::new(),
+        user_agent: header(&parts.headers, http::header::USER_AGENT),
+        accept: header(&parts.headers, http::header::ACCEPT),
+        content_type: header(&parts.headers, http::header::CONTENT_TYPE),
+        status: 0,
+    };
+    let result = process(&state, &parts.headers, &method, &path, &query, body, &mut rec).await;
+    let latency = state.knobs.latency();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let resp = match result {
+        Ok(r) => r,
+        Err(e) => {
+            if e.code >= 500 {
+                tracing::warn!(method = %method, path = %path, code = e.code, message = %e.message, "request failed");
+            } else {
+                tracing::debug!(method = %method, path = %path, code = e.code, message = %e.message, "request rejected");
+            }
+            error_response(&e)
+        }
+    };
+    rec.status = resp.status().as_u16();
+    state.knobs.log(rec);
+    Ok(resp)
+}
+
+async fn process(
+    state: &Arc<ApiState>,
+    headers: &HeaderMap,
+    method: &str,
+    path: &str,
+    query: &Query,
+    body: Incoming,
+    rec: &mut RequestRecord,
+) -> Result<Response<Body>, ApiError> {
+    let user = authenticate(state, headers, path)?;
+    rec.user = user;
+    let accept = header(headers, http::header::ACCEPT);
+    let content_type = header(headers, http::header::CONTENT_TYPE);
+    match routing::route(path)? {
+        Route::NonResource(nr) => {
+            if method != "GET" && method != "HEAD" {
+                return Err(ApiError::method_not_allowed(method));
+            }
+            let host = header(headers, http::header::HOST);
+            non_resource(state, nr, &host)
+        }
+        Route::Resource(rp) => {
+            let verb = routing::verb(method, &rp, util::flag(query, "watch") == Some(true))?;
+            rec.verb = verb.to_string();
+            rec.resource = rp.res.plural.to_string();
+            rec.subresource = rp.sub.clone().unwrap_or_default();
+            rec.namespace = rp.ns.clone().unwrap_or_default();
+            rec.name = rp.name.clone().unwrap_or_default();
+            if let Some(code) = state.knobs.take_failure(verb, rp.res.plural, &rec.subresource) {
+                return Err(ApiError::injected(code));
+            }
+            let body = body
+                .collect()
+                .await
+                .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?
+                .to_bytes();
+            resource(state, &rp, verb, query, &accept, &content_type, &body)
+        }
+    }
+}
+
+fn non_resource(state: &ApiState, nr: NonResource, host: &str) -> Result<Response<Body>, ApiError> {
+    let j = |v: Value| Ok(respond(200, "application/json", Bytes::from(v.to_string())));
+    match nr {
+        NonResource::Root => j(json!({"paths": ["/api", "/api/v1", "/apis", "/apis/coordination.k8s.io", "/apis/coordination.k8s.io/v1", "/apis/discovery.k8s.io", "/apis/discovery.k8s.io/v1", "/apis/events.k8s.io", "/apis/events.k8s.io/v1", "/healthz", "/livez", "/openid/v1/jwks", "/readyz", "/version", "/.well-known/openid-configuration"]})),
+        NonResource::Api => j(discovery::core_versions(host)),
+        NonResource::Apis => j(discovery::group_list()),
+        NonResource::Group(g) => discovery::group(&g).map_or_else(|| Err(ApiError::no_route()), j),
+        NonResource::GroupVersion(g, v) => discovery::resource_list(&g, &v).map_or_else(|| Err(ApiError::no_route()), j),
+        NonResource::Version => j(discovery::version()),
+        NonResource::Health => Ok(respond(200, "text/plain; charset=utf-8", Bytes::from_static(b"ok"))),
+        NonResource::OpenApi => Err(ApiError::no_route()),
+        NonResource::OidcConfig => j(state.signer.openid_configuration(&format!("{}/openid/v1/jwks", state.https_url))),
+        NonResource::Jwks => Ok(respond(200, "application/jwk-set+json", Bytes::from(state.signer.jwks().to_string()))),
+    }
+}
+
+fn parse_json_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::bad_request("the request body is empty"));
+    }
+    objects::parse_body(content_type, body)
+}
+
+fn as_table(state: &ApiState, t: &Target<'_>, reply: JsonReply, include: IncludeObject, single: bool) -> Result<Response<Body>, ApiError> {
+    let v: Value = serde_json::from_slice(&reply.body).map_err(|e| ApiError::internal(e.to_string()))?;
+    let (items, meta) = if single {
+        (vec![v.clone()], json!({"resourceVersion": v.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""))}))
+    } else {
+        (v.get("items").and_then(Value::as_array).cloned().unwrap_or_default(), v.get("metadata").cloned().unwrap_or(json!({})))
+    };
+    let _ = state;
+    let tbl = table::table(t.res, &items, meta, include);
+    Ok(respond(reply.code, "application/json;as=Table;v=v1;g=meta.k8s.io", Bytes::from(tbl.to_string())))
+}
+
+fn resource(
+    state: &Arc<ApiState>,
+    rp: &ResourcePath,
+    verb: &str,
+    q: &Query,
+    accept: &str,
+    content_type: &str,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
+    let t = Target {
+        res: rp.res,
+        ns: rp.ns.as_deref(),
+        name: rp.name.as_deref(),
+        sub: rp.sub.as_deref(),
+    };
+    let repr = negotiate(accept, q)?;
+    let reply = match verb {
+        "get" => {
+            let r = objects::get(state, &t)?;
+            if let Repr::Table(inc) = repr {
+                return as_table(state, &t, r, inc, true);
+            }
+            r
+        }
+        "list" => {
+            let (items, meta) = objects::list(state, &t, q)?;
+            let r = JsonReply {
+                code: 200,
+                body: objects::list_body(t.res, &items, &meta)?,
+            };
+            if let Repr::Table(inc) = repr {
+                return as_table(state, &t, r, inc, false);
+            }
+            r
+        }
+        "watch" => {
+            let name = if rp.legacy_watch { rp.name.as_deref() } else { None };
+            let mut wr = WatchRequest::parse(rp.res, rp.ns.clone(), name, q)?;
+            if let Repr::Table(inc) = repr {
+                wr.table = Some(inc);
+            }
+            let s = watch::stream(state.clone(), wr).map(|b| Ok::<_, Infallible>(Frame::data(b)));
+            let mut r = Response::new(StreamBody::new(s).boxed_unsync());
+            let ct = if matches!(repr, Repr::Table(_)) {
+                "application/json;as=Table;v=v1;g=meta.k8s.io"
+            } else {
+                "application/json"
+            };
+            if let Ok(v) = ct.parse() {
+                r.headers_mut().insert(http::header::CONTENT_TYPE, v);
+            }
+            return Ok(r);
+        }
+        "create" => {
+            let v = parse_json_body(content_type, body)?;
+            match t.sub {
+                Some("binding") => pods::bind(state, &t, &v)?,
+                Some("eviction") => pods::evict(state, &t, &v)?,
+                Some("token") => tokens::token_request(state, &t, &v)?,
+                Some(_) => return Err(ApiError::method_not_allowed("POST")),
+                None => objects::create(state, &t, q, v)?,
+            }
+        }
+        "update" => {
+            let v = parse_json_body(content_type, body)?;
+            if t.sub == Some("finalize") {
+                super::namespaces::finalize(state, &t, v)?
+            } else {
+                objects::update(state, &t, q, v)?
+            }
+        }
+        "patch" => objects::patch(state, &t, q, content_type, body)?,
+        "delete" => objects::delete(state, &t, &DeleteOpts::parse(q, content_type, body)?)?,
+        "deletecollection" => objects::delete_collection(state, &t, q, &DeleteOpts::parse(q, content_type, body)?)?,
+        other => return Err(ApiError::method_not_allowed(other)),
+    };
+    if let Repr::Table(_) = repr {
+        // Tables are for reads; writes answer the object.
+        return Ok(respond(reply.code, "application/json", reply.body));
+    }
+    encode(repr, reply.code, reply.body)
+}
+
+/// Serves `listener` (TLS when `tls` is set) until `shutdown`.
+pub fn spawn_listener(
+    state: Arc<ApiState>,
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                a = listener.accept() => a,
+            };
+            let (stream, peer): (tokio::net::TcpStream, SocketAddr) = match accepted {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            if state.knobs.outage() == Outage::Refuse {
+                drop(stream);
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            let state = state.clone();
+            let tls = tls.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| handle(state.clone(), req));
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let served = async {
+                    match tls {
+                        Some(acceptor) => match acceptor.accept(stream).await {
+                            Ok(s) => builder.serve_connection(TokioIo::new(s), svc).await,
+                            Err(e) => {
+                                tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+                                Ok(())
+                            }
+                        },
+                        None => builder.serve_connection(TokioIo::new(stream), svc).await,
+                    }
+                };
+                tokio::select! {
+                    r = served => {
+                        if let Err(e) = r {
+                            tracing::debug!(peer = %peer, error = %e, "connection ended with error");
+                        }
+                    }
+                    _ = shutdown.cancelled() => {}
+                }
+            });
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation() {
+        let q = Query::new();
+        assert_eq!(negotiate("", &q).ok(), Some(Repr::Json));
+        assert_eq!(negotiate("application/vnd.kubernetes.protobuf,application/json", &q).ok(), Some(Repr::Json));
+        assert!(negotiate("application/vnd.kubernetes.protobuf", &q).is_err());
+        assert_eq!(
+            negotiate("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json", &q).ok(),
+            Some(Repr::Table(IncludeObject::Metadata))
+        );
+        assert_eq!(
+            negotiate("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json", &q).ok(),
+            Some(Repr::Json)
+        );
+    }
+}

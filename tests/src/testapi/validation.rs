@@ -1,0 +1,252 @@
+//! Validation of the fields this server relies on: object names, required
+//! pod/service/endpointslice fields, immutable pod spec. Not the whole of
+//! upstream's validation (see tests/README.md).
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use super::error::{Cause, invalid_value, required};
+
+const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+const DNS1035_LABEL_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
+
+/// RFC 1123 label (max 63).
+pub fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !s.is_empty()
+        && s.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && s.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+}
+
+/// RFC 1123 subdomain (max 253).
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(|p| is_dns1123_label(p) && !p.is_empty())
+}
+
+/// RFC 1035 label (service names).
+pub fn is_dns1035_label(s: &str) -> bool {
+    is_dns1123_label(s) && s.as_bytes()[0].is_ascii_lowercase()
+}
+
+/// Checks `metadata.name` for an object of `kind`.
+pub fn name(kind: &str, name: &str) -> Vec<Cause> {
+    if name.is_empty() {
+        return vec![Cause {
+            reason: "FieldValueRequired",
+            message: "Required value: name or generateName is required".into(),
+            field: "metadata.name".into(),
+        }];
+    }
+    let (ok, msg) = match kind {
+        "Namespace" => (is_dns1123_label(name), DNS1123_LABEL_MSG),
+        "Service" => (is_dns1035_label(name), DNS1035_LABEL_MSG),
+        // Events and leases accept any path segment name upstream.
+        "Event" | "Lease" => (!name.contains('/') && name != "." && name != "..", "may not contain '/'"),
+        _ => (is_dns1123_subdomain(name), DNS1123_SUBDOMAIN_MSG),
+    };
+    if ok {
+        Vec::new()
+    } else {
+        vec![invalid_value("metadata.name", name, msg)]
+    }
+}
+
+/// Kind-specific validation of a whole object.
+pub fn object(kind: &str, obj: &Value) -> Vec<Cause> {
+    match kind {
+        "Pod" => pod(obj),
+        "Service" => service(obj),
+        "EndpointSlice" => endpoint_slice(obj),
+        _ => Vec::new(),
+    }
+}
+
+fn containers(list: Option<&Value>, field: &str, need_one: bool, out: &mut Vec<Cause>, names: &mut HashSet<String>) {
+    let items = list.and_then(Value::as_array).cloned().unwrap_or_default();
+    if need_one && items.is_empty() {
+        out.push(required(field));
+    }
+    for (i, c) in items.iter().enumerate() {
+        let n = c.get("name").and_then(Value::as_str).unwrap_or_default();
+        if n.is_empty() {
+            out.push(required(&format!("{field}[{i}].name")));
+        } else if !is_dns1123_label(n) {
+            out.push(invalid_value(&format!("{field}[{i}].name"), n, DNS1123_LABEL_MSG));
+        } else if !names.insert(n.to_string()) {
+            out.push(Cause {
+                reason: "FieldValueDuplicate",
+                message: format!("Duplicate value: \"{n}\""),
+                field: format!("{field}[{i}].name"),
+            });
+        }
+        if c.get("image").and_then(Value::as_str).unwrap_or_default().is_empty() {
+            out.push(required(&format!("{field}[{i}].image")));
+        }
+    }
+}
+
+fn pod(obj: &Value) -> Vec<Cause> {
+    let mut out = Vec::new();
+    let spec = obj.get("spec");
+    let mut names = HashSet::new();
+    containers(spec.and_then(|s| s.get("containers")), "spec.containers", true, &mut out, &mut names);
+    containers(spec.and_then(|s| s.get("initContainers")), "spec.initContainers", false, &mut out, &mut names);
+    if let Some(rp) = spec.and_then(|s| s.get("restartPolicy")).and_then(Value::as_str)
+        && !["Always", "OnFailure", "Never"].contains(&rp)
+    {
+        out.push(Cause {
+            reason: "FieldValueNotSupported",
+            message: format!("Unsupported value: \"{rp}\": supported values: \"Always\", \"OnFailure\", \"Never\""),
+            field: "spec.restartPolicy".into(),
+        });
+    }
+    out
+}
+
+fn service(obj: &Value) -> Vec<Cause> {
+    let mut out = Vec::new();
+    let spec = obj.get("spec");
+    let ty = spec
+        .and_then(|s| s.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP");
+    if !["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"].contains(&ty) {
+        out.push(Cause {
+            reason: "FieldValueNotSupported",
+            message: format!("Unsupported value: \"{ty}\": supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\""),
+            field: "spec.type".into(),
+        });
+    }
+    let headless = spec.and_then(|s| s.get("clusterIP")).and_then(Value::as_str) == Some("None");
+    let ports = spec
+        .and_then(|s| s.get("ports"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if ports.is_empty() && ty != "ExternalName" && !headless {
+        out.push(required("spec.ports"));
+    }
+    if ty == "ExternalName"
+        && spec
+            .and_then(|s| s.get("externalName"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .is_empty()
+    {
+        out.push(required("spec.externalName"));
+    }
+    let mut names = HashSet::new();
+    let mut pairs = HashSet::new();
+    for (i, p) in ports.iter().enumerate() {
+        let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
+        if !(1..=65535).contains(&port) {
+            out.push(invalid_value(&format!("spec.ports[{i}].port"), &port.to_string(), "must be between 1 and 65535, inclusive"));
+        }
+        let n = p.get("name").and_then(Value::as_str).unwrap_or_default();
+        if ports.len() > 1 && n.is_empty() {
+            out.push(required(&format!("spec.ports[{i}].name")));
+        }
+        if !n.is_empty() && !names.insert(n.to_string()) {
+            out.push(Cause {
+                reason: "FieldValueDuplicate",
+                message: format!("Duplicate value: \"{n}\""),
+                field: format!("spec.ports[{i}].name"),
+            });
+        }
+        let proto = p.get("protocol").and_then(Value::as_str).unwrap_or("TCP").to_string();
+        if !pairs.insert((port, proto.clone())) {
+            out.push(Cause {
+                reason: "FieldValueDuplicate",
+                message: format!("Duplicate value: {{\"port\":{port},\"protocol\":\"{proto}\"}}"),
+                field: format!("spec.ports[{i}]"),
+            });
+        }
+    }
+    out
+}
+
+fn endpoint_slice(obj: &Value) -> Vec<Cause> {
+    let mut out = Vec::new();
+    match obj.get("addressType").and_then(Value::as_str) {
+        None | Some("") => out.push(required("addressType")),
+        Some("IPv4" | "IPv6" | "FQDN") => {}
+        Some(other) => out.push(Cause {
+            reason: "FieldValueNotSupported",
+            message: format!("Unsupported value: \"{other}\": supported values: \"FQDN\", \"IPv4\", \"IPv6\""),
+            field: "addressType".into(),
+        }),
+    }
+    if let Some(eps) = obj.get("endpoints").and_then(Value::as_array) {
+        for (i, e) in eps.iter().enumerate() {
+            if e.get("addresses").and_then(Value::as_array).is_none_or(|a| a.is_empty()) {
+                out.push(required(&format!("endpoints[{i}].addresses")));
+            }
+        }
+    }
+    out
+}
+
+/// A pod's spec may change only in container images, activeDeadlineSeconds,
+/// added tolerations and terminationGracePeriodSeconds; checks that.
+pub fn pod_spec_update(old: &Value, new: &Value) -> Vec<Cause> {
+    let strip = |spec: &Value| {
+        let mut s = spec.clone();
+        if let Some(m) = s.as_object_mut() {
+            m.remove("activeDeadlineSeconds");
+            m.remove("tolerations");
+            m.remove("terminationGracePeriodSeconds");
+            for l in ["containers", "initContainers"] {
+                if let Some(cs) = m.get_mut(l).and_then(Value::as_array_mut) {
+                    for c in cs {
+                        if let Some(cm) = c.as_object_mut() {
+                            cm.remove("image");
+                        }
+                    }
+                }
+            }
+        }
+        s
+    };
+    let (o, n) = (old.get("spec").cloned().unwrap_or_default(), new.get("spec").cloned().unwrap_or_default());
+    if strip(&o) == strip(&n) {
+        return Vec::new();
+    }
+    vec![Cause {
+        reason: "FieldValueForbidden",
+        message: "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)".into(),
+        field: "spec".into(),
+    }]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names() {
+        assert!(name("Pod", "web-1.a").is_empty());
+        assert!(!name("Pod", "Web").is_empty());
+        assert!(!name("Service", "1abc").is_empty());
+        assert!(!name("Namespace", "a.b").is_empty());
+        assert_eq!(name("ConfigMap", "")[0].field, "metadata.name");
+    }
+
+    #[test]
+    fn pod_and_service_rules() {
+        assert_eq!(object("Pod", &json!({"spec": {}}))[0].field, "spec.containers");
+        let dup = json!({"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "a", "image": "y"}]}});
+        assert_eq!(object("Pod", &dup)[0].reason, "FieldValueDuplicate");
+        let svc = json!({"spec": {"ports": [{"port": 80}, {"port": 81}]}});
+        assert_eq!(object("Service", &svc).len(), 2);
+        let old = json!({"spec": {"containers": [{"name": "a", "image": "x"}], "nodeName": ""}});
+        let img = json!({"spec": {"containers": [{"name": "a", "image": "y"}], "nodeName": ""}});
+        let node = json!({"spec": {"containers": [{"name": "a", "image": "x"}], "nodeName": "n"}});
+        assert!(pod_spec_update(&old, &img).is_empty());
+        assert!(!pod_spec_update(&old, &node).is_empty());
+    }
+}
