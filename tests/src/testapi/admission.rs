@@ -21,8 +21,16 @@ const PRIORITY_CLASSES: &[(&str, i64)] = &[
 
 /// Admits a pod being created.
 pub fn pod(state: &ApiState, txn: &Txn<'_>, pod: &mut Value) -> Result<(), ApiError> {
-    let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string();
-    let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+    let ns = pod
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let name = pod
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
         return Ok(());
     };
@@ -31,7 +39,11 @@ pub fn pod(state: &ApiState, txn: &Txn<'_>, pod: &mut Value) -> Result<(), ApiEr
         .get("serviceAccountName")
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
-        .or_else(|| spec.get("serviceAccount").and_then(Value::as_str).filter(|s| !s.is_empty()))
+        .or_else(|| {
+            spec.get("serviceAccount")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+        })
         .map(String::from);
     if !state.config.emulate_controllers {
         if let Some(sa) = sa_given {
@@ -41,10 +53,19 @@ pub fn pod(state: &ApiState, txn: &Txn<'_>, pod: &mut Value) -> Result<(), ApiEr
         return Ok(());
     }
     // Priority.
-    match spec.get("priorityClassName").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+    match spec
+        .get("priorityClassName")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
         Some(pc) => {
             let Some((_, p)) = PRIORITY_CLASSES.iter().find(|(n, _)| *n == pc) else {
-                return Err(ApiError::forbidden("", "pods", &name, &format!("no PriorityClass with name {pc} was found")));
+                return Err(ApiError::forbidden(
+                    "",
+                    "pods",
+                    &name,
+                    &format!("no PriorityClass with name {pc} was found"),
+                ));
             };
             spec.insert("priority".into(), json!(p));
         }
@@ -52,11 +73,15 @@ pub fn pod(state: &ApiState, txn: &Txn<'_>, pod: &mut Value) -> Result<(), ApiEr
             spec.entry("priority").or_insert(json!(0));
         }
     }
-    spec.entry("preemptionPolicy").or_insert(json!("PreemptLowerPriority"));
+    spec.entry("preemptionPolicy")
+        .or_insert(json!("PreemptLowerPriority"));
     // DefaultTolerationSeconds.
     let tols = spec.entry("tolerations").or_insert_with(|| json!([]));
     if let Some(list) = tols.as_array_mut() {
-        for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
+        for key in [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        ] {
             let has = list.iter().any(|t| {
                 let effect = t.get("effect").and_then(Value::as_str).unwrap_or_default();
                 let k = t.get("key").and_then(Value::as_str).unwrap_or_default();
@@ -81,15 +106,23 @@ pub fn pod(state: &ApiState, txn: &Txn<'_>, pod: &mut Value) -> Result<(), ApiEr
     spec.insert("serviceAccountName".into(), json!(sa_name));
     spec.insert("serviceAccount".into(), json!(sa_name));
     let Some(sa) = txn.get("serviceaccounts", &ns, &sa_name) else {
-        return Err(ApiError::forbidden("", "pods", &name, &format!(
-            "error looking up service account {ns}/{sa_name}: serviceaccount \"{sa_name}\" not found"
-        )));
+        return Err(ApiError::forbidden(
+            "",
+            "pods",
+            &name,
+            &format!(
+                "error looking up service account {ns}/{sa_name}: serviceaccount \"{sa_name}\" not found"
+            ),
+        ));
     };
     let sa = sa.value()?;
     let automount = spec
         .get("automountServiceAccountToken")
         .and_then(Value::as_bool)
-        .or_else(|| sa.get("automountServiceAccountToken").and_then(Value::as_bool))
+        .or_else(|| {
+            sa.get("automountServiceAccountToken")
+                .and_then(Value::as_bool)
+        })
         .unwrap_or(true);
     if !automount {
         return Ok(());
@@ -97,9 +130,13 @@ pub fn pod(state: &ApiState, txn: &Txn<'_>, pod: &mut Value) -> Result<(), ApiEr
     let already_mounted = ["containers", "initContainers"].iter().any(|l| {
         spec.get(*l).and_then(Value::as_array).is_some_and(|cs| {
             cs.iter().any(|c| {
-                c.get("volumeMounts").and_then(Value::as_array).is_some_and(|ms| {
-                    ms.iter().any(|m| m.get("mountPath").and_then(Value::as_str) == Some(SA_MOUNT_PATH))
-                })
+                c.get("volumeMounts")
+                    .and_then(Value::as_array)
+                    .is_some_and(|ms| {
+                        ms.iter().any(|m| {
+                            m.get("mountPath").and_then(Value::as_str) == Some(SA_MOUNT_PATH)
+                        })
+                    })
             })
         })
     });
@@ -127,7 +164,9 @@ pub fn pod(state: &ApiState, txn: &Txn<'_>, pod: &mut Value) -> Result<(), ApiEr
                 if let Some(cm) = c.as_object_mut() {
                     let mounts = cm.entry("volumeMounts").or_insert_with(|| json!([]));
                     if let Some(ms) = mounts.as_array_mut() {
-                        ms.push(json!({"name": vol_name, "readOnly": true, "mountPath": SA_MOUNT_PATH}));
+                        ms.push(
+                            json!({"name": vol_name, "readOnly": true, "mountPath": SA_MOUNT_PATH}),
+                        );
                     }
                 }
             }

@@ -26,7 +26,9 @@ pub struct Allocator {
 impl Default for Allocator {
     fn default() -> Self {
         Allocator {
-            cidr: DEFAULT_SERVICE_CIDR.parse().unwrap_or_else(|_| IpNet::default()),
+            cidr: DEFAULT_SERVICE_CIDR
+                .parse()
+                .unwrap_or_else(|_| IpNet::default()),
             ips: HashSet::new(),
             ports: HashSet::new(),
             by_service: HashMap::new(),
@@ -57,7 +59,10 @@ fn service_allocations(svc: &Value) -> (Vec<IpAddr>, Vec<(u16, String)>) {
             }
         }
     }
-    if let Some(hc) = svc.pointer("/spec/healthCheckNodePort").and_then(Value::as_u64) {
+    if let Some(hc) = svc
+        .pointer("/spec/healthCheckNodePort")
+        .and_then(Value::as_u64)
+    {
         ports.push((hc as u16, "TCP".into()));
     }
     (ips, ports)
@@ -106,7 +111,11 @@ impl Allocator {
 
     /// Whether `ip` is free for the Service `key` (its own IPs count as free).
     pub fn ip_free(&self, key: &(String, String), ip: IpAddr) -> bool {
-        !self.ips.contains(&ip) || self.by_service.get(key).is_some_and(|(i, _)| i.contains(&ip))
+        !self.ips.contains(&ip)
+            || self
+                .by_service
+                .get(key)
+                .is_some_and(|(i, _)| i.contains(&ip))
     }
 
     /// Whether `ip` is inside the service CIDR.
@@ -118,7 +127,11 @@ impl Allocator {
     /// or the first host).
     pub fn pick_ip(&self, taken_now: &[IpAddr]) -> Option<IpAddr> {
         let IpNet::V4(net) = self.cidr else {
-            return self.cidr.hosts().skip(1).find(|ip| !self.ips.contains(ip) && !taken_now.contains(ip));
+            return self
+                .cidr
+                .hosts()
+                .skip(1)
+                .find(|ip| !self.ips.contains(ip) && !taken_now.contains(ip));
         };
         let base = u32::from(net.network());
         let size = 1u64 << (32 - net.prefix_len());
@@ -142,7 +155,10 @@ impl Allocator {
     pub fn port_free(&self, key: &(String, String), port: u16, proto: &str) -> bool {
         let p = (port, proto.to_string());
         !self.ports.contains(&p)
-            || self.by_service.get(key).is_some_and(|(_, ps)| ps.contains(&p))
+            || self
+                .by_service
+                .get(key)
+                .is_some_and(|(_, ps)| ps.contains(&p))
     }
 
     /// Picks a random free node port (free for every protocol in `protos`).
@@ -150,7 +166,9 @@ impl Allocator {
         let mut rng = rand::rng();
         let ok = |p: u16| {
             !taken_now.contains(&p)
-                && protos.iter().all(|pr| !self.ports.contains(&(p, pr.to_string())))
+                && protos
+                    .iter()
+                    .all(|pr| !self.ports.contains(&(p, pr.to_string())))
         };
         for _ in 0..256 {
             let p = rng.random_range(NODE_PORT_RANGE);

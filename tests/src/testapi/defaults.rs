@@ -15,7 +15,9 @@ fn set_default(m: &mut Map<String, Value>, key: &str, val: Value) {
 }
 
 fn set_default_str(m: &mut Map<String, Value>, key: &str, val: &str) {
-    if m.get(key).is_none_or(|v| v.is_null() || v.as_str() == Some("")) {
+    if m.get(key)
+        .is_none_or(|v| v.is_null() || v.as_str() == Some(""))
+    {
         m.insert(key.to_string(), Value::String(val.to_string()));
     }
 }
@@ -71,7 +73,11 @@ fn field_ref_api_version(v: &mut Value) {
 
 fn container(c: &mut Value, host_network: bool) {
     let Some(m) = c.as_object_mut() else { return };
-    let image = m.get("image").and_then(Value::as_str).unwrap_or_default().to_string();
+    let image = m
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     set_default_str(m, "imagePullPolicy", image_pull_policy(&image));
     set_default_str(m, "terminationMessagePath", "/dev/termination-log");
     set_default_str(m, "terminationMessagePolicy", "File");
@@ -147,7 +153,10 @@ fn volume(v: &mut Value) {
         .and_then(Value::as_array_mut)
     {
         for s in sources {
-            if let Some(t) = s.get_mut("serviceAccountToken").and_then(Value::as_object_mut) {
+            if let Some(t) = s
+                .get_mut("serviceAccountToken")
+                .and_then(Value::as_object_mut)
+            {
                 set_default(t, "expirationSeconds", json!(3600));
             }
             if let Some(items) = s
@@ -162,7 +171,9 @@ fn volume(v: &mut Value) {
 }
 
 fn pod(obj: &mut Value) {
-    let Some(spec) = obj_mut(obj, "spec") else { return };
+    let Some(spec) = obj_mut(obj, "spec") else {
+        return;
+    };
     set_default_str(spec, "dnsPolicy", "ClusterFirst");
     set_default_str(spec, "restartPolicy", "Always");
     set_default(spec, "terminationGracePeriodSeconds", json!(30));
@@ -183,13 +194,23 @@ fn pod(obj: &mut Value) {
 }
 
 fn service(obj: &mut Value) {
-    let Some(spec) = obj_mut(obj, "spec") else { return };
+    let Some(spec) = obj_mut(obj, "spec") else {
+        return;
+    };
     set_default_str(spec, "type", "ClusterIP");
     set_default_str(spec, "sessionAffinity", "None");
     if spec.get("sessionAffinity").and_then(Value::as_str) == Some("ClientIP") {
-        set_default(spec, "sessionAffinityConfig", json!({"clientIP": {"timeoutSeconds": 10800}}));
+        set_default(
+            spec,
+            "sessionAffinityConfig",
+            json!({"clientIP": {"timeoutSeconds": 10800}}),
+        );
     }
-    let ty = spec.get("type").and_then(Value::as_str).unwrap_or("ClusterIP").to_string();
+    let ty = spec
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP")
+        .to_string();
     if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
         for p in ports {
             if let Some(pm) = p.as_object_mut() {
@@ -234,7 +255,9 @@ fn secret(obj: &mut Value) {
 }
 
 fn node(obj: &mut Value) {
-    let Some(status) = obj_mut(obj, "status") else { return };
+    let Some(status) = obj_mut(obj, "status") else {
+        return;
+    };
     if status.get("allocatable").is_none_or(Value::is_null)
         && let Some(cap) = status.get("capacity").cloned()
     {
@@ -279,7 +302,8 @@ pub fn qos_class(pod: &Value) -> &'static str {
         for c in cs {
             let req = c.pointer("/resources/requests").and_then(Value::as_object);
             let lim = c.pointer("/resources/limits").and_then(Value::as_object);
-            let relevant = |m: Option<&Map<String, Value>>, k: &str| m.and_then(|m| m.get(k)).cloned();
+            let relevant =
+                |m: Option<&Map<String, Value>>, k: &str| m.and_then(|m| m.get(k)).cloned();
             for r in ["cpu", "memory"] {
                 let rq = relevant(req, r);
                 let lm = relevant(lim, r);
@@ -321,11 +345,23 @@ mod tests {
         assert_eq!(s["schedulerName"], "default-scheduler");
         assert_eq!(s["containers"][0]["imagePullPolicy"], "Always");
         assert_eq!(s["containers"][1]["imagePullPolicy"], "IfNotPresent");
-        assert_eq!(s["containers"][0]["terminationMessagePath"], "/dev/termination-log");
+        assert_eq!(
+            s["containers"][0]["terminationMessagePath"],
+            "/dev/termination-log"
+        );
         assert_eq!(s["containers"][0]["ports"][0]["protocol"], "TCP");
         let rp = &s["containers"][0]["readinessProbe"];
-        assert_eq!((rp["periodSeconds"].as_i64(), rp["timeoutSeconds"].as_i64()), (Some(10), Some(1)));
-        assert_eq!((rp["successThreshold"].as_i64(), rp["failureThreshold"].as_i64()), (Some(1), Some(3)));
+        assert_eq!(
+            (rp["periodSeconds"].as_i64(), rp["timeoutSeconds"].as_i64()),
+            (Some(10), Some(1))
+        );
+        assert_eq!(
+            (
+                rp["successThreshold"].as_i64(),
+                rp["failureThreshold"].as_i64()
+            ),
+            (Some(1), Some(3))
+        );
         assert_eq!(rp["httpGet"]["path"], "/");
         assert_eq!(rp["httpGet"]["scheme"], "HTTP");
         assert_eq!(s["containers"][0]["resources"]["requests"]["cpu"], "1");

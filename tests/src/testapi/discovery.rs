@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use super::resources::{self, ALL_VERBS, RESOURCES, ResourceInfo};
 
 /// The Kubernetes version this server reports.
-pub const SERVER_MINOR: &str = "34";
+pub const SERVER_MINOR: &str = "33";
 
 /// `/version`.
 pub fn version() -> Value {
@@ -41,7 +41,10 @@ fn group_doc(group: &str, version: &str) -> Value {
 
 /// `/apis`.
 pub fn group_list() -> Value {
-    let groups: Vec<Value> = resources::groups().iter().map(|(g, v)| group_doc(g, v)).collect();
+    let groups: Vec<Value> = resources::groups()
+        .iter()
+        .map(|(g, v)| group_doc(g, v))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
@@ -99,8 +102,14 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
             list.push(e);
         }
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}))
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}),
+    )
 }
 
 #[cfg(test)]

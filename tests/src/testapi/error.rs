@@ -140,7 +140,11 @@ impl ApiError {
 
     /// 404 for a path that names no resource.
     pub fn no_route() -> ApiError {
-        ApiError::new(404, "NotFound", "the server could not find the requested resource")
+        ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
     }
 
     /// 405 MethodNotAllowed.
@@ -166,7 +170,9 @@ impl ApiError {
         ApiError::new(
             415,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {ct})"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {ct})"
+            ),
         )
     }
 
@@ -222,7 +228,10 @@ impl ApiError {
         let mut e = ApiError::new(
             422,
             "Invalid",
-            format!("{kind}{} \"{name}\" is invalid: {joined}", group_suffix(group)),
+            format!(
+                "{kind}{} \"{name}\" is invalid: {joined}",
+                group_suffix(group)
+            ),
         )
         .with_details(group, kind, name);
         e.causes = causes;
@@ -252,7 +261,11 @@ impl ApiError {
     /// uses for it.
     pub fn injected(code: u16) -> ApiError {
         let reason = reason_for_code(code);
-        let mut e = ApiError::new(code, reason, format!("injected failure (test knob): {reason}"));
+        let mut e = ApiError::new(
+            code,
+            reason,
+            format!("injected failure (test knob): {reason}"),
+        );
         if code == 429 || code >= 500 {
             e.retry_after = Some(1);
         }
@@ -356,7 +369,10 @@ mod tests {
         let s = ApiError::not_found("discovery.k8s.io", "endpointslices", "a").to_status();
         assert_eq!(s["code"], 404);
         assert_eq!(s["reason"], "NotFound");
-        assert_eq!(s["message"], "endpointslices.discovery.k8s.io \"a\" not found");
+        assert_eq!(
+            s["message"],
+            "endpointslices.discovery.k8s.io \"a\" not found"
+        );
         assert_eq!(s["details"]["group"], "discovery.k8s.io");
         assert_eq!(s["details"]["kind"], "endpointslices");
     }
@@ -364,7 +380,13 @@ mod tests {
     #[test]
     fn invalid_lists_causes() {
         let e = ApiError::invalid("", "Pod", "p", vec![required("spec.containers")]);
-        assert_eq!(e.message, "Pod \"p\" is invalid: spec.containers: Required value");
-        assert_eq!(e.to_status()["details"]["causes"][0]["field"], "spec.containers");
+        assert_eq!(
+            e.message,
+            "Pod \"p\" is invalid: spec.containers: Required value"
+        );
+        assert_eq!(
+            e.to_status()["details"]["causes"][0]["field"],
+            "spec.containers"
+        );
     }
 }

@@ -28,7 +28,7 @@ use super::state::ApiState;
 use super::table::{self, IncludeObject};
 use super::util::{self, Query};
 use super::watch::{self, WatchRequest};
-use super::{pods, tokens};
+use super::{openapi, pods, tokens};
 
 /// Response body type.
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -58,8 +58,13 @@ fn negotiate(accept: &str, q: &Query) -> Result<Repr, ApiError> {
         match base {
             "application/json" | "application/json;stream=watch" => match param("as") {
                 None => return Ok(Repr::Json),
-                Some("Table") if param("g") == Some("meta.k8s.io") && matches!(param("v"), Some("v1" | "v1beta1")) => {
-                    return Ok(Repr::Table(IncludeObject::parse(q.get("includeObject").map(String::as_str))));
+                Some("Table")
+                    if param("g") == Some("meta.k8s.io")
+                        && matches!(param("v"), Some("v1" | "v1beta1")) =>
+                {
+                    return Ok(Repr::Table(IncludeObject::parse(
+                        q.get("includeObject").map(String::as_str),
+                    )));
                 }
                 Some(_) => continue,
             },
@@ -85,7 +90,11 @@ fn respond(code: u16, content_type: &str, body: Bytes) -> Response<Body> {
 }
 
 fn error_response(e: &ApiError) -> Response<Body> {
-    let mut r = respond(e.code, "application/json", Bytes::from(e.to_status().to_string()));
+    let mut r = respond(
+        e.code,
+        "application/json",
+        Bytes::from(e.to_status().to_string()),
+    );
     if let Some(s) = e.retry_after
         && let Ok(v) = s.to_string().parse()
     {
@@ -98,7 +107,8 @@ fn encode(repr: Repr, code: u16, body: Bytes) -> Result<Response<Body>, ApiError
     match repr {
         Repr::Json | Repr::Table(_) => Ok(respond(code, "application/json", body)),
         Repr::Yaml => {
-            let v: Value = serde_json::from_slice(&body).map_err(|e| ApiError::internal(e.to_string()))?;
+            let v: Value =
+                serde_json::from_slice(&body).map_err(|e| ApiError::internal(e.to_string()))?;
             let y = serde_yaml::to_string(&v).map_err(|e| ApiError::internal(e.to_string()))?;
             Ok(respond(code, "application/yaml", Bytes::from(y)))
         }
@@ -106,13 +116,19 @@ fn encode(repr: Repr, code: u16, body: Bytes) -> Result<Response<Body>, ApiError
 }
 
 fn header(h: &HeaderMap, name: http::header::HeaderName) -> String {
-    h.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Who is calling; 401 when tokens are configured and none matches.
 fn authenticate(state: &ApiState, headers: &HeaderMap, path: &str) -> Result<String, ApiError> {
     let bearer = header(headers, http::header::AUTHORIZATION);
-    let token = bearer.strip_prefix("Bearer ").map(str::trim).unwrap_or_default();
+    let token = bearer
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .unwrap_or_default();
     if !token.is_empty() {
         if let Some((_, user)) = state.config.tokens.iter().find(|(t, _)| t == token) {
             return Ok(user.clone());
@@ -129,8 +145,12 @@ fn authenticate(state: &ApiState, headers: &HeaderMap, path: &str) -> Result<Str
     }
     // Public endpoints stay reachable without credentials, as upstream's
     // system:public-info-viewer and service-account-issuer-discovery roles allow.
-    let public = matches!(path, "/version" | "/.well-known/openid-configuration" | "/openid/v1/jwks")
-        || ["/healthz", "/livez", "/readyz"].iter().any(|p| path.starts_with(p));
+    let public = matches!(
+        path,
+        "/version" | "/.well-known/openid-configuration" | "/openid/v1/jwks"
+    ) || ["/healthz", "/livez", "/readyz"]
+        .iter()
+        .any(|p| path.starts_with(p));
     if public {
         Ok("system:anonymous".into())
     } else {
@@ -139,14 +159,20 @@ fn authenticate(state: &ApiState, headers: &HeaderMap, path: &str) -> Result<Str
 }
 
 /// Serves one request.
-async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Result<Response<Body>, std::io::Error> {
+async fn handle(
+    state: Arc<ApiState>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, std::io::Error> {
     // Simulated outage.
     let mut outage = state.knobs.outage_rx();
     if *outage.borrow_and_update() == Outage::Hang {
         let _ = outage.wait_for(|o| *o != Outage::Hang).await;
     }
     if state.knobs.outage() == Outage::Refuse {
-        return Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "outage (test knob)"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "outage (test knob)",
+        ));
     }
     let (parts, body) = req.into_parts();
     let method = parts.method.as_str().to_string();
@@ -169,7 +195,16 @@ async fn handle(state: Arc<ApiState>, req: Request<Incoming>) -> Result<Response
         content_type: header(&parts.headers, http::header::CONTENT_TYPE),
         status: 0,
     };
-    let result = process(&state, &parts.headers, &method, &path, &query, body, &mut rec).await;
+    let result = process(
+        &state,
+        &parts.headers,
+        &method,
+        &path,
+        &query,
+        body,
+        &mut rec,
+    )
+    .await;
     let latency = state.knobs.latency();
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
@@ -218,7 +253,10 @@ async fn process(
             rec.subresource = rp.sub.clone().unwrap_or_default();
             rec.namespace = rp.ns.clone().unwrap_or_default();
             rec.name = rp.name.clone().unwrap_or_default();
-            if let Some(code) = state.knobs.take_failure(verb, rp.res.plural, &rec.subresource) {
+            if let Some(code) = state
+                .knobs
+                .take_failure(verb, rp.res.plural, &rec.subresource)
+            {
                 return Err(ApiError::injected(code));
             }
             let body = body
@@ -234,16 +272,36 @@ async fn process(
 fn non_resource(state: &ApiState, nr: NonResource, host: &str) -> Result<Response<Body>, ApiError> {
     let j = |v: Value| Ok(respond(200, "application/json", Bytes::from(v.to_string())));
     match nr {
-        NonResource::Root => j(json!({"paths": ["/api", "/api/v1", "/apis", "/apis/coordination.k8s.io", "/apis/coordination.k8s.io/v1", "/apis/discovery.k8s.io", "/apis/discovery.k8s.io/v1", "/apis/events.k8s.io", "/apis/events.k8s.io/v1", "/healthz", "/livez", "/openid/v1/jwks", "/readyz", "/version", "/.well-known/openid-configuration"]})),
+        NonResource::Root => j(
+            json!({"paths": ["/api", "/api/v1", "/apis", "/apis/coordination.k8s.io", "/apis/coordination.k8s.io/v1", "/apis/discovery.k8s.io", "/apis/discovery.k8s.io/v1", "/apis/events.k8s.io", "/apis/events.k8s.io/v1", "/healthz", "/livez", "/openid/v1/jwks", "/readyz", "/version", "/.well-known/openid-configuration"]}),
+        ),
         NonResource::Api => j(discovery::core_versions(host)),
         NonResource::Apis => j(discovery::group_list()),
         NonResource::Group(g) => discovery::group(&g).map_or_else(|| Err(ApiError::no_route()), j),
-        NonResource::GroupVersion(g, v) => discovery::resource_list(&g, &v).map_or_else(|| Err(ApiError::no_route()), j),
+        NonResource::GroupVersion(g, v) => {
+            discovery::resource_list(&g, &v).map_or_else(|| Err(ApiError::no_route()), j)
+        }
         NonResource::Version => j(discovery::version()),
-        NonResource::Health => Ok(respond(200, "text/plain; charset=utf-8", Bytes::from_static(b"ok"))),
-        NonResource::OpenApi => Err(ApiError::no_route()),
-        NonResource::OidcConfig => j(state.signer.openid_configuration(&format!("{}/openid/v1/jwks", state.https_url))),
-        NonResource::Jwks => Ok(respond(200, "application/jwk-set+json", Bytes::from(state.signer.jwks().to_string()))),
+        NonResource::Health => Ok(respond(
+            200,
+            "text/plain; charset=utf-8",
+            Bytes::from_static(b"ok"),
+        )),
+        NonResource::OpenApi(rest) => match rest.as_str() {
+            "v3" => j(openapi::root()),
+            r => match r.strip_prefix("v3/").and_then(openapi::group_version) {
+                Some(doc) => j(doc),
+                None => Err(ApiError::no_route()),
+            },
+        },
+        NonResource::OidcConfig => j(state
+            .signer
+            .openid_configuration(&format!("{}/openid/v1/jwks", state.https_url))),
+        NonResource::Jwks => Ok(respond(
+            200,
+            "application/jwk-set+json",
+            Bytes::from(state.signer.jwks().to_string()),
+        )),
     }
 }
 
@@ -254,16 +312,36 @@ fn parse_json_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
     objects::parse_body(content_type, body)
 }
 
-fn as_table(state: &ApiState, t: &Target<'_>, reply: JsonReply, include: IncludeObject, single: bool) -> Result<Response<Body>, ApiError> {
-    let v: Value = serde_json::from_slice(&reply.body).map_err(|e| ApiError::internal(e.to_string()))?;
+fn as_table(
+    state: &ApiState,
+    t: &Target<'_>,
+    reply: JsonReply,
+    include: IncludeObject,
+    single: bool,
+) -> Result<Response<Body>, ApiError> {
+    let v: Value =
+        serde_json::from_slice(&reply.body).map_err(|e| ApiError::internal(e.to_string()))?;
     let (items, meta) = if single {
-        (vec![v.clone()], json!({"resourceVersion": v.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""))}))
+        (
+            vec![v.clone()],
+            json!({"resourceVersion": v.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""))}),
+        )
     } else {
-        (v.get("items").and_then(Value::as_array).cloned().unwrap_or_default(), v.get("metadata").cloned().unwrap_or(json!({})))
+        (
+            v.get("items")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            v.get("metadata").cloned().unwrap_or(json!({})),
+        )
     };
     let _ = state;
     let tbl = table::table(t.res, &items, meta, include);
-    Ok(respond(reply.code, "application/json;as=Table;v=v1;g=meta.k8s.io", Bytes::from(tbl.to_string())))
+    Ok(respond(
+        reply.code,
+        "application/json;as=Table;v=v1;g=meta.k8s.io",
+        Bytes::from(tbl.to_string()),
+    ))
 }
 
 fn resource(
@@ -292,17 +370,18 @@ fn resource(
         }
         "list" => {
             let (items, meta) = objects::list(state, &t, q)?;
-            let r = JsonReply {
-                code: 200,
-                body: objects::list_body(t.res, &items, &meta)?,
-            };
+            let r = JsonReply::new(200, objects::list_body(t.res, &items, &meta)?);
             if let Repr::Table(inc) = repr {
                 return as_table(state, &t, r, inc, false);
             }
             r
         }
         "watch" => {
-            let name = if rp.legacy_watch { rp.name.as_deref() } else { None };
+            let name = if rp.legacy_watch {
+                rp.name.as_deref()
+            } else {
+                None
+            };
             let mut wr = WatchRequest::parse(rp.res, rp.ns.clone(), name, q)?;
             if let Repr::Table(inc) = repr {
                 wr.table = Some(inc);
@@ -339,14 +418,25 @@ fn resource(
         }
         "patch" => objects::patch(state, &t, q, content_type, body)?,
         "delete" => objects::delete(state, &t, &DeleteOpts::parse(q, content_type, body)?)?,
-        "deletecollection" => objects::delete_collection(state, &t, q, &DeleteOpts::parse(q, content_type, body)?)?,
+        "deletecollection" => {
+            objects::delete_collection(state, &t, q, &DeleteOpts::parse(q, content_type, body)?)?
+        }
         other => return Err(ApiError::method_not_allowed(other)),
     };
-    if let Repr::Table(_) = repr {
+    let warnings = reply.warnings.clone();
+    let mut resp = if let Repr::Table(_) = repr {
         // Tables are for reads; writes answer the object.
-        return Ok(respond(reply.code, "application/json", reply.body));
+        respond(reply.code, "application/json", reply.body)
+    } else {
+        encode(repr, reply.code, reply.body)?
+    };
+    for w in warnings {
+        let v = format!("299 - \"{}\"", w.replace('"', "\\\""));
+        if let Ok(h) = v.parse() {
+            resp.headers_mut().append(http::header::WARNING, h);
+        }
     }
-    encode(repr, reply.code, reply.body)
+    Ok(resp)
 }
 
 /// Serves `listener` (TLS when `tls` is set) until `shutdown`.
@@ -414,7 +504,10 @@ mod tests {
     fn negotiation() {
         let q = Query::new();
         assert_eq!(negotiate("", &q).ok(), Some(Repr::Json));
-        assert_eq!(negotiate("application/vnd.kubernetes.protobuf,application/json", &q).ok(), Some(Repr::Json));
+        assert_eq!(
+            negotiate("application/vnd.kubernetes.protobuf,application/json", &q).ok(),
+            Some(Repr::Json)
+        );
         assert!(negotiate("application/vnd.kubernetes.protobuf", &q).is_err());
         assert_eq!(
             negotiate("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json", &q).ok(),

@@ -221,7 +221,9 @@ impl Knobs {
 
     pub(crate) fn watch_guard(&self) -> WatchGuard {
         self.inner.active_watches.fetch_add(1, Ordering::SeqCst);
-        WatchGuard { knobs: self.clone() }
+        WatchGuard {
+            knobs: self.clone(),
+        }
     }
 }
 
@@ -232,7 +234,10 @@ pub(crate) struct WatchGuard {
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {
-        self.knobs.inner.active_watches.fetch_sub(1, Ordering::SeqCst);
+        self.knobs
+            .inner
+            .active_watches
+            .fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -25,7 +25,12 @@ pub fn render(server: &str, ca_pem: &str, token: Option<&str>) -> String {
 }
 
 /// Writes a kubeconfig file (mode 0600).
-pub fn write(path: &Path, server: &str, ca_pem: &str, token: Option<&str>) -> Result<(), TestApiError> {
+pub fn write(
+    path: &Path,
+    server: &str,
+    ca_pem: &str,
+    token: Option<&str>,
+) -> Result<(), TestApiError> {
     let werr = |source| TestApiError::Write {
         path: path.display().to_string(),
         source,

@@ -26,10 +26,12 @@ mod knobs;
 mod kubeconfig;
 mod namespaces;
 mod objects;
+mod openapi;
 mod patch;
 mod pods;
 mod resources;
 mod routing;
+mod schema;
 mod selectors;
 mod services;
 mod state;
@@ -55,6 +57,9 @@ pub use knobs::{Knobs, Outage, RequestRecord};
 pub use resources::{RESOURCES, ResourceInfo};
 
 use state::{ApiState, ServerConfig};
+
+/// The token written into kubeconfigs when no tokens are configured.
+pub const UNAUTHENTICATED_TOKEN: &str = "keelson-testapi-unauthenticated";
 
 /// A static bearer token and the user it authenticates.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,10 +155,12 @@ fn url_host(ip: IpAddr) -> String {
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, TestApiError> {
-    TcpListener::bind(addr).await.map_err(|source| TestApiError::Listen {
-        addr: addr.to_string(),
-        source,
-    })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| TestApiError::Listen {
+            addr: addr.to_string(),
+            source,
+        })
 }
 
 impl TestApiServer {
@@ -162,10 +169,13 @@ impl TestApiServer {
     /// controller objects) and writes the kubeconfig.
     pub async fn start(opts: TestApiOptions) -> Result<TestApiServer, TestApiError> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let cidr: ipnet::IpNet = opts.service_cidr.parse().map_err(|e| TestApiError::Option {
-            option: "service_cidr",
-            message: format!("{}: {e}", opts.service_cidr),
-        })?;
+        let cidr: ipnet::IpNet = opts
+            .service_cidr
+            .parse()
+            .map_err(|e| TestApiError::Option {
+                option: "service_cidr",
+                message: format!("{}: {e}", opts.service_cidr),
+            })?;
         let http_l = bind(opts.http_listen).await?;
         let https_l = bind(opts.https_listen).await?;
         let local = |l: &TcpListener, a| {
@@ -177,11 +187,20 @@ impl TestApiServer {
         let http_addr = local(&http_l, opts.http_listen)?;
         let https_addr = local(&https_l, opts.https_listen)?;
 
-        let mut names: Vec<String> = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let mut ips: Vec<IpAddr> = vec![IpAddr::from([127, 0, 0, 1]), IpAddr::from(std::net::Ipv6Addr::LOCALHOST)];
+        let mut names: Vec<String> = [
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut ips: Vec<IpAddr> = vec![
+            IpAddr::from([127, 0, 0, 1]),
+            IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+        ];
         for a in [http_addr.ip(), https_addr.ip()] {
             if !a.is_unspecified() && !ips.contains(&a) {
                 ips.push(a);
@@ -197,7 +216,8 @@ impl TestApiServer {
             }
         }
         let tls = tls::generate(&names, &ips)?;
-        let signer = tokens::TokenSigner::generate(&opts.issuer).map_err(TestApiError::SigningKey)?;
+        let signer =
+            tokens::TokenSigner::generate(&opts.issuer).map_err(TestApiError::SigningKey)?;
         let store = Arc::new(store::Store::new(opts.watch_history, opts.watch_buffer));
         store.set_service_cidr(cidr);
         let knobs = Knobs::new(store.clone(), opts.request_log_size);
@@ -215,7 +235,11 @@ impl TestApiServer {
                 ca_pem: tls.ca_pem.clone(),
                 api_audiences: vec![opts.issuer.clone()],
                 emulate_controllers: opts.emulate_controllers,
-                tokens: opts.tokens.iter().map(|t| (t.token.clone(), t.user.clone())).collect(),
+                tokens: opts
+                    .tokens
+                    .iter()
+                    .map(|t| (t.token.clone(), t.user.clone()))
+                    .collect(),
                 bookmark_interval: opts.bookmark_interval,
             },
             https_url: https_url.clone(),
@@ -238,8 +262,15 @@ impl TestApiServer {
                 (d.path().join("kubeconfig"), Some(d))
             }
         };
-        let first_token = opts.tokens.first().map(|t| t.token.as_str());
-        kubeconfig::write(&kubeconfig, &https_url, &tls.ca_pem, first_token)?;
+        // kubectl prompts for a password when a user has no credentials at
+        // all, so without configured tokens the kubeconfig still carries one
+        // (which the server, authenticating nobody, ignores).
+        let first_token = opts
+            .tokens
+            .first()
+            .map(|t| t.token.as_str())
+            .unwrap_or(UNAUTHENTICATED_TOKEN);
+        kubeconfig::write(&kubeconfig, &https_url, &tls.ca_pem, Some(first_token))?;
 
         let shutdown = CancellationToken::new();
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config.clone());
@@ -261,7 +292,11 @@ impl TestApiServer {
 
     /// `http://127.0.0.1:<port>` (plain HTTP).
     pub fn http_url(&self) -> String {
-        let ip = if self.http_addr.ip().is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { self.http_addr.ip() };
+        let ip = if self.http_addr.ip().is_unspecified() {
+            IpAddr::from([127, 0, 0, 1])
+        } else {
+            self.http_addr.ip()
+        };
         format!("http://{}:{}", url_host(ip), self.http_addr.port())
     }
 
@@ -293,17 +328,23 @@ impl TestApiServer {
 
     /// Writes another kubeconfig for this server with `user_token` as the
     /// bearer token (e.g. a node's or kube-proxy's identity).
-    pub fn write_kubeconfig(&self, path: &Path, user_token: Option<&str>) -> Result<(), TestApiError> {
-        kubeconfig::write(path, &self.https_url(), &self.state.config.ca_pem, user_token)
+    pub fn write_kubeconfig(
+        &self,
+        path: &Path,
+        user_token: Option<&str>,
+    ) -> Result<(), TestApiError> {
+        let token = user_token.or(Some(UNAUTHENTICATED_TOKEN));
+        kubeconfig::write(path, &self.https_url(), &self.state.config.ca_pem, token)
     }
 
     /// A kube client using the written kubeconfig.
     pub async fn try_client(&self) -> Result<kube::Client, TestApiError> {
         let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig)
             .map_err(|e| TestApiError::Client(e.to_string()))?;
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(|e| TestApiError::Client(e.to_string()))?;
+        let cfg =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| TestApiError::Client(e.to_string()))?;
         kube::Client::try_from(cfg).map_err(|e| TestApiError::Client(e.to_string()))
     }
 
@@ -335,7 +376,10 @@ impl TestApiServer {
     /// test network namespace with `NetNs::tcp_listener`).
     pub fn serve_listener(&self, listener: TcpListener) {
         let task = http::spawn_listener(self.state.clone(), listener, None, self.shutdown.clone());
-        self.tasks.lock().unwrap_or_else(|p| p.into_inner()).push(task);
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(task);
     }
 
     /// Stops serving (also done on drop).
@@ -355,7 +399,8 @@ impl Drop for TestApiServer {
 
 /// Objects every cluster has from the start.
 fn seed(state: &ApiState, host: IpAddr, https_port: u16) -> Result<(), ApiError> {
-    let ns_res = resources::find("", "v1", "namespaces").ok_or_else(|| ApiError::internal("namespaces"))?;
+    let ns_res =
+        resources::find("", "v1", "namespaces").ok_or_else(|| ApiError::internal("namespaces"))?;
     state.store.write(|txn| {
         for ns in namespaces::INITIAL {
             objects::create_in(state, txn, ns_res, "", json!({"metadata": {"name": ns}}), false)?;

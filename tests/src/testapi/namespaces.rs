@@ -45,7 +45,9 @@ pub fn check_can_create(txn: &Txn<'_>, res: &ResourceInfo, ns: &str) -> Result<(
             res.group,
             res.plural,
             "",
-            &format!("unable to create new content in namespace {ns} because it is being terminated"),
+            &format!(
+                "unable to create new content in namespace {ns} because it is being terminated"
+            ),
         ));
     }
     Ok(())
@@ -53,16 +55,32 @@ pub fn check_can_create(txn: &Txn<'_>, res: &ResourceInfo, ns: &str) -> Result<(
 
 /// The per-namespace objects controllers create in a new namespace.
 pub fn populate(state: &ApiState, txn: &mut Txn<'_>, ns: &str) -> Result<(), ApiError> {
-    let sa = resources::find("", "v1", "serviceaccounts").ok_or_else(|| ApiError::internal("serviceaccounts"))?;
-    let cm = resources::find("", "v1", "configmaps").ok_or_else(|| ApiError::internal("configmaps"))?;
+    let sa = resources::find("", "v1", "serviceaccounts")
+        .ok_or_else(|| ApiError::internal("serviceaccounts"))?;
+    let cm =
+        resources::find("", "v1", "configmaps").ok_or_else(|| ApiError::internal("configmaps"))?;
     if txn.get("serviceaccounts", ns, "default").is_none() {
-        objects::create_in(state, txn, sa, ns, json!({"metadata": {"name": "default"}}), false)?;
+        objects::create_in(
+            state,
+            txn,
+            sa,
+            ns,
+            json!({"metadata": {"name": "default"}}),
+            false,
+        )?;
     }
     if txn.get("configmaps", ns, "kube-root-ca.crt").is_none() {
-        objects::create_in(state, txn, cm, ns, json!({
-            "metadata": {"name": "kube-root-ca.crt", "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
-            "data": {"ca.crt": state.config.ca_pem}
-        }), false)?;
+        objects::create_in(
+            state,
+            txn,
+            cm,
+            ns,
+            json!({
+                "metadata": {"name": "kube-root-ca.crt", "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+                "data": {"ca.crt": state.config.ca_pem}
+            }),
+            false,
+        )?;
     }
     Ok(())
 }
@@ -78,10 +96,20 @@ fn namespaced_storages() -> Vec<&'static ResourceInfo> {
 }
 
 /// DELETE of a namespace.
-pub fn delete(state: &ApiState, txn: &mut Txn<'_>, old: &Arc<Stored>, opts: &DeleteOpts) -> Result<Deleted, ApiError> {
+pub fn delete(
+    state: &ApiState,
+    txn: &mut Txn<'_>,
+    old: &Arc<Stored>,
+    opts: &DeleteOpts,
+) -> Result<Deleted, ApiError> {
     let name = old.name.clone();
     if IMMORTAL.contains(&name.as_str()) {
-        return Err(ApiError::forbidden("", "namespaces", &name, "this namespace may not be deleted"));
+        return Err(ApiError::forbidden(
+            "",
+            "namespaces",
+            &name,
+            "this namespace may not be deleted",
+        ));
     }
     if terminating(old)? {
         return Ok(Deleted::Pending(old.clone()));
@@ -146,9 +174,16 @@ pub fn maybe_finish(_state: &ApiState, txn: &mut Txn<'_>, ns: &str) -> Result<()
 
 /// PUT namespaces/<name>/finalize: replaces `spec.finalizers`; an emptied
 /// list on a terminating namespace lets it go.
-pub fn finalize(state: &ApiState, t: &objects::Target<'_>, body: Value) -> Result<objects::JsonReply, ApiError> {
+pub fn finalize(
+    state: &ApiState,
+    t: &objects::Target<'_>,
+    body: Value,
+) -> Result<objects::JsonReply, ApiError> {
     let name = t.name.unwrap_or_default().to_string();
-    let finalizers = body.pointer("/spec/finalizers").cloned().unwrap_or(json!([]));
+    let finalizers = body
+        .pointer("/spec/finalizers")
+        .cloned()
+        .unwrap_or(json!([]));
     let stored = state.store.write(|txn| {
         let old = txn
             .get("namespaces", "", &name)
@@ -159,8 +194,5 @@ pub fn finalize(state: &ApiState, t: &objects::Target<'_>, body: Value) -> Resul
         maybe_finish(state, txn, &name)?;
         Ok(s)
     })?;
-    Ok(objects::JsonReply {
-        code: 200,
-        body: stored.bytes.clone(),
-    })
+    Ok(objects::JsonReply::new(200, stored.bytes.clone()))
 }

@@ -16,7 +16,7 @@ use super::selectors::{FieldSelector, LabelSelector};
 use super::state::ApiState;
 use super::store::{Stored, Txn};
 use super::util::{self, Query};
-use super::{admission, defaults, namespaces, pods, services, validation};
+use super::{admission, defaults, namespaces, pods, schema, services, validation};
 
 /// A JSON answer: HTTP code and body.
 pub struct JsonReply {
@@ -24,22 +24,43 @@ pub struct JsonReply {
     pub code: u16,
     /// Body.
     pub body: Bytes,
+    /// Warnings for `Warning: 299` headers.
+    pub warnings: Vec<String>,
 }
 
 impl JsonReply {
+    /// An answer with a code and body, no warnings.
+    pub fn new(code: u16, body: Bytes) -> JsonReply {
+        JsonReply {
+            code,
+            body,
+            warnings: Vec::new(),
+        }
+    }
     fn ok(body: Bytes) -> JsonReply {
-        JsonReply { code: 200, body }
+        JsonReply::new(200, body)
     }
     fn created(body: Bytes) -> JsonReply {
-        JsonReply { code: 201, body }
+        JsonReply::new(201, body)
     }
     /// Serializes a value.
     pub fn value(code: u16, v: &Value) -> JsonReply {
-        JsonReply {
-            code,
-            body: Bytes::from(serde_json::to_vec(v).unwrap_or_default()),
-        }
+        JsonReply::new(code, Bytes::from(serde_json::to_vec(v).unwrap_or_default()))
     }
+    fn warn(mut self, w: Vec<String>) -> JsonReply {
+        self.warnings = w;
+        self
+    }
+}
+
+fn field_check(t: &Target<'_>, q: &Query, obj: &Value) -> Result<Vec<String>, ApiError> {
+    schema::validate_fields(
+        t.res.group,
+        t.res.version,
+        t.res.kind,
+        obj,
+        q.get("fieldValidation").map(String::as_str),
+    )
 }
 
 /// What a request addresses.
@@ -96,7 +117,9 @@ pub fn parse_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
     let base = content_type.split(';').next().unwrap_or_default().trim();
     match base {
         "" | "application/json" | "*/*" => serde_json::from_slice(body).map_err(|e| {
-            ApiError::bad_request(format!("the body of the request was in an unknown format: couldn't decode JSON: {e}"))
+            ApiError::bad_request(format!(
+                "the body of the request was in an unknown format: couldn't decode JSON: {e}"
+            ))
         }),
         "application/yaml" => serde_yaml::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}"))),
@@ -156,7 +179,9 @@ fn spec_part(obj: &Value) -> Value {
     match obj.as_object() {
         Some(m) => Value::Object(
             m.iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status" | "kind" | "apiVersion"))
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "metadata" | "status" | "kind" | "apiVersion")
+                })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         ),
@@ -196,11 +221,16 @@ pub struct Filters {
 impl Filters {
     /// Parses and checks `labelSelector`/`fieldSelector` for `res`.
     pub fn parse(res: &ResourceInfo, q: &Query) -> Result<Filters, ApiError> {
-        let ls = q.get("labelSelector").map(String::as_str).unwrap_or_default();
-        let fs = q.get("fieldSelector").map(String::as_str).unwrap_or_default();
-        let labels = LabelSelector::parse(ls).map_err(|e| {
-            ApiError::bad_request(format!("unable to parse requirement: {e}"))
-        })?;
+        let ls = q
+            .get("labelSelector")
+            .map(String::as_str)
+            .unwrap_or_default();
+        let fs = q
+            .get("fieldSelector")
+            .map(String::as_str)
+            .unwrap_or_default();
+        let labels = LabelSelector::parse(ls)
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
         let mut fields = FieldSelector::parse(fs).map_err(|e| ApiError::bad_request(e.0))?;
         for r in &mut fields.reqs {
             if !res.supports_field(&r.label) {
@@ -241,8 +271,7 @@ fn encode_continue(rv: u64, ns: &str, name: &str) -> String {
         rv,
         start: format!("{ns}/{name}"),
     };
-    base64::engine::general_purpose::URL_SAFE
-        .encode(serde_json::to_vec(&t).unwrap_or_default())
+    base64::engine::general_purpose::URL_SAFE.encode(serde_json::to_vec(&t).unwrap_or_default())
 }
 
 fn decode_continue(s: &str) -> Result<(u64, (String, String)), ApiError> {
@@ -259,8 +288,14 @@ fn decode_continue(s: &str) -> Result<(u64, (String, String)), ApiError> {
 
 /// Resolves list `resourceVersion`/`resourceVersionMatch` to a snapshot RV.
 fn list_rv(state: &ApiState, q: &Query) -> Result<Option<u64>, ApiError> {
-    let rv = q.get("resourceVersion").map(String::as_str).unwrap_or_default();
-    let m = q.get("resourceVersionMatch").map(String::as_str).unwrap_or_default();
+    let rv = q
+        .get("resourceVersion")
+        .map(String::as_str)
+        .unwrap_or_default();
+    let m = q
+        .get("resourceVersionMatch")
+        .map(String::as_str)
+        .unwrap_or_default();
     if !m.is_empty() && rv.is_empty() {
         return Err(ApiError::bad_request(
             "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
@@ -281,13 +316,17 @@ fn list_rv(state: &ApiState, q: &Query) -> Result<Option<u64>, ApiError> {
     match m {
         "Exact" => {
             if n > current {
-                return Err(ApiError::timeout(format!("Too large resource version: {n}, current: {current}")));
+                return Err(ApiError::timeout(format!(
+                    "Too large resource version: {n}, current: {current}"
+                )));
             }
             Ok(Some(n))
         }
         "" | "NotOlderThan" => {
             if n > current {
-                return Err(ApiError::timeout(format!("Too large resource version: {n}, current: {current}")));
+                return Err(ApiError::timeout(format!(
+                    "Too large resource version: {n}, current: {current}"
+                )));
             }
             Ok(None)
         }
@@ -298,7 +337,11 @@ fn list_rv(state: &ApiState, q: &Query) -> Result<Option<u64>, ApiError> {
 }
 
 /// LIST: one page, serialized as `<Kind>List`.
-pub fn list(state: &ApiState, t: &Target<'_>, q: &Query) -> Result<(Vec<Arc<Stored>>, Value), ApiError> {
+pub fn list(
+    state: &ApiState,
+    t: &Target<'_>,
+    q: &Query,
+) -> Result<(Vec<Arc<Stored>>, Value), ApiError> {
     let filters = Filters::parse(t.res, q)?;
     let limit: usize = match q.get("limit").map(String::as_str) {
         None | Some("") => 0,
@@ -309,7 +352,9 @@ pub fn list(state: &ApiState, t: &Target<'_>, q: &Query) -> Result<(Vec<Arc<Stor
     };
     let (at_rv, after) = match q.get("continue").filter(|c| !c.is_empty()) {
         Some(c) => {
-            if q.get("resourceVersion").is_some_and(|r| !r.is_empty() && r != "0") {
+            if q.get("resourceVersion")
+                .is_some_and(|r| !r.is_empty() && r != "0")
+            {
                 return Err(ApiError::bad_request(
                     "specifying resource version is not allowed when using continue",
                 ));
@@ -340,7 +385,11 @@ pub fn list(state: &ApiState, t: &Target<'_>, q: &Query) -> Result<(Vec<Arc<Stor
 }
 
 /// Serializes a list body from stored items without re-parsing them.
-pub fn list_body(res: &ResourceInfo, items: &[Arc<Stored>], list_meta: &Value) -> Result<Bytes, ApiError> {
+pub fn list_body(
+    res: &ResourceInfo,
+    items: &[Arc<Stored>],
+    list_meta: &Value,
+) -> Result<Bytes, ApiError> {
     let header = format!(
         "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
         res.kind,
@@ -379,16 +428,32 @@ pub fn create_in(
         } else {
             m.remove("namespace");
         }
-        let name = m.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+        let name = m
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         if name.is_empty() {
-            let gen_name = m.get("generateName").and_then(Value::as_str).unwrap_or_default().to_string();
+            let gen_name = m
+                .get("generateName")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
             if !gen_name.is_empty() {
                 let base: String = gen_name.chars().take(58).collect();
-                m.insert("name".into(), json!(format!("{base}{}", util::random_suffix(5))));
+                m.insert(
+                    "name".into(),
+                    json!(format!("{base}{}", util::random_suffix(5))),
+                );
             }
         }
-        if m.get("resourceVersion").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
-            return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
+        if m.get("resourceVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+        {
+            return Err(ApiError::bad_request(
+                "resourceVersion should not be set on objects to be created",
+            ));
         }
         m.insert("uid".into(), json!(util::new_uid()));
         m.insert("creationTimestamp".into(), json!(util::now_rfc3339()));
@@ -404,7 +469,14 @@ pub fn create_in(
     }
     if let Some(o) = obj.as_object_mut() {
         o.insert("kind".into(), json!(kind));
-        o.insert("apiVersion".into(), json!(resources::canonical(res.storage).map(|c| c.api_version()).unwrap_or_default()));
+        o.insert(
+            "apiVersion".into(),
+            json!(
+                resources::canonical(res.storage)
+                    .map(|c| c.api_version())
+                    .unwrap_or_default()
+            ),
+        );
     }
     let name = meta_str(&obj, "name").to_string();
     invalid(kind, &name, validation::name(kind, &name))?;
@@ -457,13 +529,18 @@ fn ns_for<'a>(res: &ResourceInfo, ns: &'a str) -> &'a str {
 
 fn secret_string_data(obj: &mut Value) -> Result<(), ApiError> {
     use base64::Engine;
-    let Some(m) = obj.as_object_mut() else { return Ok(()) };
+    let Some(m) = obj.as_object_mut() else {
+        return Ok(());
+    };
     if let Some(Value::Object(sd)) = m.remove("stringData") {
         let data = m.entry("data").or_insert_with(|| json!({}));
         if let Some(d) = data.as_object_mut() {
             for (k, v) in sd {
                 let s = v.as_str().unwrap_or_default();
-                d.insert(k, json!(base64::engine::general_purpose::STANDARD.encode(s)));
+                d.insert(
+                    k,
+                    json!(base64::engine::general_purpose::STANDARD.encode(s)),
+                );
             }
         }
     }
@@ -471,8 +548,14 @@ fn secret_string_data(obj: &mut Value) -> Result<(), ApiError> {
 }
 
 /// POST on a collection.
-pub fn create(state: &ApiState, t: &Target<'_>, q: &Query, body: Value) -> Result<JsonReply, ApiError> {
+pub fn create(
+    state: &ApiState,
+    t: &Target<'_>,
+    q: &Query,
+    body: Value,
+) -> Result<JsonReply, ApiError> {
     check_type_meta(t, &body)?;
+    let warnings = field_check(t, q, &body)?;
     let obj = intake(t, body);
     let body_ns = meta_str(&obj, "namespace").to_string();
     let ns = t.ns_str().to_string();
@@ -485,7 +568,7 @@ pub fn create(state: &ApiState, t: &Target<'_>, q: &Query, body: Value) -> Resul
     let stored = state
         .store
         .write(|txn| create_in(state, txn, t.res, &ns, obj, dry))?;
-    Ok(JsonReply::created(present(t.res, &stored)?))
+    Ok(JsonReply::created(present(t.res, &stored)?).warn(warnings))
 }
 
 /// How an update treats the incoming object.
@@ -500,7 +583,16 @@ pub enum UpdateMode {
 fn carry_system_meta(old: &Value, new: &mut Value, mode: UpdateMode) {
     let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
     let m = meta(new);
-    for k in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace", "name", "generation", "generateName"] {
+    for k in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "namespace",
+        "name",
+        "generation",
+        "generateName",
+    ] {
         match old_meta.get(k) {
             Some(v) => {
                 m.insert(k.into(), v.clone());
@@ -542,7 +634,14 @@ pub fn update_in(
     carry_system_meta(&old, &mut new, mode);
     if let Some(o) = new.as_object_mut() {
         o.insert("kind".into(), json!(kind));
-        o.insert("apiVersion".into(), json!(resources::canonical(res.storage).map(|c| c.api_version()).unwrap_or_default()));
+        o.insert(
+            "apiVersion".into(),
+            json!(
+                resources::canonical(res.storage)
+                    .map(|c| c.api_version())
+                    .unwrap_or_default()
+            ),
+        );
     }
     match mode {
         UpdateMode::Status => {
@@ -590,12 +689,18 @@ pub fn update_in(
         services::allocate(txn, Some(&old), &mut new)?;
     }
     if res.tracks_generation && spec_part(&old) != spec_part(&new) {
-        let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0) + 1;
+        let g = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            + 1;
         meta(&mut new).insert("generation".into(), json!(g));
     }
     // Finalizers emptied on an object being deleted without pending grace:
     // the update completes the deletion.
-    let deleting = new.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null());
+    let deleting = new
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null());
     let finalizers_empty = new
         .pointer("/metadata/finalizers")
         .and_then(Value::as_array)
@@ -635,7 +740,12 @@ pub fn update_in(
 }
 
 /// Hooks after an object left storage.
-pub fn after_remove(state: &ApiState, txn: &mut Txn<'_>, res: &ResourceInfo, last: &Stored) -> Result<(), ApiError> {
+pub fn after_remove(
+    state: &ApiState,
+    txn: &mut Txn<'_>,
+    res: &ResourceInfo,
+    last: &Stored,
+) -> Result<(), ApiError> {
     if res.namespaced {
         namespaces::maybe_finish(state, txn, &last.namespace)?;
     }
@@ -651,8 +761,14 @@ fn status_target(t: &Target<'_>) -> Result<UpdateMode, ApiError> {
 }
 
 /// PUT on an object (or its status).
-pub fn update(state: &ApiState, t: &Target<'_>, q: &Query, body: Value) -> Result<JsonReply, ApiError> {
+pub fn update(
+    state: &ApiState,
+    t: &Target<'_>,
+    q: &Query,
+    body: Value,
+) -> Result<JsonReply, ApiError> {
     check_type_meta(t, &body)?;
+    let warnings = field_check(t, q, &body)?;
     let new = intake(t, body);
     let name = t.name_str();
     let body_name = meta_str(&new, "name");
@@ -681,11 +797,17 @@ pub fn update(state: &ApiState, t: &Target<'_>, q: &Query, body: Value) -> Resul
             None => Err(ApiError::not_found(t.res.group, t.res.plural, name)),
         }
     })?;
-    Ok(JsonReply::ok(present(t.res, &stored)?))
+    Ok(JsonReply::ok(present(t.res, &stored)?).warn(warnings))
 }
 
 /// PATCH on an object (or its status).
-pub fn patch(state: &ApiState, t: &Target<'_>, q: &Query, content_type: &str, body: &[u8]) -> Result<JsonReply, ApiError> {
+pub fn patch(
+    state: &ApiState,
+    t: &Target<'_>,
+    q: &Query,
+    content_type: &str,
+    body: &[u8],
+) -> Result<JsonReply, ApiError> {
     let ty = PatchType::from_content_type(content_type)
         .ok_or_else(|| ApiError::unsupported_media_type(content_type))?;
     let mode = status_target(t)?;
@@ -697,14 +819,18 @@ pub fn patch(state: &ApiState, t: &Target<'_>, q: &Query, content_type: &str, bo
                 .with_message("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"));
         }
     } else if q.get("fieldManager").is_some_and(|f| f.len() > 128) {
-        return Err(ApiError::bad_request("fieldManager: Too long: may not be more than 128 bytes"));
+        return Err(ApiError::bad_request(
+            "fieldManager: Too long: may not be more than 128 bytes",
+        ));
     }
+    let mut warnings = Vec::new();
     let (code, stored) = state.store.write(|txn| {
         let Some(old) = txn.get(t.res.storage, ns_for(t.res, t.ns_str()), name) else {
             if ty == PatchType::Apply && mode == UpdateMode::Main {
                 let applied: Value = serde_yaml::from_slice(body)
                     .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
                 check_type_meta(t, &applied)?;
+                warnings = field_check(t, q, &applied)?;
                 if meta_str(&applied, "name") != name {
                     return Err(ApiError::bad_request(format!(
                         "the name of the object ({}) does not match the name on the URL ({name})",
@@ -721,6 +847,7 @@ pub fn patch(state: &ApiState, t: &Target<'_>, q: &Query, content_type: &str, bo
         if ty == PatchType::Apply {
             check_type_meta(t, &patched)?;
         }
+        warnings = field_check(t, q, &patched)?;
         // A patch that does not mention resourceVersion applies to the
         // current object; one that does is a precondition.
         if meta_str(&patched, "resourceVersion").is_empty() {
@@ -735,10 +862,7 @@ pub fn patch(state: &ApiState, t: &Target<'_>, q: &Query, content_type: &str, bo
         let new = intake(t, patched);
         Ok((200, update_in(state, txn, t.res, &old, new, mode, dry)?))
     })?;
-    Ok(JsonReply {
-        code,
-        body: present(t.res, &stored)?,
-    })
+    Ok(JsonReply::new(code, present(t.res, &stored)?).warn(warnings))
 }
 
 /// DeleteOptions from the body and the query.
@@ -764,20 +888,26 @@ impl DeleteOpts {
         if !body.iter().all(u8::is_ascii_whitespace) {
             let v = parse_body(content_type, body)?;
             o.grace = v.get("gracePeriodSeconds").and_then(Value::as_i64);
-            o.uid = v.pointer("/preconditions/uid").and_then(Value::as_str).map(String::from);
+            o.uid = v
+                .pointer("/preconditions/uid")
+                .and_then(Value::as_str)
+                .map(String::from);
             o.rv = v
                 .pointer("/preconditions/resourceVersion")
                 .and_then(Value::as_str)
                 .map(String::from);
-            if v.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|x| x == "All")) {
+            if v.get("dryRun")
+                .and_then(Value::as_array)
+                .is_some_and(|a| a.iter().any(|x| x == "All"))
+            {
                 o.dry = true;
             }
         }
         if let Some(g) = q.get("gracePeriodSeconds") {
-            o.grace = Some(
-                g.parse()
-                    .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds: {g}")))?,
-            );
+            o.grace =
+                Some(g.parse().map_err(|_| {
+                    ApiError::bad_request(format!("invalid gracePeriodSeconds: {g}"))
+                })?);
         }
         Ok(o)
     }
@@ -804,29 +934,45 @@ pub fn delete_in(
     if let Some(uid) = &opts.uid {
         let have = meta_str(&obj, "uid");
         if uid != have {
-            return Err(ApiError::conflict(res.group, res.plural, &name, &format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {have}"
-            )));
+            return Err(ApiError::conflict(
+                res.group,
+                res.plural,
+                &name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {have}"
+                ),
+            ));
         }
     }
     if let Some(rv) = &opts.rv
         && *rv != old.rv.to_string()
     {
-        return Err(ApiError::conflict(res.group, res.plural, &name, &format!(
-            "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-            old.rv
-        )));
+        return Err(ApiError::conflict(
+            res.group,
+            res.plural,
+            &name,
+            &format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                old.rv
+            ),
+        ));
     }
     if res.kind == "Namespace" {
         return namespaces::delete(state, txn, old, opts);
     }
     // Graceful period: pods decide theirs; everything else deletes at once.
-    let grace = if res.kind == "Pod" { pods::grace_period(&obj, opts.grace) } else { 0 };
+    let grace = if res.kind == "Pod" {
+        pods::grace_period(&obj, opts.grace)
+    } else {
+        0
+    };
     let has_finalizers = obj
         .pointer("/metadata/finalizers")
         .and_then(Value::as_array)
         .is_some_and(|a| !a.is_empty());
-    let already = obj.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null());
+    let already = obj
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null());
     if grace == 0 && !has_finalizers {
         if opts.dry {
             return Ok(Deleted::Gone(old.clone()));
@@ -839,7 +985,9 @@ pub fn delete_in(
     }
     // Mark the object as being deleted (or shorten a pending grace).
     let now = util::unix_now();
-    let current_grace = obj.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);
+    let current_grace = obj
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_i64);
     let current_deadline = obj
         .pointer("/metadata/deletionTimestamp")
         .and_then(Value::as_str)
@@ -856,7 +1004,9 @@ pub fn delete_in(
     {
         let m = meta(&mut obj);
         let ts = if already && current_deadline.is_some_and(|d| d < new_deadline) {
-            m.get("deletionTimestamp").cloned().unwrap_or_else(|| json!(util::rfc3339_in(grace)))
+            m.get("deletionTimestamp")
+                .cloned()
+                .unwrap_or_else(|| json!(util::rfc3339_in(grace)))
         } else {
             json!(util::rfc3339_in(grace))
         };
@@ -879,7 +1029,11 @@ pub fn success_status(res: &ResourceInfo, stored: &Stored) -> Value {
     let uid = stored
         .value()
         .ok()
-        .and_then(|v| v.pointer("/metadata/uid").and_then(Value::as_str).map(String::from))
+        .and_then(|v| {
+            v.pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(String::from)
+        })
         .unwrap_or_default();
     let mut details = json!({"name": stored.name, "kind": res.plural, "uid": uid});
     if !res.group.is_empty() {
@@ -906,7 +1060,12 @@ pub fn delete(state: &ApiState, t: &Target<'_>, opts: &DeleteOpts) -> Result<Jso
 
 /// DELETE on a collection (deletecollection): deletes each match, answers
 /// the list of what was deleted.
-pub fn delete_collection(state: &ApiState, t: &Target<'_>, q: &Query, opts: &DeleteOpts) -> Result<JsonReply, ApiError> {
+pub fn delete_collection(
+    state: &ApiState,
+    t: &Target<'_>,
+    q: &Query,
+    opts: &DeleteOpts,
+) -> Result<JsonReply, ApiError> {
     let filters = Filters::parse(t.res, q)?;
     let deleted = state.store.write(|txn| {
         let mut out = Vec::new();
@@ -920,7 +1079,11 @@ pub fn delete_collection(state: &ApiState, t: &Target<'_>, q: &Query, opts: &Del
         }
         Ok(out)
     })?;
-    let body = list_body(t.res, &deleted, &json!({"resourceVersion": state.store.rv().to_string()}))?;
+    let body = list_body(
+        t.res,
+        &deleted,
+        &json!({"resourceVersion": state.store.rv().to_string()}),
+    )?;
     Ok(JsonReply::ok(body))
 }
 

@@ -55,8 +55,21 @@ fn list_strategy(kind: &str, path: &[&str]) -> ListStrategy {
         _ => {}
     }
     match (kind, path) {
-        ("Pod", ["spec", "containers" | "initContainers" | "ephemeralContainers"]) => MergeKey("name"),
-        ("Pod", ["spec", "containers" | "initContainers" | "ephemeralContainers", field]) => match *field {
+        (
+            "Pod",
+            [
+                "spec",
+                "containers" | "initContainers" | "ephemeralContainers",
+            ],
+        ) => MergeKey("name"),
+        (
+            "Pod",
+            [
+                "spec",
+                "containers" | "initContainers" | "ephemeralContainers",
+                field,
+            ],
+        ) => match *field {
             "ports" => MergeKey("containerPort"),
             "env" => MergeKey("name"),
             "volumeMounts" => MergeKey("mountPath"),
@@ -64,7 +77,13 @@ fn list_strategy(kind: &str, path: &[&str]) -> ListStrategy {
             _ => Replace,
         },
         ("Pod", ["spec", "volumes"]) => MergeKey("name"),
-        ("Pod", ["spec", "imagePullSecrets" | "schedulingGates" | "resourceClaims"]) => MergeKey("name"),
+        (
+            "Pod",
+            [
+                "spec",
+                "imagePullSecrets" | "schedulingGates" | "resourceClaims",
+            ],
+        ) => MergeKey("name"),
         ("Pod", ["spec", "hostAliases"]) => MergeKey("ip"),
         ("Pod", ["spec", "topologySpreadConstraints"]) => MergeKey("topologyKey"),
         ("Pod", ["status", "conditions"]) => MergeKey("type"),
@@ -91,16 +110,22 @@ pub fn apply(ty: PatchType, kind: &str, original: &Value, body: &[u8]) -> Result
                 .map_err(|e| bad(format!("the server rejected our request due to an error in our request: invalid JSON patch: {e}")))?;
             let mut doc = original.clone();
             json_patch::patch(&mut doc, &p).map_err(|e| {
-                ApiError::invalid("", kind, "", vec![super::error::Cause {
-                    reason: "FieldValueInvalid",
-                    message: e.to_string(),
-                    field: String::new(),
-                }])
+                ApiError::invalid(
+                    "",
+                    kind,
+                    "",
+                    vec![super::error::Cause {
+                        reason: "FieldValueInvalid",
+                        message: e.to_string(),
+                        field: String::new(),
+                    }],
+                )
             })?;
             Ok(doc)
         }
         PatchType::Merge => {
-            let p: Value = serde_json::from_slice(body).map_err(|e| bad(format!("invalid merge patch: {e}")))?;
+            let p: Value = serde_json::from_slice(body)
+                .map_err(|e| bad(format!("invalid merge patch: {e}")))?;
             if !p.is_object() {
                 return Err(bad("merge patch must be a JSON object"));
             }
@@ -109,11 +134,13 @@ pub fn apply(ty: PatchType, kind: &str, original: &Value, body: &[u8]) -> Result
             Ok(doc)
         }
         PatchType::Strategic => {
-            let p: Value = serde_json::from_slice(body).map_err(|e| bad(format!("invalid strategic merge patch: {e}")))?;
+            let p: Value = serde_json::from_slice(body)
+                .map_err(|e| bad(format!("invalid strategic merge patch: {e}")))?;
             strategic(kind, original, &p)
         }
         PatchType::Apply => {
-            let p: Value = serde_yaml::from_slice(body).map_err(|e| bad(format!("error decoding YAML: {e}")))?;
+            let p: Value = serde_yaml::from_slice(body)
+                .map_err(|e| bad(format!("error decoding YAML: {e}")))?;
             strategic(kind, original, &p)
         }
     }
@@ -340,11 +367,19 @@ mod tests {
         let out = strategic("Pod", &pod, &patch).expect("patch");
         assert_eq!(out["spec"]["containers"].as_array().map(Vec::len), Some(2));
         assert_eq!(out["spec"]["containers"][0]["image"], "x:2");
-        assert_eq!(out["spec"]["containers"][0]["ports"].as_array().map(Vec::len), Some(2));
+        assert_eq!(
+            out["spec"]["containers"][0]["ports"]
+                .as_array()
+                .map(Vec::len),
+            Some(2)
+        );
         assert_eq!(out["status"]["conditions"][0]["status"], "True");
         assert_eq!(out["status"]["conditions"][1]["type"], "PodScheduled");
         // containerStatuses is atomic upstream: replaced.
-        assert_eq!(out["status"]["containerStatuses"], json!([{"name": "b", "ready": true}]));
+        assert_eq!(
+            out["status"]["containerStatuses"],
+            json!([{"name": "b", "ready": true}])
+        );
     }
 
     #[test]
@@ -358,23 +393,43 @@ mod tests {
         let out = strategic("Service", &svc, &patch).expect("patch");
         assert_eq!(out["metadata"]["finalizers"], json!(["b"]));
         assert_eq!(out["metadata"]["labels"], json!({"y": "2"}));
-        assert_eq!(out["spec"]["ports"], json!([{"port": 443, "name": "https"}]));
+        assert_eq!(
+            out["spec"]["ports"],
+            json!([{"port": 443, "name": "https"}])
+        );
         let replace = json!({"spec": {"ports": [{"$patch": "replace"}, {"port": 1}]}});
         let out = strategic("Service", &svc, &replace).expect("patch");
         assert_eq!(out["spec"]["ports"], json!([{"port": 1}]));
         let retain = json!({"spec": {"volumes": [{"name": "v", "$retainKeys": ["name", "emptyDir"], "emptyDir": {}}]}});
         let pod = json!({"spec": {"volumes": [{"name": "v", "hostPath": {"path": "/x"}}]}});
         let out = strategic("Pod", &pod, &retain).expect("patch");
-        assert_eq!(out["spec"]["volumes"], json!([{"name": "v", "emptyDir": {}}]));
+        assert_eq!(
+            out["spec"]["volumes"],
+            json!([{"name": "v", "emptyDir": {}}])
+        );
     }
 
     #[test]
     fn json_and_merge_patch() {
         let o = json!({"a": {"b": 1, "c": 2}});
-        let j = apply(PatchType::Json, "X", &o, br#"[{"op":"replace","path":"/a/b","value":5}]"#).expect("json");
+        let j = apply(
+            PatchType::Json,
+            "X",
+            &o,
+            br#"[{"op":"replace","path":"/a/b","value":5}]"#,
+        )
+        .expect("json");
         assert_eq!(j["a"]["b"], 5);
         let m = apply(PatchType::Merge, "X", &o, br#"{"a":{"c":null}}"#).expect("merge");
         assert_eq!(m, json!({"a": {"b": 1}}));
-        assert!(apply(PatchType::Json, "X", &o, br#"[{"op":"test","path":"/a/b","value":9}]"#).is_err());
+        assert!(
+            apply(
+                PatchType::Json,
+                "X",
+                &o,
+                br#"[{"op":"test","path":"/a/b","value":9}]"#
+            )
+            .is_err()
+        );
     }
 }

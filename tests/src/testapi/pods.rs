@@ -34,7 +34,10 @@ pub fn grace_period(pod: &Value, requested: Option<i64>) -> i64 {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .is_empty();
-    let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or_default();
+    let phase = pod
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     if unbound || phase == "Succeeded" || phase == "Failed" {
         0
     } else {
@@ -43,7 +46,10 @@ pub fn grace_period(pod: &Value, requested: Option<i64>) -> i64 {
 }
 
 fn success(code: u16) -> JsonReply {
-    JsonReply::value(code, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}))
+    JsonReply::value(
+        code,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}),
+    )
 }
 
 /// POST pods/<name>/binding: sets spec.nodeName once, marks PodScheduled.
@@ -56,7 +62,12 @@ pub fn bind(state: &ApiState, t: &Target<'_>, body: &Value) -> Result<JsonReply,
         .unwrap_or_default()
         .to_string();
     if node.is_empty() {
-        return Err(ApiError::invalid("", "Binding", name, vec![super::error::required("target.name")]));
+        return Err(ApiError::invalid(
+            "",
+            "Binding",
+            name,
+            vec![super::error::required("target.name")],
+        ));
     }
     let res = t.res;
     state.store.write(|txn| {
@@ -68,20 +79,44 @@ pub fn bind(state: &ApiState, t: &Target<'_>, body: &Value) -> Result<JsonReply,
             && !uid.is_empty()
             && pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid)
         {
-            return Err(ApiError::conflict("", "pods", name, "Precondition failed: UID in precondition does not match"));
+            return Err(ApiError::conflict(
+                "",
+                "pods",
+                name,
+                "Precondition failed: UID in precondition does not match",
+            ));
         }
-        if pod.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::conflict("", "pods", name, "pod is being deleted, cannot be assigned to a host"));
+        if pod
+            .pointer("/metadata/deletionTimestamp")
+            .is_some_and(|v| !v.is_null())
+        {
+            return Err(ApiError::conflict(
+                "",
+                "pods",
+                name,
+                "pod is being deleted, cannot be assigned to a host",
+            ));
         }
-        let current = pod.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or_default();
+        let current = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if !current.is_empty() {
-            return Err(ApiError::conflict("", "pods", name, &format!(
-                "pod {name} is already assigned to node \"{current}\""
-            )));
+            return Err(ApiError::conflict(
+                "",
+                "pods",
+                name,
+                &format!("pod {name} is already assigned to node \"{current}\""),
+            ));
         }
         pod["spec"]["nodeName"] = json!(node);
-        if let Some(ann) = body.pointer("/metadata/annotations").and_then(Value::as_object) {
-            let m = pod["metadata"].as_object_mut().ok_or_else(|| ApiError::internal("pod without metadata"))?;
+        if let Some(ann) = body
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+        {
+            let m = pod["metadata"]
+                .as_object_mut()
+                .ok_or_else(|| ApiError::internal("pod without metadata"))?;
             let a = m.entry("annotations").or_insert_with(|| json!({}));
             if let Some(a) = a.as_object_mut() {
                 for (k, v) in ann {
@@ -104,14 +139,21 @@ pub fn set_condition(pod: &mut Value, ty: &str, status: &str) {
         return;
     };
     let conds = st.entry("conditions").or_insert_with(|| json!([]));
-    let Some(list) = conds.as_array_mut() else { return };
-    if let Some(c) = list.iter_mut().find(|c| c.get("type").and_then(Value::as_str) == Some(ty)) {
+    let Some(list) = conds.as_array_mut() else {
+        return;
+    };
+    if let Some(c) = list
+        .iter_mut()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(ty))
+    {
         if c.get("status").and_then(Value::as_str) != Some(status) {
             c["status"] = json!(status);
             c["lastTransitionTime"] = json!(now);
         }
     } else {
-        list.push(json!({"type": ty, "status": status, "lastProbeTime": null, "lastTransitionTime": now}));
+        list.push(
+            json!({"type": ty, "status": status, "lastProbeTime": null, "lastTransitionTime": now}),
+        );
     }
 }
 
@@ -121,8 +163,13 @@ pub fn evict(state: &ApiState, t: &Target<'_>, body: &Value) -> Result<JsonReply
     let ns = t.ns.unwrap_or_default();
     let name = t.name.unwrap_or_default();
     let opts = DeleteOpts {
-        grace: body.pointer("/deleteOptions/gracePeriodSeconds").and_then(Value::as_i64),
-        uid: body.pointer("/deleteOptions/preconditions/uid").and_then(Value::as_str).map(String::from),
+        grace: body
+            .pointer("/deleteOptions/gracePeriodSeconds")
+            .and_then(Value::as_i64),
+        uid: body
+            .pointer("/deleteOptions/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(String::from),
         rv: body
             .pointer("/deleteOptions/preconditions/resourceVersion")
             .and_then(Value::as_str)
@@ -132,7 +179,8 @@ pub fn evict(state: &ApiState, t: &Target<'_>, body: &Value) -> Result<JsonReply
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().any(|x| x == "All")),
     };
-    let pods = resources::find("", "v1", "pods").ok_or_else(|| ApiError::internal("pods not registered"))?;
+    let pods = resources::find("", "v1", "pods")
+        .ok_or_else(|| ApiError::internal("pods not registered"))?;
     state.store.write(|txn| {
         let old = txn
             .get("pods", ns, name)

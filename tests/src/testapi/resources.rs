@@ -360,6 +360,9 @@ mod tests {
         assert_eq!(canonical("events").map(|r| r.group), Some(""));
         assert!(find("", "v1", "pods").is_some_and(|p| p.supports_field("spec.nodeName")));
         assert!(!find("", "v1", "nodes").is_some_and(|p| p.supports_field("metadata.namespace")));
-        assert_eq!(events_field_to_core("regarding.name"), "involvedObject.name");
+        assert_eq!(
+            events_field_to_core("regarding.name"),
+            "involvedObject.name"
+        );
     }
 }

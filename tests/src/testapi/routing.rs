@@ -21,8 +21,8 @@ pub enum NonResource {
     Version,
     /// `/healthz`, `/livez`, `/readyz` (and their sub-checks)
     Health,
-    /// `/openapi/v2`, `/openapi/v3...`
-    OpenApi,
+    /// `/openapi/<rest>` (v3 is served, v2 is not)
+    OpenApi(String),
     /// `/.well-known/openid-configuration`
     OidcConfig,
     /// `/openid/v1/jwks`
@@ -61,7 +61,9 @@ fn resource(group: &str, version: &str, rest: &[&str]) -> Result<ResourcePath, A
         rest = &rest[1..];
     }
     let (ns, plural, name, sub, extra) = match rest {
-        ["namespaces", ns, sub @ ("status" | "finalize")] => (None, "namespaces", Some(*ns), Some(*sub), false),
+        ["namespaces", ns, sub @ ("status" | "finalize")] => {
+            (None, "namespaces", Some(*ns), Some(*sub), false)
+        }
         ["namespaces", ns, plural, tail @ ..] => (
             Some(*ns),
             *plural,
@@ -69,7 +71,13 @@ fn resource(group: &str, version: &str, rest: &[&str]) -> Result<ResourcePath, A
             tail.get(1).copied(),
             tail.len() > 2,
         ),
-        [plural, tail @ ..] => (None, *plural, tail.first().copied(), tail.get(1).copied(), tail.len() > 2),
+        [plural, tail @ ..] => (
+            None,
+            *plural,
+            tail.first().copied(),
+            tail.get(1).copied(),
+            tail.len() > 2,
+        ),
         [] => return Err(ApiError::no_route()),
     };
     if extra {
@@ -98,7 +106,11 @@ fn resource(group: &str, version: &str, rest: &[&str]) -> Result<ResourcePath, A
 
 /// Parses a request path.
 pub fn route(path: &str) -> Result<Route, ApiError> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     use NonResource::*;
     let nr = |n| Ok(Route::NonResource(n));
     match segs.as_slice() {
@@ -112,7 +124,7 @@ pub fn route(path: &str) -> Result<Route, ApiError> {
         ["apis", g, v, rest @ ..] => resource(g, v, rest).map(Route::Resource),
         ["version"] => nr(Version),
         ["healthz" | "livez" | "readyz", ..] => nr(Health),
-        ["openapi", ..] => nr(OpenApi),
+        ["openapi", rest @ ..] => nr(OpenApi(rest.join("/"))),
         [".well-known", "openid-configuration"] => nr(OidcConfig),
         ["openid", "v1", "jwks"] => nr(Jwks),
         _ => Err(ApiError::no_route()),
@@ -151,11 +163,25 @@ mod tests {
     #[test]
     fn paths() {
         let p = res("/api/v1/namespaces/default/pods/web/status");
-        assert_eq!((p.res.plural, p.ns.as_deref(), p.name.as_deref(), p.sub.as_deref()), ("pods", Some("default"), Some("web"), Some("status")));
+        assert_eq!(
+            (
+                p.res.plural,
+                p.ns.as_deref(),
+                p.name.as_deref(),
+                p.sub.as_deref()
+            ),
+            ("pods", Some("default"), Some("web"), Some("status"))
+        );
         let n = res("/api/v1/namespaces/foo/status");
-        assert_eq!((n.res.plural, n.name.as_deref(), n.sub.as_deref()), ("namespaces", Some("foo"), Some("status")));
+        assert_eq!(
+            (n.res.plural, n.name.as_deref(), n.sub.as_deref()),
+            ("namespaces", Some("foo"), Some("status"))
+        );
         let n = res("/api/v1/namespaces/foo");
-        assert_eq!((n.res.plural, n.name.as_deref()), ("namespaces", Some("foo")));
+        assert_eq!(
+            (n.res.plural, n.name.as_deref()),
+            ("namespaces", Some("foo"))
+        );
         let all = res("/apis/discovery.k8s.io/v1/endpointslices");
         assert!(all.ns.is_none());
         let w = res("/api/v1/watch/namespaces/default/pods");
@@ -164,9 +190,18 @@ mod tests {
         assert!(route("/api/v1/namespaces/default/nodes").is_err());
         assert!(route("/api/v1/namespaces/default/pods/x/log").is_err());
         assert!(route("/apis/apps/v1/deployments").is_err());
-        assert!(matches!(route("/apis"), Ok(Route::NonResource(NonResource::Apis))));
-        assert_eq!(verb("DELETE", &res("/api/v1/namespaces/d/pods"), false).ok(), Some("deletecollection"));
-        assert_eq!(verb("POST", &res("/api/v1/namespaces/d/pods/x/binding"), false).ok(), Some("create"));
+        assert!(matches!(
+            route("/apis"),
+            Ok(Route::NonResource(NonResource::Apis))
+        ));
+        assert_eq!(
+            verb("DELETE", &res("/api/v1/namespaces/d/pods"), false).ok(),
+            Some("deletecollection")
+        );
+        assert_eq!(
+            verb("POST", &res("/api/v1/namespaces/d/pods/x/binding"), false).ok(),
+            Some("create")
+        );
         assert!(verb("POST", &res("/api/v1/namespaces/d/pods/x"), false).is_err());
     }
 }

@@ -73,8 +73,7 @@ fn valid_label_value(v: &str) -> bool {
     v.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && v
-            .chars()
+        && v.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
 }
 
@@ -84,10 +83,7 @@ fn parse_set(rest: &str, key: &str) -> Result<Vec<String>, SelectorError> {
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
         .ok_or_else(|| SelectorError(format!("found '{rest}', expected: '(' for key {key}")))?;
-    let vals: Vec<String> = inner
-        .split(',')
-        .map(|v| v.trim().to_string())
-        .collect();
+    let vals: Vec<String> = inner.split(',').map(|v| v.trim().to_string()).collect();
     for v in &vals {
         if !valid_label_value(v) {
             return Err(SelectorError(format!("invalid label value: \"{v}\"")));
@@ -106,7 +102,9 @@ impl LabelSelector {
         for part in split_top_level(s) {
             let p = part.trim();
             if p.is_empty() {
-                return Err(SelectorError(format!("found '', expected: identifier in selector \"{s}\"")));
+                return Err(SelectorError(format!(
+                    "found '', expected: identifier in selector \"{s}\""
+                )));
             }
             let req = if let Some(k) = p.strip_prefix('!') {
                 LabelReq::NotExists(k.trim().to_string())
@@ -118,12 +116,16 @@ impl LabelSelector {
                 LabelReq::Eq(k.trim().into(), v.trim().into())
             } else if let Some((k, v)) = p.split_once('>') {
                 let n = v.trim().parse().map_err(|_| {
-                    SelectorError(format!("for 'Gt', 'Lt' operators, the value must be an integer: {v}"))
+                    SelectorError(format!(
+                        "for 'Gt', 'Lt' operators, the value must be an integer: {v}"
+                    ))
                 })?;
                 LabelReq::Gt(k.trim().into(), n)
             } else if let Some((k, v)) = p.split_once('<') {
                 let n = v.trim().parse().map_err(|_| {
-                    SelectorError(format!("for 'Gt', 'Lt' operators, the value must be an integer: {v}"))
+                    SelectorError(format!(
+                        "for 'Gt', 'Lt' operators, the value must be an integer: {v}"
+                    ))
                 })?;
                 LabelReq::Lt(k.trim().into(), n)
             } else if let Some(idx) = p.find(" notin ") {
@@ -136,11 +138,14 @@ impl LabelSelector {
                 LabelReq::Exists(p.to_string())
             };
             let (key, vals): (&str, Vec<&str>) = match &req {
-                LabelReq::Exists(k) | LabelReq::NotExists(k) | LabelReq::Gt(k, _) | LabelReq::Lt(k, _) => {
-                    (k, vec![])
-                }
+                LabelReq::Exists(k)
+                | LabelReq::NotExists(k)
+                | LabelReq::Gt(k, _)
+                | LabelReq::Lt(k, _) => (k, vec![]),
                 LabelReq::Eq(k, v) | LabelReq::NotEq(k, v) => (k, vec![v.as_str()]),
-                LabelReq::In(k, v) | LabelReq::NotIn(k, v) => (k, v.iter().map(|s| s.as_str()).collect()),
+                LabelReq::In(k, v) | LabelReq::NotIn(k, v) => {
+                    (k, v.iter().map(|s| s.as_str()).collect())
+                }
             };
             if !valid_label_key(key) {
                 return Err(SelectorError(format!(
@@ -232,8 +237,16 @@ fn unescape(s: &str) -> Result<String, SelectorError> {
         if c == '\\' {
             match chars.next() {
                 Some(n @ ('\\' | ',' | '=')) => out.push(n),
-                Some(n) => return Err(SelectorError(format!("invalid field selector: invalid escape sequence: \\{n}"))),
-                None => return Err(SelectorError("invalid field selector: unterminated escape".into())),
+                Some(n) => {
+                    return Err(SelectorError(format!(
+                        "invalid field selector: invalid escape sequence: \\{n}"
+                    )));
+                }
+                None => {
+                    return Err(SelectorError(
+                        "invalid field selector: unterminated escape".into(),
+                    ));
+                }
             }
         } else {
             out.push(c);
@@ -274,7 +287,9 @@ impl FieldSelector {
             } else if let Some(i) = find_unescaped(&part, "=") {
                 (&part[..i], &part[i + 1..], false)
             } else {
-                return Err(SelectorError(format!("invalid selector: '{s}'; can't understand '{part}'")));
+                return Err(SelectorError(format!(
+                    "invalid selector: '{s}'; can't understand '{part}'"
+                )));
             };
             reqs.push(FieldReq {
                 label: unescape(label.trim())?,
@@ -305,7 +320,10 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]

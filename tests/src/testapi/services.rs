@@ -29,7 +29,11 @@ fn fail(name: &str, causes: Vec<Cause>) -> ApiError {
 pub fn allocate(txn: &mut Txn<'_>, old: Option<&Value>, new: &mut Value) -> Result<(), ApiError> {
     let key = key_of(new);
     let name = key.1.clone();
-    let ty = new.pointer("/spec/type").and_then(Value::as_str).unwrap_or("ClusterIP").to_string();
+    let ty = new
+        .pointer("/spec/type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP")
+        .to_string();
     let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) else {
         return Ok(());
     };
@@ -39,44 +43,81 @@ pub fn allocate(txn: &mut Txn<'_>, old: Option<&Value>, new: &mut Value) -> Resu
         .unwrap_or_default()
         .to_string();
     if ty == "ExternalName" {
-        for k in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "internalTrafficPolicy"] {
+        for k in [
+            "clusterIP",
+            "clusterIPs",
+            "ipFamilies",
+            "ipFamilyPolicy",
+            "internalTrafficPolicy",
+        ] {
             spec.remove(k);
         }
     } else {
         let mut requested = spec
             .get("clusterIP")
             .and_then(Value::as_str)
-            .or_else(|| spec.get("clusterIPs").and_then(|a| a.get(0)).and_then(Value::as_str))
+            .or_else(|| {
+                spec.get("clusterIPs")
+                    .and_then(|a| a.get(0))
+                    .and_then(Value::as_str)
+            })
             .unwrap_or_default()
             .to_string();
         if requested.is_empty() && !old_ip.is_empty() {
             requested = old_ip.clone();
         }
         if !old_ip.is_empty() && requested != old_ip {
-            return Err(fail(&name, vec![invalid_value("spec.clusterIPs[0]", &requested, "may not change once set")]));
+            return Err(fail(
+                &name,
+                vec![invalid_value(
+                    "spec.clusterIPs[0]",
+                    &requested,
+                    "may not change once set",
+                )],
+            ));
         }
         let alloc = txn.alloc();
         let cidr = alloc.cidr();
         let ip_str = if requested == "None" {
             "None".to_string()
         } else if requested.is_empty() {
-            alloc
-                .pick_ip(&[])
-                .map(|ip| ip.to_string())
-                .ok_or_else(|| ApiError::internal("failed to allocate a serviceIP: range is full"))?
+            alloc.pick_ip(&[]).map(|ip| ip.to_string()).ok_or_else(|| {
+                ApiError::internal("failed to allocate a serviceIP: range is full")
+            })?
         } else {
             let ip: IpAddr = requested.parse().map_err(|_| {
-                fail(&name, vec![invalid_value("spec.clusterIPs[0]", &requested, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)")])
+                fail(
+                    &name,
+                    vec![invalid_value(
+                        "spec.clusterIPs[0]",
+                        &requested,
+                        "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                    )],
+                )
             })?;
             if !alloc.in_range(ip) {
-                return Err(fail(&name, vec![invalid_value("spec.clusterIPs", &requested, &format!(
-                    "failed to allocate IP {requested}: provided IP is not in the valid range. The range of valid IPs is {cidr}"
-                ))]));
+                return Err(fail(
+                    &name,
+                    vec![invalid_value(
+                        "spec.clusterIPs",
+                        &requested,
+                        &format!(
+                            "failed to allocate IP {requested}: provided IP is not in the valid range. The range of valid IPs is {cidr}"
+                        ),
+                    )],
+                ));
             }
             if !alloc.ip_free(&key, ip) {
-                return Err(fail(&name, vec![invalid_value("spec.clusterIPs", &requested, &format!(
-                    "failed to allocate IP {requested}: provided IP is already allocated"
-                ))]));
+                return Err(fail(
+                    &name,
+                    vec![invalid_value(
+                        "spec.clusterIPs",
+                        &requested,
+                        &format!(
+                            "failed to allocate IP {requested}: provided IP is already allocated"
+                        ),
+                    )],
+                ));
             }
             ip.to_string()
         };
@@ -86,7 +127,10 @@ pub fn allocate(txn: &mut Txn<'_>, old: Option<&Value>, new: &mut Value) -> Resu
         };
         spec.insert("clusterIP".into(), json!(ip_str));
         spec.insert("clusterIPs".into(), json!([ip_str]));
-        if spec.get("ipFamilies").is_none_or(|v| v.as_array().is_none_or(|a| a.is_empty())) {
+        if spec
+            .get("ipFamilies")
+            .is_none_or(|v| v.as_array().is_none_or(|a| a.is_empty()))
+        {
             spec.insert("ipFamilies".into(), json!([fam]));
         }
         if spec.get("ipFamilyPolicy").is_none_or(Value::is_null) {
@@ -95,7 +139,11 @@ pub fn allocate(txn: &mut Txn<'_>, old: Option<&Value>, new: &mut Value) -> Resu
     }
     // Node ports.
     let wants_node_ports = ty == "NodePort"
-        || (ty == "LoadBalancer" && spec.get("allocateLoadBalancerNodePorts").and_then(Value::as_bool) != Some(false));
+        || (ty == "LoadBalancer"
+            && spec
+                .get("allocateLoadBalancerNodePorts")
+                .and_then(Value::as_bool)
+                != Some(false));
     let old_ports: Vec<Value> = old
         .and_then(|o| o.pointer("/spec/ports"))
         .and_then(Value::as_array)
@@ -104,8 +152,14 @@ pub fn allocate(txn: &mut Txn<'_>, old: Option<&Value>, new: &mut Value) -> Resu
     let mut taken: Vec<u16> = Vec::new();
     if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
         for (i, p) in ports.iter_mut().enumerate() {
-            let Some(pm) = p.as_object_mut() else { continue };
-            let proto = pm.get("protocol").and_then(Value::as_str).unwrap_or("TCP").to_string();
+            let Some(pm) = p.as_object_mut() else {
+                continue;
+            };
+            let proto = pm
+                .get("protocol")
+                .and_then(Value::as_str)
+                .unwrap_or("TCP")
+                .to_string();
             let given = pm.get("nodePort").and_then(Value::as_u64).unwrap_or(0) as u16;
             if ty == "ClusterIP" || ty == "ExternalName" {
                 pm.remove("nodePort");
@@ -117,27 +171,45 @@ pub fn allocate(txn: &mut Txn<'_>, old: Option<&Value>, new: &mut Value) -> Resu
             let port_no = pm.get("port").cloned();
             let reuse = old_ports
                 .iter()
-                .find(|op| op.get("port") == port_no.as_ref() && op.get("protocol").and_then(Value::as_str).unwrap_or("TCP") == proto)
+                .find(|op| {
+                    op.get("port") == port_no.as_ref()
+                        && op.get("protocol").and_then(Value::as_str).unwrap_or("TCP") == proto
+                })
                 .and_then(|op| op.get("nodePort").and_then(Value::as_u64))
                 .unwrap_or(0) as u16;
             let alloc = txn.alloc();
             let np = if given != 0 {
                 if !NODE_PORT_RANGE.contains(&given) {
-                    return Err(fail(&name, vec![invalid_value(&format!("spec.ports[{i}].nodePort"), &given.to_string(), &format!(
-                        "provided port is not in the valid range. The range of valid ports is {}-{}",
-                        NODE_PORT_RANGE.start(), NODE_PORT_RANGE.end()
-                    ))]));
+                    return Err(fail(
+                        &name,
+                        vec![invalid_value(
+                            &format!("spec.ports[{i}].nodePort"),
+                            &given.to_string(),
+                            &format!(
+                                "provided port is not in the valid range. The range of valid ports is {}-{}",
+                                NODE_PORT_RANGE.start(),
+                                NODE_PORT_RANGE.end()
+                            ),
+                        )],
+                    ));
                 }
                 if !alloc.port_free(&key, given, &proto) || taken.contains(&given) {
-                    return Err(fail(&name, vec![invalid_value(&format!("spec.ports[{i}].nodePort"), &given.to_string(), "provided port is already allocated")]));
+                    return Err(fail(
+                        &name,
+                        vec![invalid_value(
+                            &format!("spec.ports[{i}].nodePort"),
+                            &given.to_string(),
+                            "provided port is already allocated",
+                        )],
+                    ));
                 }
                 given
             } else if reuse != 0 && !taken.contains(&reuse) {
                 reuse
             } else {
-                alloc
-                    .pick_port(&[proto.as_str()], &taken)
-                    .ok_or_else(|| ApiError::internal("failed to allocate a nodePort: range is full"))?
+                alloc.pick_port(&[proto.as_str()], &taken).ok_or_else(|| {
+                    ApiError::internal("failed to allocate a nodePort: range is full")
+                })?
             };
             taken.push(np);
             pm.insert("nodePort".into(), json!(np));
@@ -146,7 +218,10 @@ pub fn allocate(txn: &mut Txn<'_>, old: Option<&Value>, new: &mut Value) -> Resu
     // Health check node port for LoadBalancer + Local.
     let local = spec.get("externalTrafficPolicy").and_then(Value::as_str) == Some("Local");
     if ty == "LoadBalancer" && local {
-        let given = spec.get("healthCheckNodePort").and_then(Value::as_u64).unwrap_or(0) as u16;
+        let given = spec
+            .get("healthCheckNodePort")
+            .and_then(Value::as_u64)
+            .unwrap_or(0) as u16;
         let old_hc = old
             .and_then(|o| o.pointer("/spec/healthCheckNodePort"))
             .and_then(Value::as_u64)
@@ -154,7 +229,14 @@ pub fn allocate(txn: &mut Txn<'_>, old: Option<&Value>, new: &mut Value) -> Resu
         let alloc = txn.alloc();
         let hc = if given != 0 {
             if !alloc.port_free(&key, given, "TCP") || taken.contains(&given) {
-                return Err(fail(&name, vec![invalid_value("spec.healthCheckNodePort", &given.to_string(), "provided port is already allocated")]));
+                return Err(fail(
+                    &name,
+                    vec![invalid_value(
+                        "spec.healthCheckNodePort",
+                        &given.to_string(),
+                        "provided port is already allocated",
+                    )],
+                ));
             }
             given
         } else if old_hc != 0 {

@@ -241,7 +241,12 @@ impl Txn<'_> {
         Ok(())
     }
 
-    fn track_alloc(&mut self, storage: &str, stored: &Stored, deleted: bool) -> Result<(), ApiError> {
+    fn track_alloc(
+        &mut self,
+        storage: &str,
+        stored: &Stored,
+        deleted: bool,
+    ) -> Result<(), ApiError> {
         if storage != "services" {
             return Ok(());
         }
@@ -270,12 +275,15 @@ impl Txn<'_> {
             stored.clone(),
         );
         self.track_alloc(storage, &stored, false)?;
-        self.record(storage, Change {
-            rv,
-            kind: ChangeType::Added,
-            object: stored.clone(),
-            previous: None,
-        })?;
+        self.record(
+            storage,
+            Change {
+                rv,
+                kind: ChangeType::Added,
+                object: stored.clone(),
+                previous: None,
+            },
+        )?;
         Ok(stored)
     }
 
@@ -294,21 +302,29 @@ impl Txn<'_> {
             stored.clone(),
         );
         self.track_alloc(storage, &stored, false)?;
-        self.record(storage, Change {
-            rv,
-            kind: if previous.is_some() {
-                ChangeType::Modified
-            } else {
-                ChangeType::Added
+        self.record(
+            storage,
+            Change {
+                rv,
+                kind: if previous.is_some() {
+                    ChangeType::Modified
+                } else {
+                    ChangeType::Added
+                },
+                object: stored.clone(),
+                previous,
             },
-            object: stored.clone(),
-            previous,
-        })?;
+        )?;
         Ok(stored)
     }
 
     /// Removes an object; returns its last state stamped with the delete RV.
-    pub fn remove(&mut self, storage: &str, ns: &str, name: &str) -> Result<Option<Arc<Stored>>, ApiError> {
+    pub fn remove(
+        &mut self,
+        storage: &str,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<Arc<Stored>>, ApiError> {
         let Some(previous) = self.get(storage, ns, name) else {
             return Ok(None);
         };
@@ -319,12 +335,15 @@ impl Txn<'_> {
             t.objects.remove(&(ns.to_string(), name.to_string()));
         }
         self.track_alloc(storage, &last, true)?;
-        self.record(storage, Change {
-            rv,
-            kind: ChangeType::Deleted,
-            object: last.clone(),
-            previous: Some(previous),
-        })?;
+        self.record(
+            storage,
+            Change {
+                rv,
+                kind: ChangeType::Deleted,
+                object: last.clone(),
+                previous: Some(previous),
+            },
+        )?;
         Ok(Some(last))
     }
 }
@@ -356,7 +375,10 @@ impl Store {
     }
 
     /// Runs `f` as one write transaction.
-    pub fn write<T>(&self, f: impl FnOnce(&mut Txn<'_>) -> Result<T, ApiError>) -> Result<T, ApiError> {
+    pub fn write<T>(
+        &self,
+        f: impl FnOnce(&mut Txn<'_>) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
         let mut guard = self.inner.write().unwrap_or_else(|p| p.into_inner());
         let mut txn = Txn {
             inner: &mut guard,
@@ -474,7 +496,12 @@ impl Store {
 
     /// Starts a watch on `storage`. Returns 410 (as an error) when `from`
     /// is older than the retained history.
-    pub fn watch(&self, storage: &str, ns: Option<&str>, from: WatchFrom) -> Result<WatchStart, ApiError> {
+    pub fn watch(
+        &self,
+        storage: &str,
+        ns: Option<&str>,
+        from: WatchFrom,
+    ) -> Result<WatchStart, ApiError> {
         let guard = self.read();
         let table = guard
             .tables
@@ -485,7 +512,12 @@ impl Store {
         let in_ns = |o: &Arc<Stored>| ns.is_none_or(|n| o.namespace == n);
         match from {
             WatchFrom::Current => Ok(WatchStart {
-                initial: table.objects.values().filter(|o| in_ns(o)).cloned().collect(),
+                initial: table
+                    .objects
+                    .values()
+                    .filter(|o| in_ns(o))
+                    .cloned()
+                    .collect(),
                 replay: Vec::new(),
                 rx,
                 rv: current,
@@ -554,44 +586,72 @@ mod tests {
     fn rv_grows_and_history_bounds() {
         let s = Store::new(2, 16);
         let r0 = s.rv();
-        s.write(|t| t.create("configmaps", cm("a", "1"))).expect("create");
-        s.write(|t| t.update("configmaps", cm("a", "2"))).expect("update");
-        s.write(|t| t.update("configmaps", cm("a", "3"))).expect("update");
+        s.write(|t| t.create("configmaps", cm("a", "1")))
+            .expect("create");
+        s.write(|t| t.update("configmaps", cm("a", "2")))
+            .expect("update");
+        s.write(|t| t.update("configmaps", cm("a", "3")))
+            .expect("update");
         assert_eq!(s.rv(), r0 + 3);
         // history holds only the last two changes
         assert!(s.watch("configmaps", None, WatchFrom::After(r0)).is_err());
-        let w = s.watch("configmaps", None, WatchFrom::After(r0 + 1)).expect("watch");
+        let w = s
+            .watch("configmaps", None, WatchFrom::After(r0 + 1))
+            .expect("watch");
         assert_eq!(w.replay.len(), 2);
     }
 
     #[test]
     fn list_at_older_rv_rebuilds_snapshot() {
         let s = Store::new(100, 16);
-        s.write(|t| t.create("configmaps", cm("a", "1"))).expect("create");
+        s.write(|t| t.create("configmaps", cm("a", "1")))
+            .expect("create");
         let rv_a = s.rv();
-        s.write(|t| t.create("configmaps", cm("b", "1"))).expect("create");
-        s.write(|t| t.update("configmaps", cm("a", "2"))).expect("update");
-        s.write(|t| t.remove("configmaps", "default", "a")).expect("remove");
-        let now = s.list("configmaps", None, &|_| true, None, 0, None).expect("list");
+        s.write(|t| t.create("configmaps", cm("b", "1")))
+            .expect("create");
+        s.write(|t| t.update("configmaps", cm("a", "2")))
+            .expect("update");
+        s.write(|t| t.remove("configmaps", "default", "a"))
+            .expect("remove");
+        let now = s
+            .list("configmaps", None, &|_| true, None, 0, None)
+            .expect("list");
         assert_eq!(now.items.len(), 1);
-        let old = s.list("configmaps", None, &|_| true, None, 0, Some(rv_a)).expect("list");
+        let old = s
+            .list("configmaps", None, &|_| true, None, 0, Some(rv_a))
+            .expect("list");
         assert_eq!(old.items.len(), 1);
         assert_eq!(old.items[0].name, "a");
         assert_eq!(old.items[0].rv, rv_a);
         s.compact();
-        assert!(s.list("configmaps", None, &|_| true, None, 0, Some(rv_a)).is_err());
+        assert!(
+            s.list("configmaps", None, &|_| true, None, 0, Some(rv_a))
+                .is_err()
+        );
     }
 
     #[test]
     fn pages() {
         let s = Store::new(100, 16);
         for i in 0..5 {
-            s.write(|t| t.create("configmaps", cm(&format!("c{i}"), "1"))).expect("create");
+            s.write(|t| t.create("configmaps", cm(&format!("c{i}"), "1")))
+                .expect("create");
         }
-        let p = s.list("configmaps", Some("default"), &|_| true, None, 2, None).expect("list");
+        let p = s
+            .list("configmaps", Some("default"), &|_| true, None, 2, None)
+            .expect("list");
         assert_eq!(p.items.len(), 2);
         assert_eq!(p.remaining, 3);
-        let p2 = s.list("configmaps", Some("default"), &|_| true, p.next.as_ref(), 2, None).expect("list");
+        let p2 = s
+            .list(
+                "configmaps",
+                Some("default"),
+                &|_| true,
+                p.next.as_ref(),
+                2,
+                None,
+            )
+            .expect("list");
         assert_eq!(p2.items[0].name, "c2");
     }
 }

@@ -41,27 +41,47 @@ pub fn human_duration(secs: i64) -> String {
     if s < 120 {
         format!("{s}s")
     } else if m < 10 {
-        if s % 60 == 0 { format!("{m}m") } else { format!("{m}m{}s", s % 60) }
+        if s % 60 == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{}s", s % 60)
+        }
     } else if m < 180 {
         format!("{m}m")
     } else if h < 8 {
-        if m % 60 == 0 { format!("{h}h") } else { format!("{h}h{}m", m % 60) }
+        if m % 60 == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{}m", m % 60)
+        }
     } else if h < 48 {
         format!("{h}h")
     } else if h < 24 * 8 {
-        if h % 24 == 0 { format!("{d}d") } else { format!("{d}d{}h", h % 24) }
+        if h % 24 == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{}h", h % 24)
+        }
     } else if h < 24 * 365 * 2 {
         format!("{d}d")
     } else if h < 24 * 365 * 8 {
         let y = d / 365;
-        if d % 365 == 0 { format!("{y}y") } else { format!("{y}y{}d", d % 365) }
+        if d % 365 == 0 {
+            format!("{y}y")
+        } else {
+            format!("{y}y{}d", d % 365)
+        }
     } else {
         format!("{}y", d / 365)
     }
 }
 
 fn age(obj: &Value, field: &str) -> String {
-    match obj.pointer(field).and_then(Value::as_str).and_then(util::parse_rfc3339) {
+    match obj
+        .pointer(field)
+        .and_then(Value::as_str)
+        .and_then(util::parse_rfc3339)
+    {
         Some(t) => human_duration(util::unix_now() - t),
         None => "<unknown>".into(),
     }
@@ -80,14 +100,19 @@ fn none_if_empty(v: String) -> String {
 }
 
 fn pod_status(p: &Value) -> String {
-    if p.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null()) {
+    if p.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+    {
         return "Terminating".into();
     }
     let mut reason = s(p, "/status/reason").to_string();
     if reason.is_empty() {
         reason = s(p, "/status/phase").to_string();
     }
-    if let Some(cs) = p.pointer("/status/containerStatuses").and_then(Value::as_array) {
+    if let Some(cs) = p
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+    {
         for c in cs.iter().rev() {
             let w = s(c, "/state/waiting/reason");
             let t = s(c, "/state/terminated/reason");
@@ -106,10 +131,24 @@ fn columns_and_cells(kind: &str, o: &Value) -> (Vec<Value>, Vec<Value>) {
     let created = age(o, "/metadata/creationTimestamp");
     match kind {
         "Pod" => {
-            let cs = o.pointer("/status/containerStatuses").and_then(Value::as_array).cloned().unwrap_or_default();
-            let total = o.pointer("/spec/containers").and_then(Value::as_array).map(Vec::len).unwrap_or(0);
-            let ready = cs.iter().filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true)).count();
-            let restarts: i64 = cs.iter().filter_map(|c| c.get("restartCount").and_then(Value::as_i64)).sum();
+            let cs = o
+                .pointer("/status/containerStatuses")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let total = o
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .map(Vec::len)
+                .unwrap_or(0);
+            let ready = cs
+                .iter()
+                .filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true))
+                .count();
+            let restarts: i64 = cs
+                .iter()
+                .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
+                .sum();
             (
                 vec![
                     col("Name", "string", "name", 0),
@@ -140,7 +179,18 @@ fn columns_and_cells(kind: &str, o: &Value) -> (Vec<Value>, Vec<Value>) {
             let mut ext: Vec<String> = o
                 .pointer("/status/loadBalancer/ingress")
                 .and_then(Value::as_array)
-                .map(|a| a.iter().map(|i| { let ip = s(i, "/ip"); if ip.is_empty() { s(i, "/hostname").to_string() } else { ip.to_string() } }).collect())
+                .map(|a| {
+                    a.iter()
+                        .map(|i| {
+                            let ip = s(i, "/ip");
+                            if ip.is_empty() {
+                                s(i, "/hostname").to_string()
+                            } else {
+                                ip.to_string()
+                            }
+                        })
+                        .collect()
+                })
                 .unwrap_or_default();
             if let Some(e) = o.pointer("/spec/externalIPs").and_then(Value::as_array) {
                 ext.extend(e.iter().filter_map(|v| v.as_str().map(String::from)));
@@ -169,7 +219,11 @@ fn columns_and_cells(kind: &str, o: &Value) -> (Vec<Value>, Vec<Value>) {
             let selector: Vec<String> = o
                 .pointer("/spec/selector")
                 .and_then(Value::as_object)
-                .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect())
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                        .collect()
+                })
                 .unwrap_or_default();
             (
                 vec![
@@ -212,7 +266,9 @@ fn columns_and_cells(kind: &str, o: &Value) -> (Vec<Value>, Vec<Value>) {
                 .and_then(Value::as_object)
                 .map(|m| {
                     m.keys()
-                        .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/").map(String::from))
+                        .filter_map(|k| {
+                            k.strip_prefix("node-role.kubernetes.io/").map(String::from)
+                        })
                         .collect()
                 })
                 .unwrap_or_default();
@@ -224,37 +280,94 @@ fn columns_and_cells(kind: &str, o: &Value) -> (Vec<Value>, Vec<Value>) {
                     col("Age", "string", "", 0),
                     col("Version", "string", "", 0),
                 ],
-                vec![name, json!(status), json!(none_if_empty(roles.join(","))), json!(created), json!(s(o, "/status/nodeInfo/kubeletVersion"))],
+                vec![
+                    name,
+                    json!(status),
+                    json!(none_if_empty(roles.join(","))),
+                    json!(created),
+                    json!(s(o, "/status/nodeInfo/kubeletVersion")),
+                ],
             )
         }
         "Namespace" => (
-            vec![col("Name", "string", "name", 0), col("Status", "string", "", 0), col("Age", "string", "", 0)],
+            vec![
+                col("Name", "string", "name", 0),
+                col("Status", "string", "", 0),
+                col("Age", "string", "", 0),
+            ],
             vec![name, json!(s(o, "/status/phase")), json!(created)],
         ),
         "ConfigMap" | "Secret" => {
-            let n = o.get("data").and_then(Value::as_object).map(|m| m.len()).unwrap_or(0)
-                + o.get("binaryData").and_then(Value::as_object).map(|m| m.len()).unwrap_or(0);
+            let n = o
+                .get("data")
+                .and_then(Value::as_object)
+                .map(|m| m.len())
+                .unwrap_or(0)
+                + o.get("binaryData")
+                    .and_then(Value::as_object)
+                    .map(|m| m.len())
+                    .unwrap_or(0);
             if kind == "Secret" {
                 (
-                    vec![col("Name", "string", "name", 0), col("Type", "string", "", 0), col("Data", "integer", "", 0), col("Age", "string", "", 0)],
+                    vec![
+                        col("Name", "string", "name", 0),
+                        col("Type", "string", "", 0),
+                        col("Data", "integer", "", 0),
+                        col("Age", "string", "", 0),
+                    ],
                     vec![name, json!(s(o, "/type")), json!(n), json!(created)],
                 )
             } else {
                 (
-                    vec![col("Name", "string", "name", 0), col("Data", "integer", "", 0), col("Age", "string", "", 0)],
+                    vec![
+                        col("Name", "string", "name", 0),
+                        col("Data", "integer", "", 0),
+                        col("Age", "string", "", 0),
+                    ],
                     vec![name, json!(n), json!(created)],
                 )
             }
         }
         "ServiceAccount" => (
-            vec![col("Name", "string", "name", 0), col("Secrets", "string", "", 0), col("Age", "string", "", 0)],
-            vec![name, json!(o.get("secrets").and_then(Value::as_array).map(Vec::len).unwrap_or(0)), json!(created)],
+            vec![
+                col("Name", "string", "name", 0),
+                col("Secrets", "string", "", 0),
+                col("Age", "string", "", 0),
+            ],
+            vec![
+                name,
+                json!(
+                    o.get("secrets")
+                        .and_then(Value::as_array)
+                        .map(Vec::len)
+                        .unwrap_or(0)
+                ),
+                json!(created),
+            ],
         ),
         "Endpoints" => {
             let mut eps = Vec::new();
-            for sub in o.get("subsets").and_then(Value::as_array).cloned().unwrap_or_default() {
-                let ports: Vec<i64> = sub.get("ports").and_then(Value::as_array).map(|a| a.iter().filter_map(|p| p.get("port").and_then(Value::as_i64)).collect()).unwrap_or_default();
-                for a in sub.get("addresses").and_then(Value::as_array).cloned().unwrap_or_default() {
+            for sub in o
+                .get("subsets")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+            {
+                let ports: Vec<i64> = sub
+                    .get("ports")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|p| p.get("port").and_then(Value::as_i64))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for a in sub
+                    .get("addresses")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+                {
                     let ip = s(&a, "/ip");
                     if ports.is_empty() {
                         eps.push(ip.to_string());
@@ -265,16 +378,39 @@ fn columns_and_cells(kind: &str, o: &Value) -> (Vec<Value>, Vec<Value>) {
                 }
             }
             (
-                vec![col("Name", "string", "name", 0), col("Endpoints", "string", "", 0), col("Age", "string", "", 0)],
+                vec![
+                    col("Name", "string", "name", 0),
+                    col("Endpoints", "string", "", 0),
+                    col("Age", "string", "", 0),
+                ],
                 vec![name, json!(none_if_empty(eps.join(","))), json!(created)],
             )
         }
         "EndpointSlice" => {
-            let ports: Vec<String> = o.get("ports").and_then(Value::as_array).map(|a| a.iter().filter_map(|p| p.get("port").and_then(Value::as_i64)).map(|p| p.to_string()).collect()).unwrap_or_default();
+            let ports: Vec<String> = o
+                .get("ports")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|p| p.get("port").and_then(Value::as_i64))
+                        .map(|p| p.to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
             let addrs: Vec<String> = o
                 .get("endpoints")
                 .and_then(Value::as_array)
-                .map(|a| a.iter().flat_map(|e| e.get("addresses").and_then(Value::as_array).cloned().unwrap_or_default()).filter_map(|v| v.as_str().map(String::from)).collect())
+                .map(|a| {
+                    a.iter()
+                        .flat_map(|e| {
+                            e.get("addresses")
+                                .and_then(Value::as_array)
+                                .cloned()
+                                .unwrap_or_default()
+                        })
+                        .filter_map(|v| v.as_str().map(String::from))
+                        .collect()
+                })
                 .unwrap_or_default();
             (
                 vec![
@@ -284,16 +420,31 @@ fn columns_and_cells(kind: &str, o: &Value) -> (Vec<Value>, Vec<Value>) {
                     col("Endpoints", "string", "", 0),
                     col("Age", "string", "", 0),
                 ],
-                vec![name, json!(s(o, "/addressType")), json!(none_if_empty(ports.join(","))), json!(none_if_empty(addrs.join(","))), json!(created)],
+                vec![
+                    name,
+                    json!(s(o, "/addressType")),
+                    json!(none_if_empty(ports.join(","))),
+                    json!(none_if_empty(addrs.join(","))),
+                    json!(created),
+                ],
             )
         }
         "Event" => {
-            let last = [ "/series/lastObservedTime", "/lastTimestamp", "/eventTime", "/metadata/creationTimestamp"]
-                .iter()
-                .find(|p| !s(o, p).is_empty())
-                .map(|p| age(o, p))
-                .unwrap_or_else(|| "<unknown>".into());
-            let object = format!("{}/{}", s(o, "/involvedObject/kind").to_lowercase(), s(o, "/involvedObject/name"));
+            let last = [
+                "/series/lastObservedTime",
+                "/lastTimestamp",
+                "/eventTime",
+                "/metadata/creationTimestamp",
+            ]
+            .iter()
+            .find(|p| !s(o, p).is_empty())
+            .map(|p| age(o, p))
+            .unwrap_or_else(|| "<unknown>".into());
+            let object = format!(
+                "{}/{}",
+                s(o, "/involvedObject/kind").to_lowercase(),
+                s(o, "/involvedObject/name")
+            );
             (
                 vec![
                     col("Last Seen", "string", "", 0),
@@ -302,15 +453,28 @@ fn columns_and_cells(kind: &str, o: &Value) -> (Vec<Value>, Vec<Value>) {
                     col("Object", "string", "", 0),
                     col("Message", "string", "", 0),
                 ],
-                vec![json!(last), json!(s(o, "/type")), json!(s(o, "/reason")), json!(object), json!(s(o, "/message"))],
+                vec![
+                    json!(last),
+                    json!(s(o, "/type")),
+                    json!(s(o, "/reason")),
+                    json!(object),
+                    json!(s(o, "/message")),
+                ],
             )
         }
         "Lease" => (
-            vec![col("Name", "string", "name", 0), col("Holder", "string", "", 0), col("Age", "string", "", 0)],
+            vec![
+                col("Name", "string", "name", 0),
+                col("Holder", "string", "", 0),
+                col("Age", "string", "", 0),
+            ],
             vec![name, json!(s(o, "/spec/holderIdentity")), json!(created)],
         ),
         _ => (
-            vec![col("Name", "string", "name", 0), col("Age", "string", "", 0)],
+            vec![
+                col("Name", "string", "name", 0),
+                col("Age", "string", "", 0),
+            ],
             vec![name, json!(created)],
         ),
     }
@@ -318,7 +482,11 @@ fn columns_and_cells(kind: &str, o: &Value) -> (Vec<Value>, Vec<Value>) {
 
 fn row(res: &ResourceInfo, obj: &Value, include: IncludeObject) -> (Vec<Value>, Value) {
     // Events print from the core shape whichever group was asked.
-    let core_shape = if res.group == "events.k8s.io" { super::events::to_core(obj) } else { obj.clone() };
+    let core_shape = if res.group == "events.k8s.io" {
+        super::events::to_core(obj)
+    } else {
+        obj.clone()
+    };
     let (cols, cells) = columns_and_cells(res.kind, &core_shape);
     let mut r = json!({"cells": cells});
     match include {
@@ -332,7 +500,12 @@ fn row(res: &ResourceInfo, obj: &Value, include: IncludeObject) -> (Vec<Value>, 
 }
 
 /// A Table for a list of objects (already in the representation of `res`).
-pub fn table(res: &ResourceInfo, objs: &[Value], list_meta: Value, include: IncludeObject) -> Value {
+pub fn table(
+    res: &ResourceInfo,
+    objs: &[Value],
+    list_meta: Value,
+    include: IncludeObject,
+) -> Value {
     let mut cols = columns_and_cells(res.kind, &json!({})).0;
     let mut rows = Vec::with_capacity(objs.len());
     for o in objs {
@@ -362,7 +535,12 @@ mod tests {
     fn service_row() {
         let svc = json!({"metadata": {"name": "s", "creationTimestamp": util::now_rfc3339()},
             "spec": {"type": "NodePort", "clusterIP": "10.96.0.10", "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}]}});
-        let t = table(find("", "v1", "services").expect("svc"), &[svc], json!({}), IncludeObject::Metadata);
+        let t = table(
+            find("", "v1", "services").expect("svc"),
+            &[svc],
+            json!({}),
+            IncludeObject::Metadata,
+        );
         assert_eq!(t["rows"][0]["cells"][4], "80:30080/TCP");
         assert_eq!(t["rows"][0]["cells"][3], "<none>");
         assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");

@@ -5,7 +5,9 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair, SanType};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair, SanType,
+};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use super::error::TestApiError;
@@ -49,7 +51,8 @@ pub fn generate(names: &[String], ips: &[IpAddr]) -> Result<TlsMaterial, TestApi
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let server_cert = params.signed_by(&server_key, &issuer).map_err(err)?;
 
-    let chain: Vec<CertificateDer<'static>> = vec![server_cert.der().clone(), ca_cert.der().clone()];
+    let chain: Vec<CertificateDer<'static>> =
+        vec![server_cert.der().clone(), ca_cert.der().clone()];
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(server_key.serialize_der()));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)

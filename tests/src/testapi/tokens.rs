@@ -7,7 +7,8 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use ring::rand::SystemRandom;
 use ring::signature::{
-    ECDSA_P256_SHA256_FIXED, ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair, UnparsedPublicKey,
+    ECDSA_P256_SHA256_FIXED, ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair,
+    UnparsedPublicKey,
 };
 use serde_json::{Value, json};
 
@@ -78,17 +79,26 @@ impl TokenSigner {
             return None;
         }
         let sig = B64.decode(s).ok()?;
-        let public = UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, self.key.public_key().as_ref());
+        let public =
+            UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, self.key.public_key().as_ref());
         public.verify(format!("{h}.{p}").as_bytes(), &sig).ok()?;
         let claims: Value = serde_json::from_slice(&B64.decode(p).ok()?).ok()?;
         let now = util::unix_now();
         if claims.get("iss").and_then(Value::as_str) != Some(self.issuer.as_str()) {
             return None;
         }
-        if claims.get("exp").and_then(Value::as_i64).is_none_or(|e| e <= now) {
+        if claims
+            .get("exp")
+            .and_then(Value::as_i64)
+            .is_none_or(|e| e <= now)
+        {
             return None;
         }
-        if claims.get("nbf").and_then(Value::as_i64).is_some_and(|n| n > now + 60) {
+        if claims
+            .get("nbf")
+            .and_then(Value::as_i64)
+            .is_some_and(|n| n > now + 60)
+        {
             return None;
         }
         Some(claims)
@@ -98,14 +108,20 @@ impl TokenSigner {
     pub fn authenticate(&self, token: &str) -> Option<Identity> {
         let claims = self.verify(token)?;
         let sub = claims.get("sub").and_then(Value::as_str)?;
-        Some(Identity { user: sub.to_string() })
+        Some(Identity {
+            user: sub.to_string(),
+        })
     }
 
     /// JWKS document with the public key.
     pub fn jwks(&self) -> Value {
         let pk = self.key.public_key().as_ref();
         // Uncompressed point: 0x04 || X (32) || Y (32).
-        let (x, y) = if pk.len() == 65 { (&pk[1..33], &pk[33..65]) } else { (&pk[..0], &pk[..0]) };
+        let (x, y) = if pk.len() == 65 {
+            (&pk[1..33], &pk[33..65])
+        } else {
+            (&pk[..0], &pk[..0])
+        };
         json!({"keys": [{"use": "sig", "kty": "EC", "kid": self.kid, "crv": "P-256", "alg": "ES256",
                           "x": B64.encode(x), "y": B64.encode(y)}]})
     }
@@ -123,15 +139,24 @@ impl TokenSigner {
 }
 
 fn invalid(name: &str, field: &str, value: &str, why: &str) -> ApiError {
-    ApiError::invalid("authentication.k8s.io", "TokenRequest", name, vec![Cause {
-        reason: "FieldValueInvalid",
-        message: format!("Invalid value: {value}: {why}"),
-        field: field.into(),
-    }])
+    ApiError::invalid(
+        "authentication.k8s.io",
+        "TokenRequest",
+        name,
+        vec![Cause {
+            reason: "FieldValueInvalid",
+            message: format!("Invalid value: {value}: {why}"),
+            field: field.into(),
+        }],
+    )
 }
 
 /// POST serviceaccounts/<name>/token.
-pub fn token_request(state: &ApiState, t: &Target<'_>, body: &Value) -> Result<JsonReply, ApiError> {
+pub fn token_request(
+    state: &ApiState,
+    t: &Target<'_>,
+    body: &Value,
+) -> Result<JsonReply, ApiError> {
     let ns = t.ns.unwrap_or_default();
     let name = t.name.unwrap_or_default();
     let sa = state
@@ -140,15 +165,31 @@ pub fn token_request(state: &ApiState, t: &Target<'_>, body: &Value) -> Result<J
         .ok_or_else(|| ApiError::not_found("", "serviceaccounts", name))?
         .value()?;
     let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
-    let exp_secs = spec.get("expirationSeconds").and_then(Value::as_i64).unwrap_or(DEFAULT_EXPIRATION);
+    let exp_secs = spec
+        .get("expirationSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(DEFAULT_EXPIRATION);
     if exp_secs < MIN_EXPIRATION {
-        return Err(invalid(name, "spec.expirationSeconds", &exp_secs.to_string(), "may not specify a duration less than 10 minutes"));
+        return Err(invalid(
+            name,
+            "spec.expirationSeconds",
+            &exp_secs.to_string(),
+            "may not specify a duration less than 10 minutes",
+        ));
     }
     if exp_secs > 1 << 32 {
-        return Err(invalid(name, "spec.expirationSeconds", &exp_secs.to_string(), "may not specify a duration larger than 2^32 seconds"));
+        return Err(invalid(
+            name,
+            "spec.expirationSeconds",
+            &exp_secs.to_string(),
+            "may not specify a duration larger than 2^32 seconds",
+        ));
     }
     let audiences: Vec<String> = match spec.get("audiences").and_then(Value::as_array) {
-        Some(a) if !a.is_empty() => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+        Some(a) if !a.is_empty() => a
+            .iter()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect(),
         _ => state.config.api_audiences.clone(),
     };
     let now = util::unix_now();
@@ -167,7 +208,12 @@ pub fn token_request(state: &ApiState, t: &Target<'_>, body: &Value) -> Result<J
             "Secret" => ("secrets", "secrets", "secret", false),
             "Node" => ("nodes", "nodes", "node", true),
             other => {
-                return Err(invalid(name, "spec.boundObjectRef.kind", &format!("\"{other}\""), "supported values: \"Pod\", \"Secret\", \"Node\""));
+                return Err(invalid(
+                    name,
+                    "spec.boundObjectRef.kind",
+                    &format!("\"{other}\""),
+                    "supported values: \"Pod\", \"Secret\", \"Node\"",
+                ));
             }
         };
         let obj = state
@@ -175,21 +221,37 @@ pub fn token_request(state: &ApiState, t: &Target<'_>, body: &Value) -> Result<J
             .get(storage, if cluster { "" } else { ns }, bname)
             .ok_or_else(|| ApiError::not_found("", plural, bname))?
             .value()?;
-        let uid = obj.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default().to_string();
+        let uid = obj
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         if !buid.is_empty() && buid != uid {
-            return Err(ApiError::conflict("", plural, bname, &format!(
-                "the UID in the bound object reference ({buid}) does not match the UID in record. The object might have been deleted and then recreated"
-            )));
+            return Err(ApiError::conflict(
+                "",
+                plural,
+                bname,
+                &format!(
+                    "the UID in the bound object reference ({buid}) does not match the UID in record. The object might have been deleted and then recreated"
+                ),
+            ));
         }
         k8s[claim] = json!({"name": bname, "uid": uid});
         if kind == "Pod"
-            && let Some(node) = obj.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty())
+            && let Some(node) = obj
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
         {
             let node_uid = state
                 .store
                 .get("nodes", "", node)
                 .and_then(|n| n.value().ok())
-                .and_then(|n| n.pointer("/metadata/uid").and_then(Value::as_str).map(String::from))
+                .and_then(|n| {
+                    n.pointer("/metadata/uid")
+                        .and_then(Value::as_str)
+                        .map(String::from)
+                })
                 .unwrap_or_default();
             k8s["node"] = json!({"name": node, "uid": node_uid});
         }
@@ -212,13 +274,16 @@ pub fn token_request(state: &ApiState, t: &Target<'_>, body: &Value) -> Result<J
     let expiration = jiff::Timestamp::from_second(exp)
         .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
         .unwrap_or_default();
-    Ok(JsonReply::value(201, &json!({
-        "kind": "TokenRequest",
-        "apiVersion": "authentication.k8s.io/v1",
-        "metadata": {"name": name, "namespace": ns, "creationTimestamp": util::now_rfc3339()},
-        "spec": out_spec,
-        "status": {"token": token, "expirationTimestamp": expiration}
-    })))
+    Ok(JsonReply::value(
+        201,
+        &json!({
+            "kind": "TokenRequest",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": util::now_rfc3339()},
+            "spec": out_spec,
+            "status": {"token": token, "expirationTimestamp": expiration}
+        }),
+    ))
 }
 
 #[cfg(test)]
@@ -231,11 +296,16 @@ mod tests {
         let now = util::unix_now();
         let claims = json!({"iss": s.issuer, "sub": "system:serviceaccount:a:b", "exp": now + 600, "nbf": now});
         let tok = s.sign(&claims).expect("sign");
-        assert_eq!(s.authenticate(&tok).map(|i| i.user), Some("system:serviceaccount:a:b".into()));
+        assert_eq!(
+            s.authenticate(&tok).map(|i| i.user),
+            Some("system:serviceaccount:a:b".into())
+        );
         let mut bad = tok.clone();
         bad.push('A');
         assert!(s.verify(&bad).is_none());
-        let expired = s.sign(&json!({"iss": s.issuer, "sub": "x", "exp": now - 1})).expect("sign");
+        let expired = s
+            .sign(&json!({"iss": s.issuer, "sub": "x", "exp": now - 1}))
+            .expect("sign");
         assert!(s.verify(&expired).is_none());
         let other = TokenSigner::generate(&s.issuer).expect("key");
         assert!(other.verify(&tok).is_none());

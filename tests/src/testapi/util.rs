@@ -6,7 +6,9 @@ use rand::Rng;
 
 /// Now as an RFC 3339 timestamp with second precision (metav1.Time).
 pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 /// `seconds` from now as an RFC 3339 timestamp.
@@ -98,8 +100,13 @@ mod tests {
 
     #[test]
     fn query_decoding() {
-        let q = parse_query(Some("labelSelector=app%3Dweb%2Ctier+in+%28a%29&watch=1&x=%"));
-        assert_eq!(q.get("labelSelector").map(String::as_str), Some("app=web,tier in (a)"));
+        let q = parse_query(Some(
+            "labelSelector=app%3Dweb%2Ctier+in+%28a%29&watch=1&x=%",
+        ));
+        assert_eq!(
+            q.get("labelSelector").map(String::as_str),
+            Some("app=web,tier in (a)")
+        );
         assert_eq!(flag(&q, "watch"), Some(true));
         assert_eq!(q.get("x").map(String::as_str), Some("%"));
         assert_eq!(random_suffix(5).len(), 5);

@@ -19,7 +19,8 @@ pub fn is_dns1123_label(s: &str) -> bool {
         && s.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && s.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && s.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
 }
 
 /// RFC 1123 subdomain (max 253).
@@ -45,7 +46,10 @@ pub fn name(kind: &str, name: &str) -> Vec<Cause> {
         "Namespace" => (is_dns1123_label(name), DNS1123_LABEL_MSG),
         "Service" => (is_dns1035_label(name), DNS1035_LABEL_MSG),
         // Events and leases accept any path segment name upstream.
-        "Event" | "Lease" => (!name.contains('/') && name != "." && name != "..", "may not contain '/'"),
+        "Event" | "Lease" => (
+            !name.contains('/') && name != "." && name != "..",
+            "may not contain '/'",
+        ),
         _ => (is_dns1123_subdomain(name), DNS1123_SUBDOMAIN_MSG),
     };
     if ok {
@@ -65,7 +69,13 @@ pub fn object(kind: &str, obj: &Value) -> Vec<Cause> {
     }
 }
 
-fn containers(list: Option<&Value>, field: &str, need_one: bool, out: &mut Vec<Cause>, names: &mut HashSet<String>) {
+fn containers(
+    list: Option<&Value>,
+    field: &str,
+    need_one: bool,
+    out: &mut Vec<Cause>,
+    names: &mut HashSet<String>,
+) {
     let items = list.and_then(Value::as_array).cloned().unwrap_or_default();
     if need_one && items.is_empty() {
         out.push(required(field));
@@ -75,7 +85,11 @@ fn containers(list: Option<&Value>, field: &str, need_one: bool, out: &mut Vec<C
         if n.is_empty() {
             out.push(required(&format!("{field}[{i}].name")));
         } else if !is_dns1123_label(n) {
-            out.push(invalid_value(&format!("{field}[{i}].name"), n, DNS1123_LABEL_MSG));
+            out.push(invalid_value(
+                &format!("{field}[{i}].name"),
+                n,
+                DNS1123_LABEL_MSG,
+            ));
         } else if !names.insert(n.to_string()) {
             out.push(Cause {
                 reason: "FieldValueDuplicate",
@@ -83,7 +97,11 @@ fn containers(list: Option<&Value>, field: &str, need_one: bool, out: &mut Vec<C
                 field: format!("{field}[{i}].name"),
             });
         }
-        if c.get("image").and_then(Value::as_str).unwrap_or_default().is_empty() {
+        if c.get("image")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .is_empty()
+        {
             out.push(required(&format!("{field}[{i}].image")));
         }
     }
@@ -93,9 +111,23 @@ fn pod(obj: &Value) -> Vec<Cause> {
     let mut out = Vec::new();
     let spec = obj.get("spec");
     let mut names = HashSet::new();
-    containers(spec.and_then(|s| s.get("containers")), "spec.containers", true, &mut out, &mut names);
-    containers(spec.and_then(|s| s.get("initContainers")), "spec.initContainers", false, &mut out, &mut names);
-    if let Some(rp) = spec.and_then(|s| s.get("restartPolicy")).and_then(Value::as_str)
+    containers(
+        spec.and_then(|s| s.get("containers")),
+        "spec.containers",
+        true,
+        &mut out,
+        &mut names,
+    );
+    containers(
+        spec.and_then(|s| s.get("initContainers")),
+        "spec.initContainers",
+        false,
+        &mut out,
+        &mut names,
+    );
+    if let Some(rp) = spec
+        .and_then(|s| s.get("restartPolicy"))
+        .and_then(Value::as_str)
         && !["Always", "OnFailure", "Never"].contains(&rp)
     {
         out.push(Cause {
@@ -121,7 +153,10 @@ fn service(obj: &Value) -> Vec<Cause> {
             field: "spec.type".into(),
         });
     }
-    let headless = spec.and_then(|s| s.get("clusterIP")).and_then(Value::as_str) == Some("None");
+    let headless = spec
+        .and_then(|s| s.get("clusterIP"))
+        .and_then(Value::as_str)
+        == Some("None");
     let ports = spec
         .and_then(|s| s.get("ports"))
         .and_then(Value::as_array)
@@ -144,7 +179,11 @@ fn service(obj: &Value) -> Vec<Cause> {
     for (i, p) in ports.iter().enumerate() {
         let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
         if !(1..=65535).contains(&port) {
-            out.push(invalid_value(&format!("spec.ports[{i}].port"), &port.to_string(), "must be between 1 and 65535, inclusive"));
+            out.push(invalid_value(
+                &format!("spec.ports[{i}].port"),
+                &port.to_string(),
+                "must be between 1 and 65535, inclusive",
+            ));
         }
         let n = p.get("name").and_then(Value::as_str).unwrap_or_default();
         if ports.len() > 1 && n.is_empty() {
@@ -157,7 +196,11 @@ fn service(obj: &Value) -> Vec<Cause> {
                 field: format!("spec.ports[{i}].name"),
             });
         }
-        let proto = p.get("protocol").and_then(Value::as_str).unwrap_or("TCP").to_string();
+        let proto = p
+            .get("protocol")
+            .and_then(Value::as_str)
+            .unwrap_or("TCP")
+            .to_string();
         if !pairs.insert((port, proto.clone())) {
             out.push(Cause {
                 reason: "FieldValueDuplicate",
@@ -176,13 +219,18 @@ fn endpoint_slice(obj: &Value) -> Vec<Cause> {
         Some("IPv4" | "IPv6" | "FQDN") => {}
         Some(other) => out.push(Cause {
             reason: "FieldValueNotSupported",
-            message: format!("Unsupported value: \"{other}\": supported values: \"FQDN\", \"IPv4\", \"IPv6\""),
+            message: format!(
+                "Unsupported value: \"{other}\": supported values: \"FQDN\", \"IPv4\", \"IPv6\""
+            ),
             field: "addressType".into(),
         }),
     }
     if let Some(eps) = obj.get("endpoints").and_then(Value::as_array) {
         for (i, e) in eps.iter().enumerate() {
-            if e.get("addresses").and_then(Value::as_array).is_none_or(|a| a.is_empty()) {
+            if e.get("addresses")
+                .and_then(Value::as_array)
+                .is_none_or(|a| a.is_empty())
+            {
                 out.push(required(&format!("endpoints[{i}].addresses")));
             }
         }
@@ -211,7 +259,10 @@ pub fn pod_spec_update(old: &Value, new: &Value) -> Vec<Cause> {
         }
         s
     };
-    let (o, n) = (old.get("spec").cloned().unwrap_or_default(), new.get("spec").cloned().unwrap_or_default());
+    let (o, n) = (
+        old.get("spec").cloned().unwrap_or_default(),
+        new.get("spec").cloned().unwrap_or_default(),
+    );
     if strip(&o) == strip(&n) {
         return Vec::new();
     }
@@ -238,7 +289,10 @@ mod tests {
 
     #[test]
     fn pod_and_service_rules() {
-        assert_eq!(object("Pod", &json!({"spec": {}}))[0].field, "spec.containers");
+        assert_eq!(
+            object("Pod", &json!({"spec": {}}))[0].field,
+            "spec.containers"
+        );
         let dup = json!({"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "a", "image": "y"}]}});
         assert_eq!(object("Pod", &dup)[0].reason, "FieldValueDuplicate");
         let svc = json!({"spec": {"ports": [{"port": 80}, {"port": 81}]}});

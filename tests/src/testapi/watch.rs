@@ -42,13 +42,25 @@ pub struct WatchRequest {
 
 impl WatchRequest {
     /// Reads and validates the watch query parameters.
-    pub fn parse(res: &'static ResourceInfo, ns: Option<String>, name: Option<&str>, q: &Query) -> Result<WatchRequest, ApiError> {
+    pub fn parse(
+        res: &'static ResourceInfo,
+        ns: Option<String>,
+        name: Option<&str>,
+        q: &Query,
+    ) -> Result<WatchRequest, ApiError> {
         let mut q = q.clone();
         if let Some(n) = name {
             // Legacy /watch/.../<name>: a watch of one object.
             let fs = q.get("fieldSelector").cloned().unwrap_or_default();
             let extra = format!("metadata.name={n}");
-            q.insert("fieldSelector".into(), if fs.is_empty() { extra } else { format!("{fs},{extra}") });
+            q.insert(
+                "fieldSelector".into(),
+                if fs.is_empty() {
+                    extra
+                } else {
+                    format!("{fs},{extra}")
+                },
+            );
         }
         let filters = Filters::parse(res, &q)?;
         let rv = q.get("resourceVersion").cloned().unwrap_or_default();
@@ -77,11 +89,14 @@ impl WatchRequest {
                 field: "resourceVersionMatch".into(),
             }]));
         }
-        let parsed_rv = if rv.is_empty() || rv == "0" {
-            None
-        } else {
-            Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}")))?)
-        };
+        let parsed_rv =
+            if rv.is_empty() || rv == "0" {
+                None
+            } else {
+                Some(rv.parse::<u64>().map_err(|_| {
+                    ApiError::bad_request(format!("invalid resource version: {rv}"))
+                })?)
+            };
         let from = match (send_initial, parsed_rv) {
             (Some(true), _) => WatchFrom::Current,
             (Some(false), None) => WatchFrom::Now,
@@ -136,10 +151,17 @@ fn bookmark_line(res: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
 
 fn render(req: &WatchRequest, ty: &str, obj: &Stored) -> Option<Bytes> {
     match req.table {
-        None => objects::present(req.res, obj).ok().map(|b| event_line(ty, &b)),
+        None => objects::present(req.res, obj)
+            .ok()
+            .map(|b| event_line(ty, &b)),
         Some(include) => {
             let v = objects::present_value(req.res, obj).ok()?;
-            let t = table::table(req.res, &[v], json!({"resourceVersion": obj.rv.to_string()}), include);
+            let t = table::table(
+                req.res,
+                &[v],
+                json!({"resourceVersion": obj.rv.to_string()}),
+                include,
+            );
             Some(event_line(ty, t.to_string().as_bytes()))
         }
     }
@@ -164,7 +186,10 @@ fn for_watcher(req: &WatchRequest, c: &Change) -> Option<Bytes> {
 }
 
 /// Starts the watch; the stream yields newline-delimited JSON events.
-pub fn stream(state: Arc<ApiState>, req: WatchRequest) -> impl Stream<Item = Bytes> + Send + 'static {
+pub fn stream(
+    state: Arc<ApiState>,
+    req: WatchRequest,
+) -> impl Stream<Item = Bytes> + Send + 'static {
     async_stream::stream! {
         let _guard = state.knobs.watch_guard();
         let mut drop_rx = state.knobs.drop_rx();
