@@ -181,6 +181,7 @@ async fn handle(
     let query = util::parse_query(Some(&raw_query));
     let mut rec = RequestRecord {
         at: SystemTime::now(),
+        http_version: format!("{:?}", parts.version),
         method: method.clone(),
         path: path.clone(),
         query: raw_query,

@@ -26,6 +26,8 @@ pub enum Outage {
 pub struct RequestRecord {
     /// When it arrived.
     pub at: SystemTime,
+    /// HTTP version (`HTTP/1.1`, `HTTP/2.0`).
+    pub http_version: String,
     /// HTTP method.
     pub method: String,
     /// Path.
