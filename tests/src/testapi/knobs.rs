@@ -187,8 +187,9 @@ impl Knobs {
         self.inner.drop_watches.subscribe()
     }
 
-    /// Compacts the watch history: every resourceVersion older than the
-    /// current one now answers 410 Gone. Returns the compaction RV.
+    /// Compacts the watch history: every resourceVersion handed out so far
+    /// (including the latest) now answers 410 Gone to watches, continue
+    /// tokens and exact lists. Returns the new (compacted) RV.
     pub fn compact(&self) -> u64 {
         self.inner.store.compact()
     }

@@ -551,10 +551,13 @@ impl Store {
         }
     }
 
-    /// Forgets all history: every resourceVersion older than now answers
-    /// 410 Gone to watches and consistent lists (the compaction knob).
+    /// Forgets all history: every resourceVersion handed out so far answers
+    /// 410 Gone to watches and consistent lists (the compaction knob). The
+    /// global resourceVersion advances by one so that even the latest RV a
+    /// client holds is compacted.
     pub fn compact(&self) -> u64 {
         let mut guard = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        guard.rv += 1;
         let rv = guard.rv;
         for t in guard.tables.values_mut() {
             t.history.clear();
