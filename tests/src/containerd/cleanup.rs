@@ -24,6 +24,37 @@ const SHIM_SOCKET_DIR: &str = "/run/containerd/s";
 const CNI_RESULTS_DIR: &str = "/var/lib/cni/results";
 /// Where cgroup hierarchies are mounted.
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+/// Directories containerd, its shims and libcni create on first use; removed
+/// again when empty (on a node with a real runtime they never are).
+const SHARED_PARENTS: &[&str] = &[
+    SHIM_SOCKET_DIR,
+    "/run/containerd",
+    CNI_RESULTS_DIR,
+    "/var/lib/cni",
+];
+
+/// An exclusive lock over the instance directories, held while an
+/// instance is being registered (dir + owner file) and while stale ones
+/// are removed, so concurrent test processes never take a half-created
+/// instance for a stale one.
+pub struct BaseLock {
+    _lock: nix::fcntl::Flock<fs::File>,
+}
+
+impl BaseLock {
+    /// Blocks until the lock is ours.
+    pub fn acquire() -> std::io::Result<BaseLock> {
+        fs::create_dir_all(BASE_DIR)?;
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(Path::new(BASE_DIR).join(".lock"))?;
+        let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, errno)| std::io::Error::from(errno))?;
+        Ok(BaseLock { _lock: lock })
+    }
+}
 
 /// The identity of a process that survives pid reuse: pid + start time.
 pub fn process_identity(pid: u32) -> Option<String> {
@@ -163,7 +194,7 @@ fn unescape_mount_path(s: &str) -> String {
 }
 
 /// Names of the tasks (sandbox and container ids) containerd has state for.
-fn task_ids(dir: &Path) -> Vec<String> {
+pub fn task_ids(dir: &Path) -> Vec<String> {
     let tasks = dir.join("state/io.containerd.runtime.v2.task/k8s.io");
     fs::read_dir(tasks)
         .map(|rd| {
@@ -284,6 +315,10 @@ impl Instance {
         let socket = self.socket();
         for id in task_ids(&self.dir) {
             let _ = fs::remove_file(shim_socket(&socket, &id));
+            // go-cni's loopback network has a fixed name; its cache entry
+            // is keyed by the sandbox id.
+            let _ =
+                fs::remove_file(Path::new(CNI_RESULTS_DIR).join(format!("cni-loopback-{id}-lo")));
         }
         let prefix = format!("{}-", self.network());
         if let Ok(rd) = fs::read_dir(CNI_RESULTS_DIR) {
@@ -292,6 +327,10 @@ impl Instance {
                     let _ = fs::remove_file(e.path());
                 }
             }
+        }
+        for dir in SHARED_PARENTS {
+            // Fails (and so keeps the dir) unless it is empty.
+            let _ = fs::remove_dir(dir);
         }
     }
 
@@ -318,9 +357,15 @@ impl Instance {
         self.remove_everything_else();
     }
 
+    /// The ids of the sandboxes and containers containerd has task state
+    /// for (read them before a cleanup to check [`cni_cache_leftovers`]).
+    pub fn task_ids(&self) -> Vec<String> {
+        task_ids(&self.dir)
+    }
+
     /// What is left of this instance on the machine (empty = nothing).
     pub fn leftovers(&self) -> Vec<String> {
-        let mut left = Vec::new();
+        let mut left = cni_cache_leftovers(&self.task_ids());
         if self.dir.exists() {
             left.push(format!("directory {}", self.dir.display()));
         }
@@ -359,13 +404,29 @@ impl Instance {
     }
 }
 
+/// CNI result cache entries that name one of `ids`.
+pub fn cni_cache_leftovers(ids: &[String]) -> Vec<String> {
+    let Ok(rd) = fs::read_dir(CNI_RESULTS_DIR) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| ids.iter().any(|id| name.contains(id.as_str())))
+        .map(|name| format!("CNI cache {CNI_RESULTS_DIR}/{name}"))
+        .collect()
+}
+
 /// Cleans up every instance whose owning test process is gone (a killed
 /// run). Instances of live processes (parallel tests) are left alone.
+/// Call with the [`BaseLock`] held.
 pub fn remove_stale_instances() {
     let Ok(rd) = fs::read_dir(BASE_DIR) else {
         return;
     };
     for e in rd.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
         let suffix = e.file_name().to_string_lossy().into_owned();
         let inst = Instance::new(&suffix);
         if !inst.owner_alive() {

@@ -42,7 +42,9 @@ use keelson_cri::{CriError, RuntimeClient, api};
 use crate::images::{self, BUSYBOX_IMAGE, ImageError, PAUSE_IMAGE};
 use crate::netns::{NetNs, NetNsError, unique_suffix};
 
-pub use cleanup::{BASE_DIR, CGROUP_PREFIX, Instance, remove_stale_instances};
+pub use cleanup::{
+    BASE_DIR, BaseLock, CGROUP_PREFIX, Instance, cni_cache_leftovers, remove_stale_instances,
+};
 pub use config::{Layout, cni_conflist, containerd_toml};
 
 /// What went wrong starting the harness.
@@ -134,20 +136,9 @@ impl Containerd {
             .await
             .map_err(|e| HarnessError::Packages(e.to_string()))?
             .map_err(HarnessError::Packages)?;
-        tokio::task::spawn_blocking(remove_stale_instances)
+        let instance = tokio::task::spawn_blocking(register_instance)
             .await
-            .map_err(|e| HarnessError::Packages(e.to_string()))?;
-
-        let instance = Instance::new(&unique_suffix());
-        // A directory of the same name can only be a stale one of a
-        // previous process with our pid: its owner is gone.
-        if instance.dir.exists() {
-            instance.remove_stale();
-        }
-        std::fs::create_dir_all(&instance.dir)
-            .map_err(io(format!("creating {}", instance.dir.display())))?;
-        let owner = cleanup::process_identity(std::process::id()).unwrap_or_default();
-        write(&instance.dir.join("owner"), &owner)?;
+            .map_err(|e| HarnessError::Packages(e.to_string()))??;
 
         let netns = NetNs::create("kctd")?;
         write(&instance.dir.join("netns"), netns.name())?;
@@ -329,6 +320,24 @@ impl Containerd {
             ..Default::default()
         }
     }
+}
+
+/// Under the base lock: removes stale instances (owners gone) and creates
+/// ours with its owner file, so no concurrent cleaner can take it for stale.
+fn register_instance() -> Result<Instance, HarnessError> {
+    let _lock = BaseLock::acquire().map_err(io(format!("locking {BASE_DIR}")))?;
+    remove_stale_instances();
+    let instance = Instance::new(&unique_suffix());
+    // A directory of the same name can only be a stale one of a previous
+    // process that had our pid: its owner is gone.
+    if instance.dir.exists() {
+        instance.remove_stale();
+    }
+    std::fs::create_dir_all(&instance.dir)
+        .map_err(io(format!("creating {}", instance.dir.display())))?;
+    let owner = cleanup::process_identity(std::process::id()).unwrap_or_default();
+    write(&instance.dir.join("owner"), &owner)?;
+    Ok(instance)
 }
 
 fn write(path: &Path, content: &str) -> Result<(), HarnessError> {
