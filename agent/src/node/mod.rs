@@ -1,6 +1,9 @@
 //! The node role: kubelet's replacement. Registers and heartbeats the Node,
 //! runs the Pods bound to it on the CRI runtime, reports their status.
 
+pub mod cgroups;
+pub mod pods;
+
 use crate::role::RoleContext;
 
 /// Why the node role stopped.

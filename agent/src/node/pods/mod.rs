@@ -1,0 +1,7 @@
+//! The pod lifecycle of the node role (kubelet's pod workers, kuberuntime,
+//! PLEG, status manager and pod sources).
+
+pub mod podutil;
+pub mod qos;
+pub mod resources;
+pub mod runtime;

@@ -1,0 +1,424 @@
+//! What a sync must do to bring the runtime to the pod spec (kubelet's
+//! `computePodActions` and `computeInitContainerActions`): a pure function
+//! of the Pod, the runtime's view of it and the probe results.
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use keelson_probes::ProbeState;
+
+use super::hash::hash_container;
+use super::status::{ContainerState, ContainerStatus, RuntimePodStatus};
+use crate::node::pods::podutil::{self, is_restartable_init};
+
+/// Why a container is killed (decides the grace period source).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillReason {
+    /// Startup probe failed.
+    StartupProbe,
+    /// Liveness probe failed.
+    LivenessProbe,
+    /// postStart hook failed.
+    FailedPostStartHook,
+    /// Anything else.
+    Unknown,
+}
+
+/// One container to kill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KillInfo {
+    /// Runtime container id.
+    pub container_id: String,
+    /// Container name.
+    pub name: String,
+    /// The `Killing` event message.
+    pub message: String,
+    /// Why.
+    pub reason: KillReason,
+}
+
+/// The actions of one sync.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodActions {
+    /// Stop every container and the sandbox.
+    pub kill_pod: bool,
+    /// Create a (new) sandbox.
+    pub create_sandbox: bool,
+    /// The existing sandbox to start containers in (or to replace).
+    pub sandbox_id: String,
+    /// The sandbox attempt number.
+    pub attempt: u32,
+    /// Indexes into `spec.initContainers` to start, in order.
+    pub init_containers_to_start: Vec<usize>,
+    /// Indexes into `spec.containers` to start, in order.
+    pub containers_to_start: Vec<usize>,
+    /// Containers to kill first.
+    pub containers_to_kill: Vec<KillInfo>,
+}
+
+impl PodActions {
+    fn kill(&mut self, info: KillInfo) {
+        if !self
+            .containers_to_kill
+            .iter()
+            .any(|k| k.container_id == info.container_id)
+        {
+            self.containers_to_kill.push(info);
+        }
+    }
+}
+
+/// Probe results the decision needs (results keyed by container id;
+/// `None` = no result yet).
+pub trait ProbeResults {
+    /// Liveness result of a container.
+    fn liveness(&self, container_id: &str) -> Option<ProbeState>;
+    /// Startup result of a container.
+    fn startup(&self, container_id: &str) -> Option<ProbeState>;
+}
+
+/// No probes at all.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProbes;
+
+impl ProbeResults for NoProbes {
+    fn liveness(&self, _: &str) -> Option<ProbeState> {
+        None
+    }
+    fn startup(&self, _: &str) -> Option<ProbeState> {
+        None
+    }
+}
+
+/// `PodSandboxChanged`: whether a new sandbox is needed, its attempt
+/// number and the id of the current one.
+pub fn sandbox_changed(pod: &Pod, status: &RuntimePodStatus) -> (bool, u32, String) {
+    let Some(newest) = status.sandboxes.first() else {
+        return (true, 0, String::new());
+    };
+    let ready = status.sandboxes.iter().filter(|s| s.ready).count();
+    if ready > 1 || !newest.ready {
+        return (true, newest.attempt + 1, newest.id.clone());
+    }
+    let want_mode = if podutil::is_host_network(pod) { 2 } else { 0 };
+    if newest.network_mode != want_mode {
+        return (true, newest.attempt + 1, String::new());
+    }
+    if !podutil::is_host_network(pod) && newest.has_network && newest.ip.is_empty() {
+        return (true, newest.attempt + 1, newest.id.clone());
+    }
+    (false, newest.attempt, newest.id.clone())
+}
+
+/// kubelet's `ShouldContainerBeRestarted`.
+pub fn should_container_be_restarted(c: &Container, pod: &Pod, status: &RuntimePodStatus) -> bool {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let Some(s) = status.find_container(&c.name) else {
+        return true;
+    };
+    match s.state {
+        ContainerState::Running => false,
+        ContainerState::Unknown | ContainerState::Created => true,
+        ContainerState::Exited => match podutil::restart_policy(pod) {
+            "Never" => false,
+            "OnFailure" => s.exit_code != 0,
+            _ => true,
+        },
+    }
+}
+
+/// `isInitContainerFailed`.
+pub fn is_init_container_failed(s: &ContainerStatus) -> bool {
+    s.reason == "OOMKilled"
+        || (s.state == ContainerState::Exited && s.exit_code != 0)
+        || s.state == ContainerState::Unknown
+}
+
+fn container_changed(c: &Container, s: &ContainerStatus) -> bool {
+    s.hash != hash_container(c)
+}
+
+fn restart_on_failure(pod: &Pod) -> bool {
+    podutil::restart_policy(pod) != "Never"
+}
+
+fn container_succeeded(c: &Container, status: &RuntimePodStatus) -> bool {
+    status
+        .find_container(&c.name)
+        .is_some_and(|s| s.state == ContainerState::Exited && s.exit_code == 0)
+}
+
+fn has_any_regular_container_created(pod: &Pod, status: &RuntimePodStatus) -> bool {
+    podutil::containers(pod).iter().any(|c| {
+        status.find_container(&c.name).is_some_and(|s| {
+            matches!(
+                s.state,
+                ContainerState::Created | ContainerState::Running | ContainerState::Exited
+            )
+        })
+    })
+}
+
+/// kubelet's `computePodActions`.
+pub fn compute_pod_actions(
+    pod: &Pod,
+    status: &RuntimePodStatus,
+    probes: &dyn ProbeResults,
+) -> PodActions {
+    let (create, attempt, sandbox_id) = sandbox_changed(pod, status);
+    let mut changes = PodActions {
+        kill_pod: create,
+        create_sandbox: create,
+        sandbox_id,
+        attempt,
+        ..Default::default()
+    };
+    let spec_containers = podutil::containers(pod);
+
+    if create {
+        if !restart_on_failure(pod) && attempt != 0 && !status.containers.is_empty() {
+            // Never restart: do not build a sandbox for containers that ran.
+            changes.create_sandbox = false;
+            return changes;
+        }
+        let to_start: Vec<usize> = spec_containers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                !(podutil::restart_policy(pod) == "OnFailure" && container_succeeded(c, status))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if to_start.is_empty() && has_any_regular_container_created(pod, status) {
+            changes.create_sandbox = false;
+            return changes;
+        }
+        if !podutil::init_containers(pod).is_empty() {
+            changes.init_containers_to_start = vec![0];
+            return changes;
+        }
+        changes.containers_to_start = to_start;
+        return changes;
+    }
+
+    let initialized = compute_init_container_actions(pod, status, probes, &mut changes);
+    if changes.kill_pod || !initialized {
+        return changes;
+    }
+
+    let mut keep = 0usize;
+    for (idx, c) in spec_containers.iter().enumerate() {
+        let cs = status.find_container(&c.name);
+        let running = cs.is_some_and(|s| s.state == ContainerState::Running);
+        if !running {
+            if should_container_be_restarted(c, pod, status) {
+                changes.containers_to_start.push(idx);
+                if let Some(s) = cs
+                    && s.state == ContainerState::Unknown
+                {
+                    changes.kill(KillInfo {
+                        container_id: s.id.clone(),
+                        name: s.name.clone(),
+                        message: format!(
+                            "Container is in {:?} state, try killing it before restart",
+                            s.state.as_str()
+                        ),
+                        reason: KillReason::Unknown,
+                    });
+                }
+            }
+            continue;
+        }
+        let Some(s) = cs else { continue };
+        let mut restart = restart_on_failure(pod);
+        let (message, reason) = if container_changed(c, s) {
+            restart = true;
+            (
+                format!("Container {} definition changed", c.name),
+                KillReason::Unknown,
+            )
+        } else if probes.liveness(&s.id) == Some(ProbeState::Failure) {
+            (
+                format!("Container {} failed liveness probe", c.name),
+                KillReason::LivenessProbe,
+            )
+        } else if probes.startup(&s.id) == Some(ProbeState::Failure) {
+            (
+                format!("Container {} failed startup probe", c.name),
+                KillReason::StartupProbe,
+            )
+        } else {
+            keep += 1;
+            continue;
+        };
+        let message = if restart {
+            changes.containers_to_start.push(idx);
+            format!("{message}, will be restarted")
+        } else {
+            message
+        };
+        changes.kill(KillInfo {
+            container_id: s.id.clone(),
+            name: s.name.clone(),
+            message,
+            reason,
+        });
+    }
+    if keep == 0 && changes.containers_to_start.is_empty() {
+        changes.kill_pod = true;
+        // Sidecars must not keep a finished pod alive.
+        changes.init_containers_to_start.clear();
+    }
+    changes
+}
+
+/// kubelet's `computeInitContainerActions` (sidecar-aware); returns whether
+/// the pod is initialized.
+fn compute_init_container_actions(
+    pod: &Pod,
+    status: &RuntimePodStatus,
+    probes: &dyn ProbeResults,
+    changes: &mut PodActions,
+) -> bool {
+    let inits = podutil::init_containers(pod);
+    if inits.is_empty() {
+        return true;
+    }
+    let mut initialized = podutil::containers(pod).iter().any(|c| {
+        status
+            .find_container(&c.name)
+            .is_some_and(|s| matches!(s.state, ContainerState::Created | ContainerState::Running))
+    });
+    let mut previously_initialized = initialized;
+    let restart_on_failure = restart_on_failure(pod);
+
+    for i in (0..inits.len()).rev() {
+        let c = &inits[i];
+        let restartable = is_restartable_init(c);
+        let Some(s) = status.find_container(&c.name) else {
+            if previously_initialized && restartable {
+                changes.init_containers_to_start.push(i);
+            }
+            continue;
+        };
+        if previously_initialized && !restartable {
+            continue;
+        }
+        match s.state {
+            ContainerState::Created => changes.init_containers_to_start.push(i),
+            ContainerState::Running => {
+                if restartable {
+                    'sidecar: {
+                        if c.startup_probe.is_some() {
+                            match probes.startup(&s.id) {
+                                None => break 'sidecar,
+                                Some(ProbeState::Success) => {}
+                                Some(ProbeState::Failure) => {
+                                    changes.kill(KillInfo {
+                                        container_id: s.id.clone(),
+                                        name: c.name.clone(),
+                                        message: format!(
+                                            "Init container {} failed startup probe",
+                                            c.name
+                                        ),
+                                        reason: KillReason::StartupProbe,
+                                    });
+                                    changes.init_containers_to_start.push(i);
+                                    break 'sidecar;
+                                }
+                                Some(ProbeState::Unknown) => break 'sidecar,
+                            }
+                        }
+                        if i == inits.len() - 1 {
+                            initialized = true;
+                        } else if !previously_initialized {
+                            changes.init_containers_to_start.push(i + 1);
+                        }
+                        if container_changed(c, s) {
+                            changes.kill(KillInfo {
+                                container_id: s.id.clone(),
+                                name: c.name.clone(),
+                                message: format!("Init container {} definition changed", c.name),
+                                reason: KillReason::Unknown,
+                            });
+                            changes.init_containers_to_start.push(i);
+                            break 'sidecar;
+                        }
+                        if c.liveness_probe.is_some() {
+                            match probes.liveness(&s.id) {
+                                None => break 'sidecar,
+                                Some(ProbeState::Failure) => {
+                                    changes.kill(KillInfo {
+                                        container_id: s.id.clone(),
+                                        name: c.name.clone(),
+                                        message: format!(
+                                            "Init container {} failed liveness probe",
+                                            c.name
+                                        ),
+                                        reason: KillReason::LivenessProbe,
+                                    });
+                                    changes.init_containers_to_start.push(i);
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+                // A regular init container: wait for it to finish.
+            }
+            ContainerState::Exited => {
+                if restartable {
+                    changes.init_containers_to_start.push(i);
+                } else if is_init_container_failed(s) {
+                    if !restart_on_failure {
+                        changes.kill_pod = true;
+                        changes.init_containers_to_start.clear();
+                        return false;
+                    }
+                    changes.init_containers_to_start.push(i);
+                } else if i == inits.len() - 1 {
+                    initialized = true;
+                } else {
+                    changes.init_containers_to_start.push(i + 1);
+                }
+            }
+            ContainerState::Unknown => {
+                let message = format!(
+                    "Init container is in {:?} state, try killing it before restart",
+                    s.state.as_str()
+                );
+                if restartable {
+                    changes.kill(KillInfo {
+                        container_id: s.id.clone(),
+                        name: c.name.clone(),
+                        message,
+                        reason: KillReason::Unknown,
+                    });
+                    changes.init_containers_to_start.push(i);
+                } else {
+                    if !restart_on_failure {
+                        changes.kill_pod = true;
+                        changes.init_containers_to_start.clear();
+                        return false;
+                    }
+                    changes.kill(KillInfo {
+                        container_id: s.id.clone(),
+                        name: c.name.clone(),
+                        message,
+                        reason: KillReason::Unknown,
+                    });
+                    changes.init_containers_to_start.push(i);
+                }
+            }
+        }
+        previously_initialized = true;
+    }
+    if !previously_initialized {
+        changes.init_containers_to_start.push(0);
+    }
+    changes.init_containers_to_start.reverse();
+    initialized
+}
+
+#[cfg(test)]
+mod tests;
