@@ -91,7 +91,10 @@ mod tests {
     #[test]
     fn expands_known_variables_and_keeps_unknown_ones() {
         let vars = env(&[("PORT", Some("8080")), ("FROM_SECRET", None)]);
-        assert_eq!(one("curl localhost:$(PORT)/x", &vars), "curl localhost:8080/x");
+        assert_eq!(
+            one("curl localhost:$(PORT)/x", &vars),
+            "curl localhost:8080/x"
+        );
         assert_eq!(one("$(MISSING)", &vars), "$(MISSING)");
         assert_eq!(one("[$(FROM_SECRET)]", &vars), "[]");
     }

@@ -51,8 +51,8 @@ pub use expand::expand_command;
 pub use handlers::exec::{Exec, ExecError, ExecOutput};
 pub use handlers::http::{HttpProber, HttpRequest};
 pub use manager::{
-    ContainerStart, KUBE_VERSION, ProbeManager, ProbeManagerConfig, ProbeManagerError, ProbeManagerOutputs,
-    ProbeUpdate, ReportedStatus,
+    ContainerStart, KUBE_VERSION, ProbeManager, ProbeManagerConfig, ProbeManagerError,
+    ProbeManagerOutputs, ProbeUpdate, ReportedStatus,
 };
 pub use metrics::ProberMetrics;
 pub use port::resolve_container_port;

@@ -3,7 +3,9 @@
 //! pod_uid}` and `prober_probe_duration_seconds{probe_type, container, pod,
 //! namespace}` (observed for successful probes, as upstream).
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
+};
 
 use crate::result::ProbeKind;
 
@@ -33,17 +35,30 @@ impl ProberMetrics {
             &["probe_type", "result", "container", "pod", "namespace", "pod_uid"],
         )?;
         let probe_duration = HistogramVec::new(
-            HistogramOpts::new("probe_duration_seconds", "Duration in seconds for a probe response.").subsystem("prober"),
+            HistogramOpts::new(
+                "probe_duration_seconds",
+                "Duration in seconds for a probe response.",
+            )
+            .subsystem("prober"),
             &["probe_type", "container", "pod", "namespace"],
         )?;
         registry.register(Box::new(probe_total.clone()))?;
         registry.register(Box::new(probe_duration.clone()))?;
-        Ok(ProberMetrics { probe_total, probe_duration })
+        Ok(ProberMetrics {
+            probe_total,
+            probe_duration,
+        })
     }
 
     /// Handles for one worker; series are created on first use.
     pub(crate) fn for_worker(&self, labels: SeriesLabels) -> WorkerMetrics {
-        WorkerMetrics { families: self.clone(), labels, successful: None, failed: None, duration: None }
+        WorkerMetrics {
+            families: self.clone(),
+            labels,
+            successful: None,
+            failed: None,
+            duration: None,
+        }
     }
 
     /// Deletes every series of one container's probe (on pod removal).
@@ -59,7 +74,12 @@ impl ProberMetrics {
                 &labels.pod_uid,
             ]);
         }
-        let _ = self.probe_duration.remove_label_values(&[kind, &labels.container, &labels.pod, &labels.namespace]);
+        let _ = self.probe_duration.remove_label_values(&[
+            kind,
+            &labels.container,
+            &labels.pod,
+            &labels.namespace,
+        ]);
     }
 }
 

@@ -39,10 +39,17 @@ pub fn resolve_container_port(port: &IntOrString, container: &Container) -> Resu
 fn parse_go_int(s: &str) -> Result<i64, String> {
     let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("strconv.Atoi: parsing {}: invalid syntax", gofmt::quote(s)));
+        return Err(format!(
+            "strconv.Atoi: parsing {}: invalid syntax",
+            gofmt::quote(s)
+        ));
     }
-    s.parse::<i64>()
-        .map_err(|_| format!("strconv.Atoi: parsing {}: value out of range", gofmt::quote(s)))
+    s.parse::<i64>().map_err(|_| {
+        format!(
+            "strconv.Atoi: parsing {}: value out of range",
+            gofmt::quote(s)
+        )
+    })
 }
 
 #[cfg(test)]
@@ -54,8 +61,16 @@ mod tests {
         Container {
             name: "app".into(),
             ports: Some(vec![
-                ContainerPort { name: Some("http".into()), container_port: 8080, ..Default::default() },
-                ContainerPort { name: Some("bad".into()), container_port: 0, ..Default::default() },
+                ContainerPort {
+                    name: Some("http".into()),
+                    container_port: 8080,
+                    ..Default::default()
+                },
+                ContainerPort {
+                    name: Some("bad".into()),
+                    container_port: 0,
+                    ..Default::default()
+                },
             ]),
             ..Default::default()
         }
@@ -64,9 +79,18 @@ mod tests {
     #[test]
     fn resolves_numbers_names_and_numeric_strings() {
         let c = container();
-        assert_eq!(resolve_container_port(&IntOrString::Int(9000), &c), Ok(9000));
-        assert_eq!(resolve_container_port(&IntOrString::String("http".into()), &c), Ok(8080));
-        assert_eq!(resolve_container_port(&IntOrString::String("9090".into()), &c), Ok(9090));
+        assert_eq!(
+            resolve_container_port(&IntOrString::Int(9000), &c),
+            Ok(9000)
+        );
+        assert_eq!(
+            resolve_container_port(&IntOrString::String("http".into()), &c),
+            Ok(8080)
+        );
+        assert_eq!(
+            resolve_container_port(&IntOrString::String("9090".into()), &c),
+            Ok(9090)
+        );
     }
 
     #[test]
@@ -76,7 +100,10 @@ mod tests {
             resolve_container_port(&IntOrString::String("metrics".into()), &c),
             Err("strconv.Atoi: parsing \"metrics\": invalid syntax".into())
         );
-        assert_eq!(resolve_container_port(&IntOrString::Int(0), &c), Err("invalid port number: 0".into()));
+        assert_eq!(
+            resolve_container_port(&IntOrString::Int(0), &c),
+            Err("invalid port number: 0".into())
+        );
         assert_eq!(
             resolve_container_port(&IntOrString::Int(70000), &c),
             Err("invalid port number: 70000".into())

@@ -60,21 +60,29 @@ impl Action {
         missing_handler: &str,
     ) -> Action {
         match handler {
-            ProbeHandler::Exec { command } => {
-                Action::Exec { container_id: container_id.to_string(), command: command.clone() }
-            }
+            ProbeHandler::Exec { command } => Action::Exec {
+                container_id: container_id.to_string(),
+                command: command.clone(),
+            },
             ProbeHandler::HttpGet(spec) => match HttpRequest::new(spec, pod_ip, user_agent) {
                 Ok(request) => Action::Http(Box::new(request)),
                 Err(message) => Action::Errored(message),
             },
             ProbeHandler::TcpSocket { host, port } => match port {
-                Ok(port) => Action::Tcp { host: host.clone().unwrap_or_else(|| pod_ip.to_string()), port: *port },
+                Ok(port) => Action::Tcp {
+                    host: host.clone().unwrap_or_else(|| pod_ip.to_string()),
+                    port: *port,
+                },
                 Err(message) => Action::Errored(message.clone()),
             },
-            ProbeHandler::Grpc { port, service } => {
-                Action::Grpc { host: pod_ip.to_string(), port: *port, service: service.clone() }
+            ProbeHandler::Grpc { port, service } => Action::Grpc {
+                host: pod_ip.to_string(),
+                port: *port,
+                service: service.clone(),
+            },
+            ProbeHandler::Missing => {
+                Action::Errored(format!("missing probe handler for {missing_handler}"))
             }
-            ProbeHandler::Missing => Action::Errored(format!("missing probe handler for {missing_handler}")),
         }
     }
 }
@@ -89,7 +97,9 @@ pub struct Prober {
 
 impl std::fmt::Debug for Prober {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Prober").field("user_agent", &self.user_agent).finish_non_exhaustive()
+        f.debug_struct("Prober")
+            .field("user_agent", &self.user_agent)
+            .finish_non_exhaustive()
     }
 }
 
@@ -97,7 +107,11 @@ impl Prober {
     /// Creates a prober that runs exec probes through `exec` and identifies
     /// itself as `user_agent` (`kube-probe/1.36`).
     pub(crate) fn new(exec: Arc<dyn DynExec>, user_agent: &str) -> Result<Prober, rustls::Error> {
-        Ok(Prober { exec, http: HttpProber::new()?, user_agent: Arc::from(user_agent) })
+        Ok(Prober {
+            exec,
+            http: HttpProber::new()?,
+            user_agent: Arc::from(user_agent),
+        })
     }
 
     /// The `User-Agent` of HTTP and gRPC probes.
@@ -108,12 +122,17 @@ impl Prober {
     /// Runs `action` once.
     pub async fn run(&self, action: &Action, timeout: Duration) -> ProbeResult {
         match action {
-            Action::Exec { container_id, command } => probe_exec(&*self.exec, container_id, command, timeout).await,
+            Action::Exec {
+                container_id,
+                command,
+            } => probe_exec(&*self.exec, container_id, command, timeout).await,
             Action::Http(request) => self.http.probe(request, timeout).await,
             Action::Tcp { host, port } => probe_tcp(host, *port, timeout).await,
-            Action::Grpc { host, port, service } => {
-                probe_grpc(host, *port, service, timeout, &self.user_agent).await
-            }
+            Action::Grpc {
+                host,
+                port,
+                service,
+            } => probe_grpc(host, *port, service, timeout, &self.user_agent).await,
             Action::Errored(message) => ProbeResult::Unknown(message.clone()),
         }
     }

@@ -77,7 +77,11 @@ pub enum ProbeKind {
 
 impl ProbeKind {
     /// All kinds, in upstream's iteration order.
-    pub const ALL: [ProbeKind; 3] = [ProbeKind::Liveness, ProbeKind::Readiness, ProbeKind::Startup];
+    pub const ALL: [ProbeKind; 3] = [
+        ProbeKind::Liveness,
+        ProbeKind::Readiness,
+        ProbeKind::Startup,
+    ];
 
     /// Upstream's name (`Liveness`, `Readiness`, `Startup`), used in event
     /// messages and as the `probe_type` metric label.

@@ -106,25 +106,62 @@ impl ProbeSpec {
     /// initial delay, a success threshold other than 1 for liveness or
     /// startup) are replaced by their defaults so a bad object cannot make a
     /// worker spin.
-    pub fn from_k8s(kind: ProbeKind, probe: &Probe, container: &Container) -> (ProbeSpec, Vec<SpecWarning>) {
+    pub fn from_k8s(
+        kind: ProbeKind,
+        probe: &Probe,
+        container: &Container,
+    ) -> (ProbeSpec, Vec<SpecWarning>) {
         let mut warnings = Vec::new();
         let mut field = |name: &'static str, value: Option<i32>, default: i32, min: i32| -> i32 {
             match value {
                 None => default,
                 Some(v) if v < min => {
-                    warnings.push(SpecWarning { field: name, value: i64::from(v), used: i64::from(default) });
+                    warnings.push(SpecWarning {
+                        field: name,
+                        value: i64::from(v),
+                        used: i64::from(default),
+                    });
                     default
                 }
                 Some(v) => v,
             }
         };
-        let initial_delay = field("initialDelaySeconds", probe.initial_delay_seconds, DEFAULT_INITIAL_DELAY_SECONDS, 0);
-        let period = field("periodSeconds", probe.period_seconds, DEFAULT_PERIOD_SECONDS, 1);
-        let timeout = field("timeoutSeconds", probe.timeout_seconds, DEFAULT_TIMEOUT_SECONDS, 1);
-        let mut success = field("successThreshold", probe.success_threshold, DEFAULT_SUCCESS_THRESHOLD, 1);
-        let failure = field("failureThreshold", probe.failure_threshold, DEFAULT_FAILURE_THRESHOLD, 1);
+        let initial_delay = field(
+            "initialDelaySeconds",
+            probe.initial_delay_seconds,
+            DEFAULT_INITIAL_DELAY_SECONDS,
+            0,
+        );
+        let period = field(
+            "periodSeconds",
+            probe.period_seconds,
+            DEFAULT_PERIOD_SECONDS,
+            1,
+        );
+        let timeout = field(
+            "timeoutSeconds",
+            probe.timeout_seconds,
+            DEFAULT_TIMEOUT_SECONDS,
+            1,
+        );
+        let mut success = field(
+            "successThreshold",
+            probe.success_threshold,
+            DEFAULT_SUCCESS_THRESHOLD,
+            1,
+        );
+        let failure = field(
+            "failureThreshold",
+            probe.failure_threshold,
+            DEFAULT_FAILURE_THRESHOLD,
+            1,
+        );
         if kind != ProbeKind::Readiness && success != 1 {
-            warnings.push(SpecWarning { field: "successThreshold", value: i64::from(success), used: 1 });
+            warnings.push(SpecWarning {
+                field: "successThreshold",
+                value: i64::from(success),
+                used: 1,
+            });
             success = 1;
         }
         let spec = ProbeSpec {
@@ -151,12 +188,18 @@ impl ProbeHandler {
         if let Some(exec) = &probe.exec {
             let command = exec.command.clone().unwrap_or_default();
             let env = container.env.as_deref().unwrap_or(&[]);
-            return ProbeHandler::Exec { command: expand_command(&command, env) };
+            return ProbeHandler::Exec {
+                command: expand_command(&command, env),
+            };
         }
         if let Some(get) = &probe.http_get {
             let scheme = get.scheme.as_deref().unwrap_or("").to_ascii_lowercase();
             return ProbeHandler::HttpGet(HttpGetSpec {
-                scheme: if scheme.is_empty() { "http".to_string() } else { scheme },
+                scheme: if scheme.is_empty() {
+                    "http".to_string()
+                } else {
+                    scheme
+                },
                 host: get.host.clone().filter(|h| !h.is_empty()),
                 port: resolve_container_port(&get.port, container),
                 path: get.path.clone().unwrap_or_default(),
@@ -175,7 +218,10 @@ impl ProbeHandler {
             };
         }
         if let Some(grpc) = &probe.grpc {
-            return ProbeHandler::Grpc { port: grpc.port, service: grpc.service.clone().unwrap_or_default() };
+            return ProbeHandler::Grpc {
+                port: grpc.port,
+                service: grpc.service.clone().unwrap_or_default(),
+            };
         }
         ProbeHandler::Missing
     }
@@ -194,7 +240,9 @@ pub struct ContainerProbes {
 
 impl ContainerProbes {
     /// Builds the three specs of `container`, with the corrections made.
-    pub fn from_container(container: &Container) -> (ContainerProbes, Vec<(ProbeKind, SpecWarning)>) {
+    pub fn from_container(
+        container: &Container,
+    ) -> (ContainerProbes, Vec<(ProbeKind, SpecWarning)>) {
         let mut warnings = Vec::new();
         let mut build = |kind: ProbeKind, probe: &Option<Probe>| {
             probe.as_ref().map(|p| {
@@ -237,15 +285,28 @@ mod tests {
     fn container() -> Container {
         Container {
             name: "app".into(),
-            ports: Some(vec![ContainerPort { name: Some("web".into()), container_port: 8080, ..Default::default() }]),
-            env: Some(vec![EnvVar { name: "F".into(), value: Some("/tmp/ready".into()), ..Default::default() }]),
+            ports: Some(vec![ContainerPort {
+                name: Some("web".into()),
+                container_port: 8080,
+                ..Default::default()
+            }]),
+            env: Some(vec![EnvVar {
+                name: "F".into(),
+                value: Some("/tmp/ready".into()),
+                ..Default::default()
+            }]),
             ..Default::default()
         }
     }
 
     #[test]
     fn missing_fields_get_api_defaults() {
-        let probe = Probe { exec: Some(ExecAction { command: Some(vec!["true".into()]) }), ..Default::default() };
+        let probe = Probe {
+            exec: Some(ExecAction {
+                command: Some(vec!["true".into()]),
+            }),
+            ..Default::default()
+        };
         let (spec, warnings) = ProbeSpec::from_k8s(ProbeKind::Readiness, &probe, &container());
         assert!(warnings.is_empty());
         assert_eq!(spec.initial_delay, Duration::ZERO);
@@ -258,7 +319,10 @@ mod tests {
     #[test]
     fn invalid_values_are_replaced_safely() {
         let probe = Probe {
-            tcp_socket: Some(TCPSocketAction { host: None, port: IntOrString::Int(80) }),
+            tcp_socket: Some(TCPSocketAction {
+                host: None,
+                port: IntOrString::Int(80),
+            }),
             initial_delay_seconds: Some(-5),
             period_seconds: Some(0),
             timeout_seconds: Some(-1),
@@ -274,20 +338,36 @@ mod tests {
         let fields: Vec<_> = warnings.iter().map(|w| w.field).collect();
         assert_eq!(
             fields,
-            ["initialDelaySeconds", "periodSeconds", "timeoutSeconds", "successThreshold", "failureThreshold"]
+            [
+                "initialDelaySeconds",
+                "periodSeconds",
+                "timeoutSeconds",
+                "successThreshold",
+                "failureThreshold"
+            ]
         );
     }
 
     #[test]
     fn liveness_success_threshold_is_forced_to_one() {
         let probe = Probe {
-            tcp_socket: Some(TCPSocketAction { host: None, port: IntOrString::Int(80) }),
+            tcp_socket: Some(TCPSocketAction {
+                host: None,
+                port: IntOrString::Int(80),
+            }),
             success_threshold: Some(3),
             ..Default::default()
         };
         let (spec, warnings) = ProbeSpec::from_k8s(ProbeKind::Liveness, &probe, &container());
         assert_eq!(spec.success_threshold, 1);
-        assert_eq!(warnings, [SpecWarning { field: "successThreshold", value: 3, used: 1 }]);
+        assert_eq!(
+            warnings,
+            [SpecWarning {
+                field: "successThreshold",
+                value: 3,
+                used: 1
+            }]
+        );
         let (spec, _) = ProbeSpec::from_k8s(ProbeKind::Readiness, &probe, &container());
         assert_eq!(spec.success_threshold, 3);
     }
@@ -296,13 +376,20 @@ mod tests {
     fn handlers_are_built_with_upstream_precedence_and_resolution() {
         let c = container();
         let exec = Probe {
-            exec: Some(ExecAction { command: Some(vec!["cat".into(), "$(F)".into()]) }),
-            tcp_socket: Some(TCPSocketAction { host: None, port: IntOrString::Int(80) }),
+            exec: Some(ExecAction {
+                command: Some(vec!["cat".into(), "$(F)".into()]),
+            }),
+            tcp_socket: Some(TCPSocketAction {
+                host: None,
+                port: IntOrString::Int(80),
+            }),
             ..Default::default()
         };
         assert_eq!(
             ProbeHandler::from_k8s(&exec, &c),
-            ProbeHandler::Exec { command: vec!["cat".into(), "/tmp/ready".into()] }
+            ProbeHandler::Exec {
+                command: vec!["cat".into(), "/tmp/ready".into()]
+            }
         );
         let http = Probe {
             http_get: Some(HTTPGetAction {
@@ -310,7 +397,10 @@ mod tests {
                 port: IntOrString::String("web".into()),
                 path: Some("/healthz".into()),
                 host: Some(String::new()),
-                http_headers: Some(vec![HTTPHeader { name: "X-A".into(), value: "1".into() }]),
+                http_headers: Some(vec![HTTPHeader {
+                    name: "X-A".into(),
+                    value: "1".into(),
+                }]),
             }),
             ..Default::default()
         };
@@ -324,11 +414,29 @@ mod tests {
                 headers: vec![("X-A".into(), "1".into())],
             })
         );
-        let grpc = Probe { grpc: Some(GRPCAction { port: 9000, service: None }), ..Default::default() };
-        assert_eq!(ProbeHandler::from_k8s(&grpc, &c), ProbeHandler::Grpc { port: 9000, service: String::new() });
-        assert_eq!(ProbeHandler::from_k8s(&Probe::default(), &c), ProbeHandler::Missing);
+        let grpc = Probe {
+            grpc: Some(GRPCAction {
+                port: 9000,
+                service: None,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            ProbeHandler::from_k8s(&grpc, &c),
+            ProbeHandler::Grpc {
+                port: 9000,
+                service: String::new()
+            }
+        );
+        assert_eq!(
+            ProbeHandler::from_k8s(&Probe::default(), &c),
+            ProbeHandler::Missing
+        );
         let tcp = Probe {
-            tcp_socket: Some(TCPSocketAction { host: Some("db".into()), port: IntOrString::String("nope".into()) }),
+            tcp_socket: Some(TCPSocketAction {
+                host: Some("db".into()),
+                port: IntOrString::String("nope".into()),
+            }),
             ..Default::default()
         };
         assert_eq!(

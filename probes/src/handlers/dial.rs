@@ -15,14 +15,23 @@ use crate::gofmt;
 pub async fn dial(host: &str, port: u16) -> Result<TcpStream, String> {
     let shown = gofmt::join_host_port(host, port);
     if host.is_empty() {
-        return connect(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port), &shown).await;
+        return connect(
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port),
+            &shown,
+        )
+        .await;
     }
     if let Ok(ip) = host.parse::<IpAddr>() {
         return connect(SocketAddr::new(ip, port), &shown).await;
     }
     let addrs: Vec<SocketAddr> = match tokio::net::lookup_host((host, port)).await {
         Ok(addrs) => addrs.collect(),
-        Err(err) => return Err(format!("dial tcp: lookup {host}: {}", lookup_error_text(&err))),
+        Err(err) => {
+            return Err(format!(
+                "dial tcp: lookup {host}: {}",
+                lookup_error_text(&err)
+            ));
+        }
     };
     let mut last = format!("dial tcp: lookup {host}: no such host");
     for addr in addrs {
@@ -41,7 +50,10 @@ async fn connect(addr: SocketAddr, shown: &str) -> Result<TcpStream, String> {
             let _ = stream.set_nodelay(true);
             Ok(stream)
         }
-        Err(err) => Err(format!("dial tcp {shown}: connect: {}", gofmt::os_error_text(&err))),
+        Err(err) => Err(format!(
+            "dial tcp {shown}: connect: {}",
+            gofmt::os_error_text(&err)
+        )),
     }
 }
 
@@ -49,7 +61,9 @@ async fn connect(addr: SocketAddr, shown: &str) -> Result<TcpStream, String> {
 /// reads `no such host` in Go.
 fn lookup_error_text(err: &std::io::Error) -> String {
     let text = err.to_string();
-    if text.contains("not known") || text.contains("No address associated") || text.contains("nodename nor servname")
+    if text.contains("not known")
+        || text.contains("No address associated")
+        || text.contains("nodename nor servname")
     {
         "no such host".to_string()
     } else {
@@ -59,5 +73,8 @@ fn lookup_error_text(err: &std::io::Error) -> String {
 
 /// The message for a dial that did not finish within the probe's timeout.
 pub fn timeout_text(host: &str, port: u16) -> String {
-    format!("dial tcp {}: i/o timeout", gofmt::join_host_port(host, port))
+    format!(
+        "dial tcp {}: i/o timeout",
+        gofmt::join_host_port(host, port)
+    )
 }

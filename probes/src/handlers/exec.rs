@@ -95,16 +95,18 @@ pub(crate) async fn probe_exec(
     match outcome {
         Ok(output) if output.exit_code == 0 => ProbeResult::Success,
         Ok(output) => ProbeResult::Failure(combined_output(&output)),
-        Err(ExecError::Timeout) => {
-            ProbeResult::Failure(format!("command {} timed out", gofmt::quote(&command.join(" "))))
-        }
+        Err(ExecError::Timeout) => ProbeResult::Failure(format!(
+            "command {} timed out",
+            gofmt::quote(&command.join(" "))
+        )),
         Err(ExecError::Failed(message)) => ProbeResult::Unknown(message),
     }
 }
 
 /// Stdout then stderr, cut at [`MAX_OUTPUT_BYTES`].
 fn combined_output(output: &ExecOutput) -> String {
-    let mut data = Vec::with_capacity((output.stdout.len() + output.stderr.len()).min(MAX_OUTPUT_BYTES));
+    let mut data =
+        Vec::with_capacity((output.stdout.len() + output.stderr.len()).min(MAX_OUTPUT_BYTES));
     for part in [&output.stdout, &output.stderr] {
         let room = MAX_OUTPUT_BYTES - data.len();
         data.extend_from_slice(&part[..part.len().min(room)]);
@@ -123,7 +125,12 @@ mod tests {
     }
 
     impl Exec for Canned {
-        async fn exec(&self, container_id: &str, cmd: Vec<String>, timeout: Duration) -> Result<ExecOutput, ExecError> {
+        async fn exec(
+            &self,
+            container_id: &str,
+            cmd: Vec<String>,
+            timeout: Duration,
+        ) -> Result<ExecOutput, ExecError> {
             if let Ok(mut seen) = self.seen.lock() {
                 seen.push((container_id.to_string(), cmd, timeout));
             }
@@ -132,7 +139,10 @@ mod tests {
     }
 
     fn canned(answer: Result<ExecOutput, ExecError>) -> Canned {
-        Canned { answer, seen: Mutex::new(Vec::new()) }
+        Canned {
+            answer,
+            seen: Mutex::new(Vec::new()),
+        }
     }
 
     fn cmd() -> Vec<String> {
@@ -141,7 +151,11 @@ mod tests {
 
     #[tokio::test]
     async fn exit_code_zero_is_success_and_arguments_pass_through() {
-        let exec = canned(Ok(ExecOutput { exit_code: 0, stdout: b"ok".to_vec(), stderr: vec![] }));
+        let exec = canned(Ok(ExecOutput {
+            exit_code: 0,
+            stdout: b"ok".to_vec(),
+            stderr: vec![],
+        }));
         let result = probe_exec(&exec, "cid", &cmd(), Duration::from_secs(3)).await;
         assert_eq!(result, ProbeResult::Success);
         let seen = exec.seen.lock().map(|s| s.clone()).unwrap_or_default();
@@ -150,7 +164,11 @@ mod tests {
 
     #[tokio::test]
     async fn nonzero_exit_fails_with_output() {
-        let exec = canned(Ok(ExecOutput { exit_code: 1, stdout: b"out\n".to_vec(), stderr: b"err\n".to_vec() }));
+        let exec = canned(Ok(ExecOutput {
+            exit_code: 1,
+            stdout: b"out\n".to_vec(),
+            stderr: b"err\n".to_vec(),
+        }));
         assert_eq!(
             probe_exec(&exec, "cid", &cmd(), Duration::from_secs(1)).await,
             ProbeResult::Failure("out\nerr\n".into())
@@ -159,7 +177,11 @@ mod tests {
 
     #[tokio::test]
     async fn output_is_capped() {
-        let exec = canned(Ok(ExecOutput { exit_code: 2, stdout: vec![b'a'; 8000], stderr: vec![b'b'; 8000] }));
+        let exec = canned(Ok(ExecOutput {
+            exit_code: 2,
+            stdout: vec![b'a'; 8000],
+            stderr: vec![b'b'; 8000],
+        }));
         match probe_exec(&exec, "cid", &cmd(), Duration::from_secs(1)).await {
             ProbeResult::Failure(out) => {
                 assert_eq!(out.len(), MAX_OUTPUT_BYTES);
@@ -180,7 +202,9 @@ mod tests {
 
     #[tokio::test]
     async fn runtime_errors_are_probe_errors() {
-        let exec = canned(Err(ExecError::Failed("rpc error: code = NotFound desc = container not found".into())));
+        let exec = canned(Err(ExecError::Failed(
+            "rpc error: code = NotFound desc = container not found".into(),
+        )));
         assert_eq!(
             probe_exec(&exec, "cid", &cmd(), Duration::from_secs(1)).await,
             ProbeResult::Unknown("rpc error: code = NotFound desc = container not found".into())
@@ -189,7 +213,12 @@ mod tests {
 
     struct Hangs;
     impl Exec for Hangs {
-        async fn exec(&self, _: &str, _: Vec<String>, _: Duration) -> Result<ExecOutput, ExecError> {
+        async fn exec(
+            &self,
+            _: &str,
+            _: Vec<String>,
+            _: Duration,
+        ) -> Result<ExecOutput, ExecError> {
             std::future::pending().await
         }
     }
@@ -198,7 +227,13 @@ mod tests {
     async fn a_hung_runtime_call_times_out_after_the_grace() {
         let started = tokio::time::Instant::now();
         let result = probe_exec(&Hangs, "cid", &["true".to_string()], Duration::from_secs(1)).await;
-        assert_eq!(result, ProbeResult::Failure("command \"true\" timed out".into()));
-        assert_eq!(started.elapsed(), Duration::from_secs(1) + EXEC_RUNTIME_GRACE);
+        assert_eq!(
+            result,
+            ProbeResult::Failure("command \"true\" timed out".into())
+        );
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(1) + EXEC_RUNTIME_GRACE
+        );
     }
 }

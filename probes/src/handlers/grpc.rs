@@ -24,12 +24,25 @@ const BACKOFF_MULTIPLIER: f64 = 1.6;
 /// made is retried with gRPC's backoff until the deadline, and then reported
 /// as `timeout: failed to connect service "<addr>" within <timeout>: context
 /// deadline exceeded`.
-pub async fn probe_grpc(host: &str, port: i32, service: &str, timeout: Duration, user_agent: &str) -> ProbeResult {
+pub async fn probe_grpc(
+    host: &str,
+    port: i32,
+    service: &str,
+    timeout: Duration,
+    user_agent: &str,
+) -> ProbeResult {
     let deadline = Instant::now() + timeout;
     let port = match u16::try_from(port) {
         Ok(port) if port > 0 => port,
         _ => {
-            let addr = format!("{}:{port}", if host.contains(':') { format!("[{host}]") } else { host.to_string() });
+            let addr = format!(
+                "{}:{port}",
+                if host.contains(':') {
+                    format!("[{host}]")
+                } else {
+                    host.to_string()
+                }
+            );
             return ProbeResult::Failure(format!(
                 "error: failed to connect service at {}: invalid port {port}",
                 gofmt::quote(&addr)
@@ -37,10 +50,15 @@ pub async fn probe_grpc(host: &str, port: i32, service: &str, timeout: Duration,
         }
     };
     let addr = gofmt::join_host_port(host, port);
-    let endpoint = match Endpoint::from_shared(format!("http://{addr}")).and_then(|e| e.user_agent(user_agent)) {
+    let endpoint = match Endpoint::from_shared(format!("http://{addr}"))
+        .and_then(|e| e.user_agent(user_agent))
+    {
         Ok(endpoint) => endpoint,
         Err(err) => {
-            return ProbeResult::Failure(format!("error: failed to connect service at {}: {err}", gofmt::quote(&addr)));
+            return ProbeResult::Failure(format!(
+                "error: failed to connect service at {}: {err}",
+                gofmt::quote(&addr)
+            ));
         }
     };
     let channel = match connect(&endpoint, deadline).await {
@@ -54,9 +72,16 @@ pub async fn probe_grpc(host: &str, port: i32, service: &str, timeout: Duration,
         }
     };
     let mut client = HealthClient::new(channel);
-    let mut request = tonic::Request::new(HealthCheckRequest { service: service.to_string() });
+    let mut request = tonic::Request::new(HealthCheckRequest {
+        service: service.to_string(),
+    });
     request.set_timeout(deadline.saturating_duration_since(Instant::now()));
-    let rpc_timeout = || format!("timeout: health rpc did not complete within {}", gofmt::duration(timeout));
+    let rpc_timeout = || {
+        format!(
+            "timeout: health rpc did not complete within {}",
+            gofmt::duration(timeout)
+        )
+    };
     match timeout_at(deadline, client.check(request)).await {
         Err(_) => ProbeResult::Failure(rpc_timeout()),
         Ok(Err(status)) => match status.code() {
@@ -65,6 +90,10 @@ pub async fn probe_grpc(host: &str, port: i32, service: &str, timeout: Duration,
                 status.message()
             )),
             Code::DeadlineExceeded => ProbeResult::Failure(rpc_timeout()),
+            // tonic's own enforcement of the request deadline.
+            Code::Cancelled if status.message() == tonic::TimeoutExpired(()).to_string() => {
+                ProbeResult::Failure(rpc_timeout())
+            }
             code => ProbeResult::Failure(format!(
                 "error: health rpc probe failed: rpc error: code = {code:?} desc = {}",
                 status.message()
@@ -78,7 +107,9 @@ pub async fn probe_grpc(host: &str, port: i32, service: &str, timeout: Duration,
                     "service unhealthy (responded with {})",
                     gofmt::quote(other.as_str_name())
                 )),
-                Err(_) => ProbeResult::Failure(format!("service unhealthy (responded with \"{status}\")")),
+                Err(_) => {
+                    ProbeResult::Failure(format!("service unhealthy (responded with \"{status}\")"))
+                }
             }
         }
     }

@@ -16,7 +16,10 @@ pub(crate) struct Clock {
 
 impl Clock {
     pub(crate) fn new() -> Clock {
-        Clock { wall_at_anchor: SystemTime::now(), anchor: Instant::now() }
+        Clock {
+            wall_at_anchor: SystemTime::now(),
+            anchor: Instant::now(),
+        }
     }
 
     /// Wall-clock now.
@@ -26,7 +29,10 @@ impl Clock {
 
     /// The instant `delay` after wall time `since` (now, if that is past).
     pub(crate) fn instant_after(&self, since: SystemTime, delay: Duration) -> Instant {
-        let elapsed = self.wall_now().duration_since(since).unwrap_or(Duration::ZERO);
+        let elapsed = self
+            .wall_now()
+            .duration_since(since)
+            .unwrap_or(Duration::ZERO);
         Instant::now() + delay.saturating_sub(elapsed)
     }
 }

@@ -57,7 +57,7 @@ pub use results::ProbeUpdate;
 
 use crate::events::ProbeEvent;
 use crate::handlers::exec::Exec;
-use crate::metrics::{ProberMetrics, SeriesLabels};
+use crate::metrics::{ProberMetrics, SeriesLabels, WorkerMetrics};
 use crate::prober::{Action, Prober};
 use crate::result::{ProbeKind, ProbeState};
 use crate::spec::ContainerProbes;
@@ -84,7 +84,11 @@ pub struct ProbeManagerConfig {
 
 impl Default for ProbeManagerConfig {
     fn default() -> Self {
-        ProbeManagerConfig { kube_version: KUBE_VERSION.to_string(), random_start_offset: true, event_queue: 1024 }
+        ProbeManagerConfig {
+            kube_version: KUBE_VERSION.to_string(),
+            random_start_offset: true,
+            event_queue: 1024,
+        }
     }
 }
 
@@ -166,7 +170,9 @@ pub struct ProbeManager {
 
 impl std::fmt::Debug for ProbeManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProbeManager").field("workers", &self.worker_count()).finish_non_exhaustive()
+        f.debug_struct("ProbeManager")
+            .field("workers", &self.worker_count())
+            .finish_non_exhaustive()
     }
 }
 
@@ -218,6 +224,17 @@ pub(crate) struct PodMeta {
     pub name: String,
 }
 
+/// One probe run as a worker reports it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunRecord {
+    /// Success (including warnings) or Failure.
+    pub value: ProbeState,
+    /// How long the run took.
+    pub took: Duration,
+    /// Whether enough runs in a row agree to set the result.
+    pub reached_threshold: bool,
+}
+
 #[derive(Debug, Clone)]
 struct RunningContainer {
     container_id: String,
@@ -255,7 +272,12 @@ impl ProbeManager {
             runtime,
             root: CancellationToken::new(),
         };
-        Ok((ProbeManager { inner: Arc::new(inner) }, ProbeManagerOutputs { updates, events }))
+        Ok((
+            ProbeManager {
+                inner: Arc::new(inner),
+            },
+            ProbeManagerOutputs { updates, events },
+        ))
     }
 
     /// Records the probes of `pod`'s containers and restartable init
@@ -293,8 +315,19 @@ impl ProbeManager {
         match state.pods.get_mut(&uid) {
             Some(entry) => entry.containers = containers,
             None => {
-                let meta = Arc::new(PodMeta { uid: uid.clone(), namespace, name });
-                state.pods.insert(uid, PodEntry { meta, containers, running: HashMap::new() });
+                let meta = Arc::new(PodMeta {
+                    uid: uid.clone(),
+                    namespace,
+                    name,
+                });
+                state.pods.insert(
+                    uid,
+                    PodEntry {
+                        meta,
+                        containers,
+                        running: HashMap::new(),
+                    },
+                );
             }
         }
         Ok(())
@@ -311,9 +344,15 @@ impl ProbeManager {
     ) -> Result<(), ProbeManagerError> {
         let mut guard = lock(&self.inner.state);
         let state = &mut *guard;
-        let pod = state.pods.get_mut(pod_uid).ok_or_else(|| ProbeManagerError::UnknownPod(pod_uid.to_string()))?;
+        let pod = state
+            .pods
+            .get_mut(pod_uid)
+            .ok_or_else(|| ProbeManagerError::UnknownPod(pod_uid.to_string()))?;
         let probes = pod.containers.get(container).cloned().ok_or_else(|| {
-            ProbeManagerError::UnknownContainer { pod_uid: pod_uid.to_string(), container: container.to_string() }
+            ProbeManagerError::UnknownContainer {
+                pod_uid: pod_uid.to_string(),
+                container: container.to_string(),
+            }
         })?;
         let previous = pod.running.get(container).map(|r| r.container_id.clone());
         if previous.as_deref() != Some(start.container_id.as_str()) {
@@ -333,12 +372,16 @@ impl ProbeManager {
                 seed_adopted(&mut state.results, &start.container_id, &probes, reported);
             }
         }
-        let startup_done = state.results.get(&start.container_id, ProbeKind::Startup) == Some(ProbeState::Success);
+        let startup_done =
+            state.results.get(&start.container_id, ProbeKind::Startup) == Some(ProbeState::Success);
         if probes.startup.is_some() && !startup_done {
-            self.inner.ensure_worker(state, pod_uid, container, ProbeKind::Startup);
+            self.inner
+                .ensure_worker(state, pod_uid, container, ProbeKind::Startup);
         } else {
-            self.inner.ensure_worker(state, pod_uid, container, ProbeKind::Readiness);
-            self.inner.ensure_worker(state, pod_uid, container, ProbeKind::Liveness);
+            self.inner
+                .ensure_worker(state, pod_uid, container, ProbeKind::Readiness);
+            self.inner
+                .ensure_worker(state, pod_uid, container, ProbeKind::Liveness);
         }
         Ok(())
     }
@@ -350,10 +393,13 @@ impl ProbeManager {
     pub fn container_stopped(&self, pod_uid: &str, container: &str, container_id: &str) {
         let mut guard = lock(&self.inner.state);
         let state = &mut *guard;
-        if let Some(pod) = state.pods.get_mut(pod_uid) {
-            if pod.running.get(container).is_some_and(|r| r.container_id == container_id) {
-                pod.running.remove(container);
-            }
+        if let Some(pod) = state.pods.get_mut(pod_uid)
+            && pod
+                .running
+                .get(container)
+                .is_some_and(|r| r.container_id == container_id)
+        {
+            pod.running.remove(container);
         }
         stop_container_workers(&mut state.workers, pod_uid, container, Some(container_id));
         state.results.remove_container(container_id);
@@ -391,7 +437,9 @@ impl ProbeManager {
             for (container, probes) in &pod.containers {
                 for kind in ProbeKind::ALL {
                     if probes.get(kind).is_some() {
-                        self.inner.metrics.remove(&series_labels(&pod.meta, container, kind));
+                        self.inner
+                            .metrics
+                            .remove(&series_labels(&pod.meta, container, kind));
                     }
                 }
             }
@@ -403,7 +451,12 @@ impl ProbeManager {
     pub fn cleanup_pods(&self, desired: &HashSet<String>) {
         let gone: Vec<String> = {
             let state = lock(&self.inner.state);
-            state.pods.keys().filter(|uid| !desired.contains(*uid)).cloned().collect()
+            state
+                .pods
+                .keys()
+                .filter(|uid| !desired.contains(*uid))
+                .cloned()
+                .collect()
         };
         for uid in gone {
             self.remove_pod(&uid);
@@ -461,9 +514,16 @@ impl ProbeManager {
 
     /// The probe-level `terminationGracePeriodSeconds` of a container's
     /// liveness or startup probe, if set.
-    pub fn termination_grace_period_seconds(&self, pod_uid: &str, container: &str, kind: ProbeKind) -> Option<i64> {
+    pub fn termination_grace_period_seconds(
+        &self,
+        pod_uid: &str,
+        container: &str,
+        kind: ProbeKind,
+    ) -> Option<i64> {
         let state = lock(&self.inner.state);
-        probes_of(&state, pod_uid, container)?.get(kind)?.termination_grace_period_seconds
+        probes_of(&state, pod_uid, container)?
+            .get(kind)?
+            .termination_grace_period_seconds
     }
 
     /// Number of running probe workers.
@@ -490,7 +550,11 @@ impl ProbeManager {
     }
 }
 
-fn probes_of<'a>(state: &'a State, pod_uid: &str, container: &str) -> Option<&'a Arc<ContainerProbes>> {
+fn probes_of<'a>(
+    state: &'a State,
+    pod_uid: &str,
+    container: &str,
+) -> Option<&'a Arc<ContainerProbes>> {
     state.pods.get(pod_uid)?.containers.get(container)
 }
 
@@ -504,13 +568,26 @@ fn is_started_locked(state: &State, pod_uid: &str, container: &str, container_id
 }
 
 /// Carries what the API last said across a restart (upstream adoption).
-fn seed_adopted(results: &mut Results, container_id: &str, probes: &ContainerProbes, reported: ReportedStatus) {
+fn seed_adopted(
+    results: &mut Results,
+    container_id: &str,
+    probes: &ContainerProbes,
+    reported: ReportedStatus,
+) {
     if probes.startup.is_some() && results.get(container_id, ProbeKind::Startup).is_none() {
-        let state = if reported.started { ProbeState::Success } else { ProbeState::Unknown };
+        let state = if reported.started {
+            ProbeState::Success
+        } else {
+            ProbeState::Unknown
+        };
         results.seed(container_id, ProbeKind::Startup, state);
     }
     if probes.readiness.is_some() && results.get(container_id, ProbeKind::Readiness).is_none() {
-        let state = if reported.ready { ProbeState::Success } else { ProbeState::Failure };
+        let state = if reported.ready {
+            ProbeState::Success
+        } else {
+            ProbeState::Failure
+        };
         results.seed(container_id, ProbeKind::Readiness, state);
     }
     if probes.liveness.is_some() && results.get(container_id, ProbeKind::Liveness).is_none() {
@@ -526,12 +603,16 @@ fn stop_container_workers(
     only_id: Option<&str>,
 ) {
     for kind in ProbeKind::ALL {
-        let key = WorkerKey { pod_uid: pod_uid.to_string(), container: container.to_string(), kind };
-        let matches = workers.get(&key).is_some_and(|slot| only_id.is_none_or(|id| slot.container_id == id));
-        if matches {
-            if let Some(slot) = workers.remove(&key) {
-                slot.token.cancel();
-            }
+        let key = WorkerKey {
+            pod_uid: pod_uid.to_string(),
+            container: container.to_string(),
+            kind,
+        };
+        let matches = workers
+            .get(&key)
+            .is_some_and(|slot| only_id.is_none_or(|id| slot.container_id == id));
+        if matches && let Some(slot) = workers.remove(&key) {
+            slot.token.cancel();
         }
     }
 }
@@ -550,13 +631,29 @@ impl Inner {
     /// Starts the `kind` worker of a running container unless it already
     /// runs for this instance, the container has no such probe, or a
     /// terminal result (liveness/startup failure) was already reached.
-    fn ensure_worker(self: &Arc<Self>, state: &mut State, pod_uid: &str, container: &str, kind: ProbeKind) {
-        let Some(pod) = state.pods.get(pod_uid) else { return };
-        let (Some(probes), Some(running)) = (pod.containers.get(container), pod.running.get(container)) else {
+    fn ensure_worker(
+        self: &Arc<Self>,
+        state: &mut State,
+        pod_uid: &str,
+        container: &str,
+        kind: ProbeKind,
+    ) {
+        let Some(pod) = state.pods.get(pod_uid) else {
             return;
         };
-        let Some(spec) = probes.get(kind).cloned() else { return };
-        let key = WorkerKey { pod_uid: pod_uid.to_string(), container: container.to_string(), kind };
+        let (Some(probes), Some(running)) =
+            (pod.containers.get(container), pod.running.get(container))
+        else {
+            return;
+        };
+        let Some(spec) = probes.get(kind).cloned() else {
+            return;
+        };
+        let key = WorkerKey {
+            pod_uid: pod_uid.to_string(),
+            container: container.to_string(),
+            kind,
+        };
         if let Some(slot) = state.workers.get(&key) {
             if slot.container_id == running.container_id {
                 return;
@@ -567,15 +664,29 @@ impl Inner {
         match state.results.get(&running.container_id, kind) {
             Some(ProbeState::Failure) if kind != ProbeKind::Readiness => return,
             Some(_) => {}
-            None => state.results.seed(&running.container_id, kind, kind.initial_state()),
+            None => state
+                .results
+                .seed(&running.container_id, kind, kind.initial_state()),
         }
 
         let meta = Arc::clone(&pod.meta);
-        let missing = format!("{}_{}({}):{}", meta.name, meta.namespace, meta.uid, container);
-        let action =
-            Action::prepare(&spec.handler, &running.pod_ip, &running.container_id, self.prober.user_agent(), &missing);
-        let due = self.clock.instant_after(running.started_at, spec.initial_delay);
-        let offset = if self.config.random_start_offset && (running.adopted || kind != ProbeKind::Readiness) {
+        let missing = format!(
+            "{}_{}({}):{}",
+            meta.name, meta.namespace, meta.uid, container
+        );
+        let action = Action::prepare(
+            &spec.handler,
+            &running.pod_ip,
+            &running.container_id,
+            self.prober.user_agent(),
+            &missing,
+        );
+        let due = self
+            .clock
+            .instant_after(running.started_at, spec.initial_delay);
+        let offset = if self.config.random_start_offset
+            && (running.adopted || kind != ProbeKind::Readiness)
+        {
             spec.period.mul_f64(rand::random::<f64>())
         } else {
             Duration::ZERO
@@ -585,38 +696,77 @@ impl Inner {
         state.next_generation += 1;
         let generation = state.next_generation;
         let token = self.root.child_token();
-        let metrics = self.metrics.for_worker(series_labels(&meta, container, kind));
+        let metrics = self
+            .metrics
+            .for_worker(series_labels(&meta, container, kind));
         let container_id = running.container_id.clone();
         state.workers.insert(
             key.clone(),
-            WorkerSlot { container_id: container_id.clone(), generation, token: token.clone() },
+            WorkerSlot {
+                container_id: container_id.clone(),
+                generation,
+                token: token.clone(),
+            },
         );
         tracing::debug!(
             pod = %format!("{}/{}", meta.namespace, meta.name), uid = %meta.uid, container = %container,
             container_id = %container_id, probe = %kind, "starting probe worker"
         );
-        let worker = Worker::new(Arc::clone(self), key, generation, token, spec, action, meta, container_id, first_at, metrics);
+        let worker = Worker::new(
+            Arc::clone(self),
+            key,
+            generation,
+            token,
+            spec,
+            action,
+            meta,
+            container_id,
+            first_at,
+            metrics,
+        );
         self.runtime.spawn(worker.run());
     }
 
-    /// Stores a result that reached its threshold. Returns false when the
-    /// worker was replaced or stopped meanwhile (its result is dropped).
-    fn publish(self: &Arc<Self>, key: &WorkerKey, generation: u64, container_id: &str, value: ProbeState) -> bool {
+    /// Accounts one probe run of a worker: counts it in the metrics and, when
+    /// it reached its threshold, stores the result (notifying on change) and
+    /// hands a passed startup probe over to liveness and readiness. Returns
+    /// false when the worker was stopped or replaced meanwhile (nothing is
+    /// recorded; doing this under the state lock keeps a removed pod's
+    /// metric series from coming back).
+    fn record_run(
+        self: &Arc<Self>,
+        key: &WorkerKey,
+        generation: u64,
+        container_id: &str,
+        run: RunRecord,
+        metrics: &mut WorkerMetrics,
+    ) -> bool {
         let mut guard = lock(&self.state);
         let state = &mut *guard;
-        if state.workers.get(key).is_none_or(|slot| slot.generation != generation) {
+        if state
+            .workers
+            .get(key)
+            .is_none_or(|slot| slot.generation != generation)
+        {
             return false;
         }
-        if state.results.set(container_id, key.kind, value) {
+        match run.value {
+            ProbeState::Success => metrics.success(run.took.as_secs_f64()),
+            _ => metrics.failure(),
+        }
+        if !run.reached_threshold {
+            return true;
+        }
+        if state.results.set(container_id, key.kind, run.value) {
             self.notifier.send(ProbeUpdate {
                 pod_uid: key.pod_uid.clone(),
                 container_name: key.container.clone(),
                 container_id: container_id.to_string(),
                 kind: key.kind,
-                state: value,
+                state: run.value,
             });
         }
-        if key.kind == ProbeKind::Startup && value == ProbeState::Success {
+        if key.kind == ProbeKind::Startup && run.value == ProbeState::Success {
             self.ensure_worker(state, &key.pod_uid, &key.container, ProbeKind::Readiness);
             self.ensure_worker(state, &key.pod_uid, &key.container, ProbeKind::Liveness);
         }
@@ -626,20 +776,22 @@ impl Inner {
     /// A worker ended on its own; free its slot if it still holds it.
     fn worker_exited(&self, key: &WorkerKey, generation: u64) {
         let mut state = lock(&self.state);
-        if state.workers.get(key).is_some_and(|slot| slot.generation == generation) {
+        if state
+            .workers
+            .get(key)
+            .is_some_and(|slot| slot.generation == generation)
+        {
             state.workers.remove(key);
         }
     }
 
     /// Hands an event to the agent, dropping it if the queue is full.
     fn emit(&self, event: ProbeEvent) {
-        if let Err(err) = self.events.try_send(event) {
-            if let mpsc::error::TrySendError::Full(event) = err {
-                tracing::warn!(
-                    pod = %format!("{}/{}", event.namespace, event.pod_name), container = %event.container_name,
-                    reason = event.reason, message = %event.message, "probe event queue full; event dropped"
-                );
-            }
+        if let Err(mpsc::error::TrySendError::Full(event)) = self.events.try_send(event) {
+            tracing::warn!(
+                pod = %format!("{}/{}", event.namespace, event.pod_name), container = %event.container_name,
+                reason = event.reason, message = %event.message, "probe event queue full; event dropped"
+            );
         }
     }
 }

@@ -40,7 +40,9 @@ fn slot(kind: ProbeKind) -> usize {
 
 impl Results {
     pub(crate) fn get(&self, container_id: &str, kind: ProbeKind) -> Option<ProbeState> {
-        self.map.get(container_id).and_then(|slots| slots[slot(kind)])
+        self.map
+            .get(container_id)
+            .and_then(|slots| slots[slot(kind)])
     }
 
     /// Sets a value without notifying (initial and adopted values).

@@ -7,10 +7,10 @@ use std::time::Duration;
 use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use super::{Inner, PodMeta, WorkerKey};
+use super::{Inner, PodMeta, RunRecord, WorkerKey};
 use crate::events::{
-    EVENT_TYPE_WARNING, ProbeEvent, REASON_PROBE_WARNING, REASON_UNHEALTHY, errored_message, failed_message,
-    warning_message,
+    EVENT_TYPE_WARNING, ProbeEvent, REASON_PROBE_WARNING, REASON_UNHEALTHY, errored_message,
+    failed_message, warning_message,
 };
 use crate::metrics::WorkerMetrics;
 use crate::prober::Action;
@@ -97,6 +97,9 @@ impl Worker {
 
     /// Applies one run's result. Returns whether to keep probing.
     fn record(&mut self, result: ProbeResult, took: Duration) -> bool {
+        if self.token.is_cancelled() {
+            return false;
+        }
         let kind = self.key.kind;
         let value = match result {
             ProbeResult::Unknown(error) => {
@@ -121,10 +124,6 @@ impl Worker {
             }
             ProbeResult::Success => ProbeState::Success,
         };
-        match value {
-            ProbeState::Success => self.metrics.success(took.as_secs_f64()),
-            _ => self.metrics.failure(),
-        }
         if self.last == Some(value) {
             self.run = self.run.saturating_add(1);
         } else {
@@ -135,11 +134,23 @@ impl Worker {
             ProbeState::Failure => self.spec.failure_threshold,
             _ => self.spec.success_threshold,
         };
-        if self.run < threshold {
-            return true;
-        }
-        if !self.inner.publish(&self.key, self.generation, &self.container_id, value) {
+        let run = RunRecord {
+            value,
+            took,
+            reached_threshold: self.run >= threshold,
+        };
+        if !self.inner.record_run(
+            &self.key,
+            self.generation,
+            &self.container_id,
+            run,
+            &mut self.metrics,
+        ) {
+            // Stopped or replaced meanwhile: the result is dropped.
             return false;
+        }
+        if !run.reached_threshold {
+            return true;
         }
         match (kind, value) {
             (ProbeKind::Startup, _) => false,

@@ -68,12 +68,17 @@ struct Response {
 impl HttpProber {
     /// Creates the prober.
     pub fn new() -> Result<HttpProber, rustls::Error> {
-        Ok(HttpProber { tls: TlsConnector::from(tls::insecure_client_config()?) })
+        Ok(HttpProber {
+            tls: TlsConnector::from(tls::insecure_client_config()?),
+        })
     }
 
     /// Runs `request` once, bounded by `timeout` (redirects included).
     pub async fn probe(&self, request: &HttpRequest, timeout: Duration) -> ProbeResult {
-        let mut progress = Progress { url: request.url.clone(), phase: Phase::Dial };
+        let mut progress = Progress {
+            url: request.url.clone(),
+            phase: Phase::Dial,
+        };
         match tokio::time::timeout(timeout, self.follow(request, &mut progress)).await {
             Ok(result) => result,
             Err(_) => {
@@ -103,28 +108,31 @@ impl HttpProber {
         loop {
             progress.url = url.clone();
             progress.phase = Phase::Dial;
-            let shown = gofmt::quote(&url.to_string());
+            // Error texts name the URL as Go does (`Get "<url>": ...`); built only on error.
+            let failed = |url: &ProbeUrl, message: String| {
+                ProbeResult::Failure(format!("Get {}: {message}", gofmt::quote(&url.to_string())))
+            };
             if url.scheme != "http" && url.scheme != "https" {
-                return ProbeResult::Failure(format!(
-                    "Get {shown}: unsupported protocol scheme {}",
-                    gofmt::quote(&url.scheme)
-                ));
+                return failed(
+                    &url,
+                    format!("unsupported protocol scheme {}", gofmt::quote(&url.scheme)),
+                );
             }
             let host = host_override.clone().unwrap_or_else(|| url.authority());
             let wire = match request.build(&url, &host, referer.clone()) {
                 Ok(wire) => wire,
-                Err(message) => return ProbeResult::Failure(format!("Get {shown}: {message}")),
+                Err(message) => return failed(&url, message),
             };
             let response = match self.round_trip(&url, wire, progress).await {
                 Ok(response) => response,
-                Err(message) => return ProbeResult::Failure(format!("Get {shown}: {message}")),
+                Err(message) => return failed(&url, message),
             };
             let location = response.location.as_deref().filter(|l| !l.is_empty());
             let redirect = matches!(response.status, 301 | 302 | 303 | 307 | 308);
             if let (true, Some(location)) = (redirect, location) {
                 let (next, absolute) = match url.resolve(location) {
                     Ok(next) => next,
-                    Err(message) => return ProbeResult::Failure(format!("Get {shown}: {message}")),
+                    Err(message) => return failed(&url, message),
                 };
                 if next.host == first_host {
                     if redirects >= MAX_REDIRECTS {
@@ -143,7 +151,11 @@ impl HttpProber {
                             .or_else(|| HeaderValue::from_str(&url.to_string()).ok())
                     };
                     // Go keeps a custom Host through a redirect to a relative location only.
-                    host_override = if absolute { None } else { request.host_override.clone() };
+                    host_override = if absolute {
+                        None
+                    } else {
+                        request.host_override.clone()
+                    };
                     url = next;
                     continue;
                 }
@@ -163,7 +175,11 @@ impl HttpProber {
         progress.phase = Phase::Headers;
         if url.scheme == "https" {
             let name = tls::server_name(&url.host)?;
-            let stream = self.tls.connect(name, tcp).await.map_err(|e| tls_error_text(&e))?;
+            let stream = self
+                .tls
+                .connect(name, tcp)
+                .await
+                .map_err(|e| tls_error_text(&e))?;
             exchange(TokioIo::new(stream), wire, progress).await
         } else {
             exchange(TokioIo::new(tcp), wire, progress).await
@@ -188,12 +204,23 @@ where
         .map_err(|e| hyper_error_text(&e))?;
     let mut conn = pin!(conn);
     let talk = async {
-        let response = sender.send_request(wire).await.map_err(|e| hyper_error_text(&e))?;
+        let response = sender
+            .send_request(wire)
+            .await
+            .map_err(|e| hyper_error_text(&e))?;
         progress.phase = Phase::Body;
         let status = response.status().as_u16();
-        let location = response.headers().get(LOCATION).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let location = response
+            .headers()
+            .get(LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let body = read_capped(response.into_body(), MAX_BODY_BYTES).await;
-        Ok(Response { status, location, body })
+        Ok(Response {
+            status,
+            location,
+            body,
+        })
     };
     let mut talk = pin!(talk);
     tokio::select! {
@@ -217,7 +244,11 @@ async fn read_capped(mut body: Incoming, cap: usize) -> Result<Bytes, String> {
                 }
             }
             Some(Err(err)) => {
-                return Err(if err.is_incomplete_message() { "unexpected EOF".to_string() } else { err.to_string() });
+                return Err(if err.is_incomplete_message() {
+                    "unexpected EOF".to_string()
+                } else {
+                    err.to_string()
+                });
             }
         }
     }

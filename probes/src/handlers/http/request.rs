@@ -48,7 +48,12 @@ impl HttpRequest {
                 }
             }
         }
-        let first = |key: &str| names.iter().position(|n| n == key).map(|at| values[at][0].clone());
+        let first = |key: &str| {
+            names
+                .iter()
+                .position(|n| n == key)
+                .map(|at| values[at][0].clone())
+        };
         let host_override = first("Host").filter(|h| !h.is_empty());
         let user_agent = match first("User-Agent") {
             Some(ua) => ua,
@@ -72,12 +77,15 @@ impl HttpRequest {
             order.sort_by(|a, b| names[*a].cmp(&names[*b]));
             for at in order {
                 let name = &names[at];
-                if matches!(name.as_str(), "Host" | "User-Agent" | "Content-Length" | "Transfer-Encoding" | "Trailer")
-                {
+                if matches!(
+                    name.as_str(),
+                    "Host" | "User-Agent" | "Content-Length" | "Transfer-Encoding" | "Trailer"
+                ) {
                     continue;
                 }
-                let header = HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| format!("net/http: invalid header field name {}", gofmt::quote(name)))?;
+                let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                    format!("net/http: invalid header field name {}", gofmt::quote(name))
+                })?;
                 for value in &values[at] {
                     out.push((header.clone(), header_value(name, value)?));
                 }
@@ -85,10 +93,18 @@ impl HttpRequest {
             Ok(out)
         })();
         let explicit_referer = match &headers {
-            Ok(list) => list.iter().find(|(n, _)| *n == REFERER).map(|(_, v)| v.clone()),
+            Ok(list) => list
+                .iter()
+                .find(|(n, _)| *n == REFERER)
+                .map(|(_, v)| v.clone()),
             Err(_) => None,
         };
-        Ok(HttpRequest { url, host_override, headers, explicit_referer })
+        Ok(HttpRequest {
+            url,
+            host_override,
+            headers,
+            explicit_referer,
+        })
     }
 
     /// The URL the probe starts at.
@@ -105,9 +121,15 @@ impl HttpRequest {
         referer: Option<HeaderValue>,
     ) -> Result<Request<Empty<bytes::Bytes>>, String> {
         let headers = self.headers.as_ref().map_err(Clone::clone)?;
-        let uri: Uri = url.request_target().parse().map_err(|e| format!("parse {}: {e}", gofmt::quote(&url.to_string())))?;
-        let host = HeaderValue::from_str(host).map_err(|_| format!("http: invalid Host header"))?;
-        let mut request = Request::get(uri).body(Empty::new()).map_err(|e| e.to_string())?;
+        let uri: Uri = url
+            .request_target()
+            .parse()
+            .map_err(|e| format!("parse {}: {e}", gofmt::quote(&url.to_string())))?;
+        let host =
+            HeaderValue::from_str(host).map_err(|_| "http: invalid Host header".to_string())?;
+        let mut request = Request::get(uri)
+            .body(Empty::new())
+            .map_err(|e| e.to_string())?;
         let map = request.headers_mut();
         map.insert(HOST, host);
         for (name, value) in headers {
@@ -139,7 +161,12 @@ impl HttpRequest {
 }
 
 fn header_value(name: &str, value: &str) -> Result<HeaderValue, String> {
-    HeaderValue::from_str(value).map_err(|_| format!("net/http: invalid header field value for {}", gofmt::quote(name)))
+    HeaderValue::from_str(value).map_err(|_| {
+        format!(
+            "net/http: invalid header field value for {}",
+            gofmt::quote(name)
+        )
+    })
 }
 
 /// Go's `textproto.CanonicalMIMEHeaderKey`: `x-forwarded-for` becomes
@@ -147,7 +174,24 @@ fn header_value(name: &str, value: &str) -> Result<HeaderValue, String> {
 pub fn canonical_header_key(key: &str) -> String {
     let valid = !key.is_empty()
         && key.bytes().all(|b| {
-            b.is_ascii_alphanumeric() || matches!(b, b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
+            b.is_ascii_alphanumeric()
+                || matches!(
+                    b,
+                    b'!' | b'#'
+                        | b'$'
+                        | b'%'
+                        | b'&'
+                        | b'\''
+                        | b'*'
+                        | b'+'
+                        | b'-'
+                        | b'.'
+                        | b'^'
+                        | b'_'
+                        | b'`'
+                        | b'|'
+                        | b'~'
+                )
         });
     if !valid {
         return key.to_string();
@@ -155,7 +199,11 @@ pub fn canonical_header_key(key: &str) -> String {
     let mut upper = true;
     key.chars()
         .map(|c| {
-            let out = if upper { c.to_ascii_uppercase() } else { c.to_ascii_lowercase() };
+            let out = if upper {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            };
             upper = c == '-';
             out
         })
@@ -173,13 +221,17 @@ mod tests {
             host: None,
             port: Ok(8080),
             path: "/healthz".into(),
-            headers: headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
         }
     }
 
     #[test]
     fn defaults_user_agent_and_accept() {
-        let r = HttpRequest::new(&spec(&[]), "10.1.2.3", "kube-probe/1.36").unwrap();
+        let r =
+            HttpRequest::new(&spec(&[]), "10.1.2.3", "kube-probe/1.36").expect("should succeed");
         assert_eq!(r.url(), "http://10.1.2.3:8080/healthz");
         assert_eq!(r.sends(&USER_AGENT), ["kube-probe/1.36"]);
         assert_eq!(r.sends(&ACCEPT), ["*/*"]);
@@ -189,11 +241,17 @@ mod tests {
     #[test]
     fn probe_headers_override_defaults() {
         let r = HttpRequest::new(
-            &spec(&[("user-agent", "mine/2"), ("accept", "application/json"), ("host", "svc.example"), ("x-a", "1"), ("X-A", "2")]),
+            &spec(&[
+                ("user-agent", "mine/2"),
+                ("accept", "application/json"),
+                ("host", "svc.example"),
+                ("x-a", "1"),
+                ("X-A", "2"),
+            ]),
             "10.1.2.3",
             "kube-probe/1.36",
         )
-        .unwrap();
+        .expect("should succeed");
         assert_eq!(r.sends(&USER_AGENT), ["mine/2"]);
         assert_eq!(r.sends(&ACCEPT), ["application/json"]);
         assert_eq!(r.host_override.as_deref(), Some("svc.example"));
@@ -203,31 +261,52 @@ mod tests {
 
     #[test]
     fn empty_user_agent_and_accept_are_not_sent() {
-        let r = HttpRequest::new(&spec(&[("User-Agent", ""), ("Accept", "")]), "10.1.2.3", "kube-probe/1.36").unwrap();
+        let r = HttpRequest::new(
+            &spec(&[("User-Agent", ""), ("Accept", "")]),
+            "10.1.2.3",
+            "kube-probe/1.36",
+        )
+        .expect("should succeed");
         assert!(r.sends(&USER_AGENT).is_empty());
         assert!(r.sends(&ACCEPT).is_empty());
     }
 
     #[test]
     fn invalid_headers_fail_like_go_transport() {
-        let r = HttpRequest::new(&spec(&[("bad name", "x")]), "10.1.2.3", "ua").unwrap();
-        assert_eq!(r.headers.unwrap_err(), "net/http: invalid header field name \"bad name\"");
-        let r = HttpRequest::new(&spec(&[("X-Ok", "a\nb")]), "10.1.2.3", "ua").unwrap();
-        assert_eq!(r.headers.unwrap_err(), "net/http: invalid header field value for \"X-Ok\"");
+        let r = HttpRequest::new(&spec(&[("bad name", "x")]), "10.1.2.3", "ua")
+            .expect("should succeed");
+        assert_eq!(
+            r.headers.expect_err("should fail"),
+            "net/http: invalid header field name \"bad name\""
+        );
+        let r =
+            HttpRequest::new(&spec(&[("X-Ok", "a\nb")]), "10.1.2.3", "ua").expect("should succeed");
+        assert_eq!(
+            r.headers.expect_err("should fail"),
+            "net/http: invalid header field value for \"X-Ok\""
+        );
     }
 
     #[test]
     fn unresolved_port_is_a_probe_error() {
         let mut s = spec(&[]);
         s.port = Err("invalid port number: 0".into());
-        assert_eq!(HttpRequest::new(&s, "10.1.2.3", "ua").unwrap_err(), "invalid port number: 0");
+        assert_eq!(
+            HttpRequest::new(&s, "10.1.2.3", "ua").expect_err("should fail"),
+            "invalid port number: 0"
+        );
     }
 
     #[test]
     fn explicit_host_wins_over_pod_ip() {
         let mut s = spec(&[]);
         s.host = Some("127.0.0.1".into());
-        assert_eq!(HttpRequest::new(&s, "10.1.2.3", "ua").unwrap().url(), "http://127.0.0.1:8080/healthz");
+        assert_eq!(
+            HttpRequest::new(&s, "10.1.2.3", "ua")
+                .expect("should succeed")
+                .url(),
+            "http://127.0.0.1:8080/healthz"
+        );
     }
 
     #[test]

@@ -13,7 +13,9 @@ use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 /// Builds the client configuration shared by every HTTPS probe.
 pub fn insecure_client_config() -> Result<Arc<ClientConfig>, rustls::Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = Arc::new(SkipChainVerification { algorithms: provider.signature_verification_algorithms });
+    let verifier = Arc::new(SkipChainVerification {
+        algorithms: provider.signature_verification_algorithms,
+    });
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .dangerous()
@@ -65,5 +67,6 @@ impl ServerCertVerifier for SkipChainVerification {
 
 /// The name to present for SNI: an IP literal sends none, as in Go.
 pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
-    ServerName::try_from(host.to_string()).map_err(|e| format!("tls: invalid server name {host:?}: {e}"))
+    ServerName::try_from(host.to_string())
+        .map_err(|e| format!("tls: invalid server name {host:?}: {e}"))
 }

@@ -63,13 +63,15 @@ impl ProbeUrl {
     pub fn resolve(&self, location: &str) -> Result<(ProbeUrl, bool), String> {
         let (reference, _) = location.split_once('#').unwrap_or((location, ""));
         if let Some((scheme, rest)) = split_scheme(reference) {
-            let url = parse_network_path(&scheme.to_ascii_lowercase(), rest)
-                .ok_or_else(|| format!("failed to parse Location header {}", gofmt::quote(location)))?;
+            let url = parse_network_path(&scheme.to_ascii_lowercase(), rest).ok_or_else(|| {
+                format!("failed to parse Location header {}", gofmt::quote(location))
+            })?;
             return Ok((url, true));
         }
         if reference.starts_with("//") {
-            let url = parse_network_path(&self.scheme, reference)
-                .ok_or_else(|| format!("failed to parse Location header {}", gofmt::quote(location)))?;
+            let url = parse_network_path(&self.scheme, reference).ok_or_else(|| {
+                format!("failed to parse Location header {}", gofmt::quote(location))
+            })?;
             return Ok((url, false));
         }
         let (path, query) = split_reference(reference);
@@ -97,7 +99,13 @@ impl ProbeUrl {
 
 impl fmt::Display for ProbeUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://{}{}", self.scheme, self.authority(), self.request_target())
+        write!(
+            f,
+            "{}://{}{}",
+            self.scheme,
+            self.authority(),
+            self.request_target()
+        )
     }
 }
 
@@ -107,7 +115,9 @@ fn split_scheme(s: &str) -> Option<(&str, &str)> {
     let scheme = &s[..colon];
     let mut chars = scheme.chars();
     let first = chars.next()?;
-    if !first.is_ascii_alphabetic() || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')) {
+    if !first.is_ascii_alphabetic()
+        || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    {
         return None;
     }
     Some((scheme, &s[colon + 1..]))
@@ -119,7 +129,9 @@ fn parse_network_path(scheme: &str, rest: &str) -> Option<ProbeUrl> {
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let authority = &rest[..end];
     let (path, query) = split_reference(&rest[end..]);
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    let authority = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
     let default_port = match scheme {
         "https" => 443,
         _ => 80,
@@ -160,7 +172,11 @@ fn split_reference(s: &str) -> (&str, Option<&str>) {
 }
 
 fn absolute_path(path: &str) -> String {
-    if path.starts_with('/') { path.to_string() } else { format!("/{path}") }
+    if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("/{path}")
+    }
 }
 
 /// Percent-encodes what may not appear in a request target, keeping valid
@@ -172,7 +188,10 @@ fn escape(s: &str, query: bool) -> String {
     while i < bytes.len() {
         let b = bytes[i];
         let keep = b.is_ascii_alphanumeric()
-            || matches!(b, b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+')
+            || matches!(
+                b,
+                b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+'
+            )
             || matches!(b, b',' | b';' | b'=' | b':' | b'@' | b'/')
             || (query && b == b'?')
             || (b == b'%'
@@ -223,29 +242,54 @@ mod tests {
         let u = ProbeUrl::for_probe("http", "10.0.0.5", 8080, "/healthz?full=1#frag");
         assert_eq!(u.to_string(), "http://10.0.0.5:8080/healthz?full=1");
         assert_eq!(u.request_target(), "/healthz?full=1");
-        assert_eq!(ProbeUrl::for_probe("http", "10.0.0.5", 80, "").to_string(), "http://10.0.0.5:80/");
-        assert_eq!(ProbeUrl::for_probe("http", "10.0.0.5", 80, "ready").request_target(), "/ready");
-        assert_eq!(ProbeUrl::for_probe("https", "fd00::1", 443, "/").to_string(), "https://[fd00::1]:443/");
-        assert_eq!(ProbeUrl::for_probe("http", "h", 1, "/a b%20c").request_target(), "/a%20b%20c");
+        assert_eq!(
+            ProbeUrl::for_probe("http", "10.0.0.5", 80, "").to_string(),
+            "http://10.0.0.5:80/"
+        );
+        assert_eq!(
+            ProbeUrl::for_probe("http", "10.0.0.5", 80, "ready").request_target(),
+            "/ready"
+        );
+        assert_eq!(
+            ProbeUrl::for_probe("https", "fd00::1", 443, "/").to_string(),
+            "https://[fd00::1]:443/"
+        );
+        assert_eq!(
+            ProbeUrl::for_probe("http", "h", 1, "/a b%20c").request_target(),
+            "/a%20b%20c"
+        );
     }
 
     #[test]
     fn resolves_redirect_locations() {
         let base = ProbeUrl::for_probe("http", "10.0.0.5", 8080, "/a/b?x=1");
-        let (u, abs) = base.resolve("/new").unwrap();
-        assert_eq!((u.to_string(), abs), ("http://10.0.0.5:8080/new".to_string(), false));
-        let (u, _) = base.resolve("c?y=2").unwrap();
+        let (u, abs) = base.resolve("/new").expect("should succeed");
+        assert_eq!(
+            (u.to_string(), abs),
+            ("http://10.0.0.5:8080/new".to_string(), false)
+        );
+        let (u, _) = base.resolve("c?y=2").expect("should succeed");
         assert_eq!(u.to_string(), "http://10.0.0.5:8080/a/c?y=2");
-        let (u, _) = base.resolve("../up").unwrap();
+        let (u, _) = base.resolve("../up").expect("should succeed");
         assert_eq!(u.to_string(), "http://10.0.0.5:8080/up");
-        let (u, _) = base.resolve("?z").unwrap();
+        let (u, _) = base.resolve("?z").expect("should succeed");
         assert_eq!(u.to_string(), "http://10.0.0.5:8080/a/b?z");
-        let (u, abs) = base.resolve("https://example.com/x").unwrap();
-        assert_eq!((u.to_string(), abs), ("https://example.com/x".to_string(), true));
+        let (u, abs) = base
+            .resolve("https://example.com/x")
+            .expect("should succeed");
+        assert_eq!(
+            (u.to_string(), abs),
+            ("https://example.com/x".to_string(), true)
+        );
         assert_eq!((u.host.as_str(), u.port), ("example.com", 443));
-        let (u, abs) = base.resolve("//10.0.0.5:9090/y").unwrap();
-        assert_eq!((u.to_string(), abs), ("http://10.0.0.5:9090/y".to_string(), false));
-        let (u, _) = base.resolve("http://[fd00::2]:81/").unwrap();
+        let (u, abs) = base.resolve("//10.0.0.5:9090/y").expect("should succeed");
+        assert_eq!(
+            (u.to_string(), abs),
+            ("http://10.0.0.5:9090/y".to_string(), false)
+        );
+        let (u, _) = base
+            .resolve("http://[fd00::2]:81/")
+            .expect("should succeed");
         assert_eq!((u.host.as_str(), u.port), ("fd00::2", 81));
         assert!(base.resolve("http://host:notaport/").is_err());
     }
