@@ -347,7 +347,9 @@ async fn container_lifecycle_status_and_filters() {
             .map(String::as_str),
         Some("abc")
     );
-    assert!(st.image_id.starts_with("sha256:"), "{}", st.image_id);
+    // containerd 1.6: the image id is in image_ref, image_id stays empty.
+    assert!(st.image_ref.starts_with("sha256:"), "{}", st.image_ref);
+    assert_eq!(st.image_id, "");
 
     s.fake.clock().set(6_000);
     s.cri.start_container(&id).await.expect("start");
@@ -493,12 +495,17 @@ async fn exec_sync_results_errors_and_timeouts() {
         .await
         .expect("exec");
     assert_eq!((r.stderr.as_slice(), r.exit_code), (b"bad\n".as_slice(), 1));
-    let r = s
+    // A binary that is not there is an error, not an exit code (runc).
+    let err = s
         .cri
         .exec_sync(&id, argv(&["unknown-cmd"]), Duration::from_secs(1))
         .await
-        .expect("exec");
-    assert_eq!(r.exit_code, 127);
+        .expect_err("no such binary");
+    assert_eq!(err.code(), Some(Code::Unknown), "{err}");
+    assert!(
+        err.to_string().contains("executable file not found"),
+        "{err}"
+    );
 
     let started = tokio::time::Instant::now();
     let err = s

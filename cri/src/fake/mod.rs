@@ -7,11 +7,18 @@
 //! accepted), the CREATED → RUNNING → EXITED state machine, nanosecond
 //! timestamps, labels and annotations echoed back, ANDed filters, sandbox
 //! IPs from a CIDR (skipping the gateway `.1`), log paths joined from the
-//! sandbox log directory, reserved names, NotFound for unknown ids (but
-//! removing an unknown id succeeds), exit reasons `Completed`/`Error`/
-//! `OOMKilled`, and CONTAINER_CREATED/STARTED/STOPPED/DELETED events (also
-//! for the sandbox itself, whose id is then the "container" id) carrying the
-//! sandbox and container statuses.
+//! sandbox log directory, reserved names (a duplicate is an Unknown error),
+//! NotFound for unknown ids (also for Stop; removing an unknown id
+//! succeeds), containers only in READY sandboxes, no IP once a sandbox is
+//! stopped, exit reasons `Completed`/`Error`/`OOMKilled`, a stop ending the
+//! process by SIGTERM (143) or SIGKILL (137), the image id as `image_ref`
+//! and an empty `image_id` (containerd 1.6), ListImages ignoring its filter
+//! (containerd 1.6), stats only for running containers, and — as in
+//! containerd ≥ 1.7, switchable off for 1.6 — CONTAINER_CREATED/STARTED/
+//! STOPPED/DELETED events (also for the sandbox itself, whose id is then the
+//! "container" id) carrying the sandbox and container statuses.
+//! These behaviours were checked against containerd 1.6.20 by the system
+//! tests in `tests/tests/system_cri_containerd.rs`.
 //!
 //! On top of that a test controls it: a [`FakeClock`], scripted container
 //! exits ([`ExitScript`]) and exec results ([`ExecScript`]), per-method
@@ -427,8 +434,9 @@ impl FakeRuntime {
     }
 
     /// What ExecSync answers for a command (later scripts win; a script for
-    /// a named container wins over one for any container). Commands without
-    /// a script answer like a shell that cannot find them: exit code 127.
+    /// a named container wins over one for any container). A command without
+    /// a script fails the way runc fails for a binary not in the image: an
+    /// Unknown error, not an exit code.
     pub fn script_exec(&self, script: ExecScript) {
         lock(&self.shared.execs).push(script);
     }

@@ -292,12 +292,11 @@ impl RuntimeService for FakeService {
         let (_, name) = self.state().exec_check(&req.container_id)?;
         let script = State::exec_lookup(&lock(&self.0.execs), &name, &req.cmd).cloned();
         let Some(script) = script else {
+            // As runc answers for a binary that is not in the image.
             let first = req.cmd.first().cloned().unwrap_or_default();
-            return ok(api::ExecSyncResponse {
-                stdout: Vec::new(),
-                stderr: format!("sh: {first}: not found\n").into_bytes(),
-                exit_code: 127,
-            });
+            return Err(Status::unknown(format!(
+                "failed to exec in container: failed to start exec: OCI runtime exec failed: exec failed: unable to start container process: exec: {first:?}: executable file not found in $PATH: unknown"
+            )));
         };
         let limit = u64::try_from(req.timeout)
             .ok()
@@ -426,11 +425,9 @@ impl RuntimeService for FakeService {
                 ],
             }),
             info: Default::default(),
-            runtime_handlers: vec![api::RuntimeHandler {
-                name: String::new(),
-                features: Some(api::RuntimeHandlerFeatures::default()),
-            }],
-            features: Some(api::RuntimeFeatures::default()),
+            // containerd 1.6 reports neither handlers nor features.
+            runtime_handlers: Vec::new(),
+            features: None,
         })
     }
 

@@ -48,7 +48,6 @@ pub(crate) struct Container {
     pub(crate) reason: String,
     pub(crate) message: String,
     pub(crate) image_ref: String,
-    pub(crate) image_id: String,
     pub(crate) log_path: String,
     /// Exit code the container gives when stopped with a grace period
     /// (None: 143, the default action of SIGTERM).
@@ -244,7 +243,8 @@ impl State {
                     linux: Some(linux),
                     windows: None,
                 }),
-            image_id: c.image_id.clone(),
+            // containerd 1.6 leaves image_id empty (image_ref holds the id).
+            image_id: String::new(),
             user: None,
         }
     }
@@ -260,7 +260,7 @@ impl State {
             created_at: c.created_at,
             labels: c.config.labels.clone(),
             annotations: c.config.annotations.clone(),
-            image_id: c.image_id.clone(),
+            image_id: String::new(),
         }
     }
 
@@ -382,9 +382,11 @@ impl State {
         sb.state = Ps::SandboxNotready;
         if sb.ip_held {
             sb.ip_held = false;
-            let ip = sb.ip.clone();
+            let ip = std::mem::take(&mut sb.ip);
             self.pool.release(&ip);
         }
+        // containerd reports no IP once the sandbox's network is torn down.
+        sb.ip.clear();
         if was_ready {
             events.push(self.event(&id, &id, Ev::ContainerStoppedEvent, now));
         }
@@ -476,6 +478,11 @@ impl State {
         let Some(sb) = self.sandboxes.get(&sandbox_id) else {
             return Err(not_found("sandbox", &sandbox_id));
         };
+        if sb.state != Ps::SandboxReady {
+            return Err(Status::not_found(format!(
+                "failed to get sandbox container task: no running task found: task {sandbox_id} not found: not found"
+            )));
+        }
         let sb_md = sb.config.metadata.clone().unwrap_or_default();
         let name = format!(
             "{}_{}_{}_{}_{}",
@@ -516,7 +523,6 @@ impl State {
             reason: String::new(),
             message: String::new(),
             image_ref: image.image_ref(),
-            image_id: image.id.clone(),
             log_path,
             stop_exit_code: None,
             config,
