@@ -14,13 +14,16 @@ pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
 /// Default NodePort range (`--service-node-port-range`).
 pub const NODE_PORT_RANGE: std::ops::RangeInclusive<u16> = 30000..=32767;
 
+/// What one Service holds: cluster IPs and (port, protocol) node ports.
+type Held = (Vec<IpAddr>, Vec<(u16, String)>);
+
 /// Allocated cluster IPs and node ports, tracked per Service.
 #[derive(Debug)]
 pub struct Allocator {
     cidr: IpNet,
     ips: HashSet<IpAddr>,
     ports: HashSet<(u16, String)>,
-    by_service: HashMap<(String, String), (Vec<IpAddr>, Vec<(u16, String)>)>,
+    by_service: HashMap<(String, String), Held>,
 }
 
 impl Default for Allocator {
@@ -36,7 +39,7 @@ impl Default for Allocator {
     }
 }
 
-fn service_allocations(svc: &Value) -> (Vec<IpAddr>, Vec<(u16, String)>) {
+fn service_allocations(svc: &Value) -> Held {
     let ips = svc
         .pointer("/spec/clusterIPs")
         .and_then(Value::as_array)

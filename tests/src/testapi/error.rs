@@ -52,16 +52,9 @@ pub struct Cause {
     pub field: String,
 }
 
-/// An API error, rendered as a `metav1.Status` with the HTTP code, reason
-/// and message kube-apiserver would use for the same failure.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
-    /// HTTP status code.
-    pub code: u16,
-    /// `reason` field (`NotFound`, `AlreadyExists`, `Conflict`, `Invalid`, ...).
-    pub reason: &'static str,
-    /// `message` field.
-    pub message: String,
+/// The `details` of an API error (boxed to keep [`ApiError`] small).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ErrorDetails {
     /// `details.name`.
     pub name: Option<String>,
     /// `details.group`.
@@ -72,6 +65,20 @@ pub struct ApiError {
     pub causes: Vec<Cause>,
     /// `details.retryAfterSeconds` (only for 429/5xx that suggest a retry).
     pub retry_after: Option<u32>,
+}
+
+/// An API error, rendered as a `metav1.Status` with the HTTP code, reason
+/// and message kube-apiserver would use for the same failure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// HTTP status code.
+    pub code: u16,
+    /// `reason` field (`NotFound`, `AlreadyExists`, `Conflict`, `Invalid`, ...).
+    pub reason: &'static str,
+    /// `message` field.
+    pub message: String,
+    /// `details`.
+    pub details: Box<ErrorDetails>,
 }
 
 /// A qualified resource as upstream prints it in messages: `pods`, or
@@ -90,19 +97,15 @@ impl ApiError {
             code,
             reason,
             message: message.into(),
-            name: None,
-            group: None,
-            kind: None,
-            causes: Vec::new(),
-            retry_after: None,
+            details: Box::default(),
         }
     }
 
     fn with_details(mut self, group: &str, kind: &str, name: &str) -> ApiError {
-        self.group = Some(group.to_string());
-        self.kind = Some(kind.to_string());
+        self.details.group = Some(group.to_string());
+        self.details.kind = Some(kind.to_string());
         if !name.is_empty() {
-            self.name = Some(name.to_string());
+            self.details.name = Some(name.to_string());
         }
         self
     }
@@ -234,7 +237,7 @@ impl ApiError {
             ),
         )
         .with_details(group, kind, name);
-        e.causes = causes;
+        e.details.causes = causes;
         e
     }
 
@@ -246,14 +249,14 @@ impl ApiError {
             "InternalError",
             format!("Internal error occurred: {m}"),
         );
-        e.retry_after = Some(1);
+        e.details.retry_after = Some(1);
         e
     }
 
     /// 504 Timeout.
     pub fn timeout(message: impl Into<String>) -> ApiError {
         let mut e = ApiError::new(504, "Timeout", message);
-        e.retry_after = Some(1);
+        e.details.retry_after = Some(1);
         e
     }
 
@@ -267,7 +270,7 @@ impl ApiError {
             format!("injected failure (test knob): {reason}"),
         );
         if code == 429 || code >= 500 {
-            e.retry_after = Some(1);
+            e.details.retry_after = Some(1);
         }
         e
     }
@@ -284,26 +287,27 @@ impl ApiError {
             "code": self.code,
         });
         let mut details = serde_json::Map::new();
-        if let Some(n) = &self.name {
+        let d = &self.details;
+        if let Some(n) = &d.name {
             details.insert("name".into(), json!(n));
         }
-        if let Some(g) = &self.group
+        if let Some(g) = &d.group
             && !g.is_empty()
         {
             details.insert("group".into(), json!(g));
         }
-        if let Some(k) = &self.kind {
+        if let Some(k) = &d.kind {
             details.insert("kind".into(), json!(k));
         }
-        if !self.causes.is_empty() {
-            let causes: Vec<Value> = self
+        if !d.causes.is_empty() {
+            let causes: Vec<Value> = d
                 .causes
                 .iter()
                 .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
                 .collect();
             details.insert("causes".into(), Value::Array(causes));
         }
-        if let Some(r) = self.retry_after {
+        if let Some(r) = d.retry_after {
             details.insert("retryAfterSeconds".into(), json!(r));
         }
         if !details.is_empty() {

@@ -95,7 +95,7 @@ fn error_response(e: &ApiError) -> Response<Body> {
         "application/json",
         Bytes::from(e.to_status().to_string()),
     );
-    if let Some(s) = e.retry_after
+    if let Some(s) = e.details.retry_after
         && let Ok(v) = s.to_string().parse()
     {
         r.headers_mut().insert(http::header::RETRY_AFTER, v);

@@ -117,6 +117,7 @@ pub struct ListPage {
 }
 
 /// Where a watch starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WatchFrom {
     /// Send the current state as ADDED events first, then follow.
     Current,

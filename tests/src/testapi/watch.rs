@@ -194,7 +194,7 @@ pub fn stream(
         let _guard = state.knobs.watch_guard();
         let mut drop_rx = state.knobs.drop_rx();
         drop_rx.borrow_and_update();
-        let from = req.from_clone();
+        let from = req.from;
         let start = match state.store.watch(req.res.storage, req.ns.as_deref(), from) {
             Ok(s) => s,
             Err(e) => {
@@ -247,16 +247,6 @@ pub fn stream(
                     Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => break,
                 },
             }
-        }
-    }
-}
-
-impl WatchRequest {
-    fn from_clone(&self) -> WatchFrom {
-        match self.from {
-            WatchFrom::Current => WatchFrom::Current,
-            WatchFrom::Now => WatchFrom::Now,
-            WatchFrom::After(n) => WatchFrom::After(n),
         }
     }
 }
