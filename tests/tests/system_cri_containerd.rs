@@ -551,3 +551,54 @@ async fn a_killed_run_is_cleaned_up_by_the_next_start() {
     drop(ctrd);
     assert_eq!(instance.leftovers(), Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn client_reconnects_after_containerd_restart() {
+    if !require_root("client_reconnects_after_containerd_restart") {
+        return;
+    }
+    let mut ctrd = Containerd::start().await.expect("containerd");
+    let cri = ctrd.client().clone();
+    let sb = run_one_pod(&ctrd, "uid-restart").await;
+    let before = cri
+        .list_containers(None)
+        .await
+        .expect("list before restart");
+    assert_eq!(before.len(), 1);
+
+    ctrd.restart().await.expect("restart containerd");
+
+    // The same client (same channel) works again once it has redialed.
+    let after = wait_for(
+        "the old client to reconnect",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || async { cri.list_containers(None).await.map_err(|e| e.to_string()) },
+    )
+    .await
+    .expect("reconnected");
+    assert_eq!(after.len(), 1);
+    assert_eq!(
+        after[0].id, before[0].id,
+        "containers survive a runtime restart"
+    );
+    assert_eq!(after[0].state, api::ContainerState::ContainerRunning as i32);
+    let r = cri
+        .exec_sync(
+            &after[0].id,
+            vec!["echo".into(), "still here".into()],
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("exec after restart");
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "still here\n");
+    let pods = cri.list_pod_sandbox(None).await.expect("pods");
+    assert_eq!(
+        pods.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(),
+        vec![sb.as_str()]
+    );
+
+    let instance = ctrd.instance().clone();
+    drop(ctrd);
+    assert_eq!(instance.leftovers(), Vec::<String>::new());
+}

@@ -2,7 +2,9 @@
 //! runs the Pods bound to it on the CRI runtime, reports their status.
 
 pub mod cgroups;
+pub mod downward;
 pub mod pods;
+pub mod volumes;
 
 use crate::role::RoleContext;
 

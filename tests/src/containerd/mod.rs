@@ -175,8 +175,6 @@ impl Containerd {
             .map_err(|e| HarnessError::Packages(e.to_string()))??;
 
         let log_path = instance.dir.join("containerd.log");
-        let log = std::fs::File::create(&log_path).map_err(io("creating containerd.log"))?;
-        let log_err = log.try_clone().map_err(io("cloning log handle"))?;
         let netns_ref = partial
             .netns
             .as_ref()
@@ -184,22 +182,12 @@ impl Containerd {
                 reason: "namespace vanished".into(),
                 log: String::new(),
             })?;
-        let child = netns_ref
-            .command("containerd")
-            .arg("--config")
-            .arg(&config_path)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .spawn()
-            .map_err(io("spawning containerd"))?;
-        write(
-            &instance.dir.join("containerd.pid"),
-            &child.id().to_string(),
-        )?;
-        partial.child = Some(child);
+        partial.child = Some(spawn_containerd(netns_ref, &instance)?);
 
-        let client = wait_until_ready(&mut partial, &options).await?;
+        let client = match partial.child.as_mut() {
+            Some(child) => wait_until_ready(child, &instance, &options).await?,
+            None => unreachable_child(),
+        };
         let socket = instance.socket();
         for image in &built {
             let archive = image.archive.clone();
@@ -228,6 +216,21 @@ impl Containerd {
             pod_cidr: options.pod_cidr,
             netns,
         })
+    }
+
+    /// Restarts containerd (SIGTERM, wait, start again on the same root,
+    /// state and socket), as an upgrade or a crash-restart would. Pods keep
+    /// running (their shims survive); clients reconnect on their next call.
+    pub async fn restart(&mut self) -> Result<(), HarnessError> {
+        stop_child(self.child.take());
+        let mut child = spawn_containerd(&self.netns, &self.instance)?;
+        let options = ContainerdOptions {
+            pod_cidr: self.pod_cidr.clone(),
+            ..ContainerdOptions::default()
+        };
+        let ready = wait_until_ready(&mut child, &self.instance, &options).await;
+        self.child = Some(child);
+        ready.map(drop)
     }
 
     /// The containerd socket path.
@@ -351,18 +354,17 @@ fn tail(path: &Path) -> String {
 }
 
 async fn wait_until_ready(
-    partial: &mut Partial,
+    child: &mut Child,
+    instance: &Instance,
     options: &ContainerdOptions,
 ) -> Result<RuntimeClient, HarnessError> {
-    let socket = partial.instance.socket();
-    let log_path = partial.instance.dir.join("containerd.log");
+    let socket = instance.socket();
+    let log_path = instance.dir.join("containerd.log");
     let endpoint = format!("unix://{}", socket.display());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut last = String::from("socket not there yet");
     loop {
-        if let Some(child) = partial.child.as_mut()
-            && let Ok(Some(status)) = child.try_wait()
-        {
+        if let Ok(Some(status)) = child.try_wait() {
             return Err(HarnessError::Startup {
                 reason: format!("containerd exited: {status}"),
                 log: tail(&log_path),
@@ -413,6 +415,36 @@ impl Partial {
             None => unreachable_netns(),
         }
     }
+}
+
+fn unreachable_child() -> ! {
+    panic!("containerd harness: containerd child missing right after spawning it")
+}
+
+/// Starts containerd with the instance's config inside `netns`, its output
+/// appended to the instance's log; records its pid.
+fn spawn_containerd(netns: &NetNs, instance: &Instance) -> Result<Child, HarnessError> {
+    let log_path = instance.dir.join("containerd.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(io("opening containerd.log"))?;
+    let log_err = log.try_clone().map_err(io("cloning log handle"))?;
+    let child = netns
+        .command("containerd")
+        .arg("--config")
+        .arg(instance.dir.join("config.toml"))
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .spawn()
+        .map_err(io("spawning containerd"))?;
+    write(
+        &instance.dir.join("containerd.pid"),
+        &child.id().to_string(),
+    )?;
+    Ok(child)
 }
 
 fn unreachable_netns() -> ! {
