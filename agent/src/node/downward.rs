@@ -75,7 +75,11 @@ pub fn split_subscripted_path(field_path: &str) -> Option<(&str, &str)> {
 /// Checks `fieldRef.apiVersion` and the path as the API server's field label
 /// conversion does; returns the internal path (`spec.host` → `spec.nodeName`).
 pub fn convert_field_label(api_version: &str, label: &str) -> Result<String, DownwardError> {
-    let version = if api_version.is_empty() { "v1" } else { api_version };
+    let version = if api_version.is_empty() {
+        "v1"
+    } else {
+        api_version
+    };
     if version != "v1" {
         return Err(DownwardError::UnsupportedVersion(version.to_string()));
     }
@@ -339,7 +343,11 @@ pub fn container_resource(
     for resource in ["cpu", "memory", "ephemeral-storage"] {
         let unset = limits
             .get(resource)
-            .map(|q| Quantity::parse(&q.0).map(|q| q == Quantity::ZERO).unwrap_or(true))
+            .map(|q| {
+                Quantity::parse(&q.0)
+                    .map(|q| q == Quantity::ZERO)
+                    .unwrap_or(true)
+            })
             .unwrap_or(true);
         if unset && let Some(alloc) = allocatable.get(resource) {
             limits.insert(resource.to_string(), alloc.clone());
@@ -350,14 +358,22 @@ pub fn container_resource(
         .as_ref()
         .and_then(|r| r.requests.clone())
         .unwrap_or_default();
-    resource_value(&selector.resource, selector.divisor.as_ref(), &limits, &requests)
+    resource_value(
+        &selector.resource,
+        selector.divisor.as_ref(),
+        &limits,
+        &requests,
+    )
 }
 
 fn find_container<'a>(pod: &'a Pod, name: &str) -> Result<&'a Container, DownwardError> {
     let spec = pod.spec.as_ref();
     spec.into_iter()
         .flat_map(|s| s.containers.iter())
-        .chain(spec.into_iter().flat_map(|s| s.init_containers.iter().flatten()))
+        .chain(
+            spec.into_iter()
+                .flat_map(|s| s.init_containers.iter().flatten()),
+        )
         .find(|c| c.name == name)
         .ok_or_else(|| DownwardError::ContainerNotFound(name.to_string()))
 }
@@ -414,7 +430,10 @@ mod tests {
         let c = Container {
             name: "app".into(),
             resources: Some(ResourceRequirements {
-                limits: Some(BTreeMap::from([("memory".into(), ApiQuantity("128Mi".into()))])),
+                limits: Some(BTreeMap::from([(
+                    "memory".into(),
+                    ApiQuantity("128Mi".into()),
+                )])),
                 requests: Some(BTreeMap::from([
                     ("cpu".into(), ApiQuantity("250m".into())),
                     ("memory".into(), ApiQuantity("64Mi".into())),
@@ -478,7 +497,11 @@ mod tests {
             ("status.hostIPs", "fd00::1,192.168.1.1"),
         ];
         for (path, want) in cases {
-            assert_eq!(pod_field(&p, &sel(path), &rt).as_deref(), Ok(want), "{path}");
+            assert_eq!(
+                pod_field(&p, &sel(path), &rt).as_deref(),
+                Ok(want),
+                "{path}"
+            );
         }
     }
 
@@ -487,11 +510,15 @@ mod tests {
         let p = pod();
         let rt = PodRuntime::default();
         assert_eq!(
-            pod_field(&p, &sel("spec.containers"), &rt).unwrap_err().to_string(),
+            pod_field(&p, &sel("spec.containers"), &rt)
+                .unwrap_err()
+                .to_string(),
             "field label not supported: spec.containers"
         );
         assert_eq!(
-            pod_field(&p, &sel("metadata.name['x']"), &rt).unwrap_err().to_string(),
+            pod_field(&p, &sel("metadata.name['x']"), &rt)
+                .unwrap_err()
+                .to_string(),
             "field label does not support subscript: metadata.name['x']"
         );
         let v2 = ObjectFieldSelector {
@@ -551,7 +578,10 @@ mod tests {
         assert_eq!(r("limits.cpu", None).as_deref(), Ok("4"));
         assert_eq!(r("limits.memory", Some("1Mi")).as_deref(), Ok("128"));
         assert_eq!(r("requests.memory", Some("1Gi")).as_deref(), Ok("1"));
-        assert_eq!(r("limits.ephemeral-storage", Some("1Gi")).as_deref(), Ok("100"));
+        assert_eq!(
+            r("limits.ephemeral-storage", Some("1Gi")).as_deref(),
+            Ok("100")
+        );
         assert_eq!(r("requests.ephemeral-storage", None).as_deref(), Ok("0"));
         assert_eq!(r("limits.hugepages-2Mi", None).as_deref(), Ok("0"));
         assert_eq!(

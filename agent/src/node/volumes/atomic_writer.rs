@@ -72,7 +72,10 @@ pub struct AtomicWriter {
 impl AtomicWriter {
     /// A writer for `target`, which must exist. `log_context` names the
     /// volume in logs (`pod ns/name volume v`).
-    pub fn new(target: impl Into<PathBuf>, log_context: impl Into<String>) -> io::Result<AtomicWriter> {
+    pub fn new(
+        target: impl Into<PathBuf>,
+        log_context: impl Into<String>,
+    ) -> io::Result<AtomicWriter> {
         let target = target.into();
         std::fs::metadata(&target)?;
         Ok(AtomicWriter {
@@ -127,7 +130,10 @@ impl AtomicWriter {
         if should_write && let Some(old) = old_ts_path {
             std::fs::remove_dir_all(&old)
                 .or_else(ignore_not_found)
-                .map_err(io_err(format!("removing old data directory {}", old.display())))?;
+                .map_err(io_err(format!(
+                    "removing old data directory {}",
+                    old.display()
+                )))?;
         }
         Ok(should_write)
     }
@@ -141,7 +147,10 @@ impl AtomicWriter {
     ) -> Result<(), WriteError> {
         write_payload(payload, ts_dir)?;
         if let Some(f) = set_perms {
-            f(ts_name).map_err(io_err(format!("applying ownership to {}", self.target.display())))?;
+            f(ts_name).map_err(io_err(format!(
+                "applying ownership to {}",
+                self.target.display()
+            )))?;
         }
         let tmp = self.target.join(NEW_DATA_DIR);
         // A crash between symlink and rename leaves this behind.
@@ -152,7 +161,11 @@ impl AtomicWriter {
         let data = self.target.join(DATA_DIR);
         if let Err(e) = std::fs::rename(&tmp, &data) {
             let _ = std::fs::remove_file(&tmp);
-            return Err(io_err(format!("renaming {} to {}", tmp.display(), data.display()))(e));
+            return Err(io_err(format!(
+                "renaming {} to {}",
+                tmp.display(),
+                data.display()
+            ))(e));
         }
         Ok(())
     }
@@ -162,7 +175,9 @@ impl AtomicWriter {
             .strftime("..%Y_%m_%d_%H_%M_%S.")
             .to_string();
         for _ in 0..100 {
-            let dir = self.target.join(format!("{stamp}{}", rand::random::<u32>()));
+            let dir = self
+                .target
+                .join(format!("{stamp}{}", rand::random::<u32>()));
             match std::fs::create_dir(&dir) {
                 Ok(()) => {
                     // 0755 lets group and others traverse, whatever the umask.
@@ -353,11 +368,17 @@ fn write_payload(payload: &Payload, dir: &Path) -> Result<(), WriteError> {
         )))?;
         // The umask applied at creation; set the exact mode.
         std::fs::set_permissions(&full, std::fs::Permissions::from_mode(file.mode)).map_err(
-            io_err(format!("setting mode {:04o} on {}", file.mode, full.display())),
+            io_err(format!(
+                "setting mode {:04o} on {}",
+                file.mode,
+                full.display()
+            )),
         )?;
         if let Some(uid) = file.fs_user {
-            std::os::unix::fs::chown(&full, Some(uid), None)
-                .map_err(io_err(format!("changing owner of {} to {uid}", full.display())))?;
+            std::os::unix::fs::chown(&full, Some(uid), None).map_err(io_err(format!(
+                "changing owner of {} to {uid}",
+                full.display()
+            )))?;
         }
     }
     Ok(())
@@ -406,7 +427,10 @@ mod tests {
             std::fs::read_link(tmp.path().join("sub")).unwrap(),
             PathBuf::from("..data/sub")
         );
-        assert_eq!(std::fs::read_to_string(tmp.path().join("sub/dir/b")).unwrap(), "two");
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("sub/dir/b")).unwrap(),
+            "two"
+        );
         let meta = |p: &str| std::fs::metadata(tmp.path().join(p)).unwrap().mode() & 0o7777;
         assert_eq!(meta("a"), 0o644);
         assert_eq!(meta("sub/dir/b"), 0o400);
@@ -421,9 +445,15 @@ mod tests {
         q.insert("a".into(), file("uno", 0o644));
         q.insert("c".into(), file("three", 0o644));
         assert!(w.write(&q, None).unwrap());
-        assert_eq!(std::fs::read_to_string(tmp.path().join("a")).unwrap(), "uno");
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("a")).unwrap(),
+            "uno"
+        );
         assert!(std::fs::symlink_metadata(tmp.path().join("sub")).is_err());
-        assert_eq!(std::fs::read_to_string(tmp.path().join("c")).unwrap(), "three");
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("c")).unwrap(),
+            "three"
+        );
         let dirs = ts_dirs(tmp.path());
         assert_eq!(dirs.len(), 1);
         assert_ne!(dirs[0], name, "old data directory removed");
@@ -445,7 +475,10 @@ mod tests {
         };
         w.write(&p, Some(&f)).unwrap();
         let published = std::fs::read_link(tmp.path().join("..data")).unwrap();
-        assert_eq!(seen.lock().unwrap().clone(), Some(published.to_string_lossy().into_owned()));
+        assert_eq!(
+            seen.lock().unwrap().clone(),
+            Some(published.to_string_lossy().into_owned())
+        );
     }
 
     #[test]

@@ -89,7 +89,9 @@ pub fn set_up(mounter: &dyn Mounter, v: &EmptyDir<'_>) -> io::Result<()> {
     let mounted = mount_at(&mounter.mount_points()?, v.dir).map(|m| m.fstype.clone());
     if ready.exists() {
         match (&v.medium, mounted.as_deref()) {
-            (Medium::Memory, Some("tmpfs")) | (Medium::HugePages(_), Some("hugetlbfs")) => return Ok(()),
+            (Medium::Memory, Some("tmpfs")) | (Medium::HugePages(_), Some("hugetlbfs")) => {
+                return Ok(());
+            }
             (Medium::Default, _) if v.dir.is_dir() => return Ok(()),
             _ => {
                 tracing::warn!(dir = %v.dir.display(), "volume ready marker present but the volume is not; setting it up again");
@@ -113,7 +115,9 @@ pub fn set_up(mounter: &dyn Mounter, v: &EmptyDir<'_>) -> io::Result<()> {
         Medium::HugePages(_) => {
             if mounted.as_deref() != Some("hugetlbfs") {
                 let Some(page) = &v.page_size else {
-                    return Err(io::Error::other("hugePages storage requested, but the page size is unknown"));
+                    return Err(io::Error::other(
+                        "hugePages storage requested, but the page size is unknown",
+                    ));
                 };
                 mounter.mount_fs("nodev", v.dir, "hugetlbfs", &[format!("pagesize={page}")])?;
             }
@@ -141,7 +145,12 @@ pub fn tear_down(mounter: &dyn Mounter, dir: &Path, meta_dir: &Path) -> io::Resu
     match std::fs::remove_dir_all(meta_dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io::Error::other(format!("failed to remove ready dir [{}]: {e}", meta_dir.display()))),
+        Err(e) => {
+            return Err(io::Error::other(format!(
+                "failed to remove ready dir [{}]: {e}",
+                meta_dir.display()
+            )));
+        }
     }
     if std::fs::symlink_metadata(dir).is_err() {
         return Ok(());
@@ -223,9 +232,11 @@ pub fn page_size(medium: &Medium, pod: &Pod) -> Result<String, String> {
         Medium::HugePages(Some(s)) => Quantity::parse(s).ok(),
         _ => None,
     };
-    let containers = spec
-        .into_iter()
-        .flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()));
+    let containers = spec.into_iter().flat_map(|s| {
+        s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+    });
     for c in containers {
         let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
         for name in requests.into_iter().flat_map(|r| r.keys()) {
@@ -270,8 +281,12 @@ mod tests {
             name: "c".into(),
             restart_policy: restart.map(String::from),
             resources: Some(ResourceRequirements {
-                limits: mem.map(|m| BTreeMap::from([("memory".to_string(), ApiQuantity(m.into()))])),
-                requests: Some(BTreeMap::from([("hugepages-2Mi".to_string(), ApiQuantity("4Mi".into()))])),
+                limits: mem
+                    .map(|m| BTreeMap::from([("memory".to_string(), ApiQuantity(m.into()))])),
+                requests: Some(BTreeMap::from([(
+                    "hugepages-2Mi".to_string(),
+                    ApiQuantity("4Mi".into()),
+                )])),
                 ..Default::default()
             }),
             ..Default::default()
@@ -323,9 +338,15 @@ mod tests {
         assert_eq!(memory_size_limit(&unlimited, None, &alloc), Some(1 << 30));
         assert_eq!(memory_size_limit(&limited, None, &alloc), Some(256 << 20));
         let small = ApiQuantity("16Mi".into());
-        assert_eq!(memory_size_limit(&limited, Some(&small), &alloc), Some(16 << 20));
+        assert_eq!(
+            memory_size_limit(&limited, Some(&small), &alloc),
+            Some(16 << 20)
+        );
         let big = ApiQuantity("2Gi".into());
-        assert_eq!(memory_size_limit(&limited, Some(&big), &alloc), Some(256 << 20));
+        assert_eq!(
+            memory_size_limit(&limited, Some(&big), &alloc),
+            Some(256 << 20)
+        );
         assert_eq!(memory_size_limit(&unlimited, None, &BTreeMap::new()), None);
     }
 
@@ -333,7 +354,10 @@ mod tests {
     fn hugepage_sizes() {
         let p = pod(vec![], vec![c(None, None)]);
         assert_eq!(page_size(&Medium::HugePages(None), &p).unwrap(), "2Mi");
-        assert_eq!(page_size(&Medium::HugePages(Some("2Mi".into())), &p).unwrap(), "2Mi");
+        assert_eq!(
+            page_size(&Medium::HugePages(Some("2Mi".into())), &p).unwrap(),
+            "2Mi"
+        );
         assert!(page_size(&Medium::HugePages(Some("1Gi".into())), &p).is_err());
     }
 }

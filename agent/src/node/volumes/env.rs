@@ -118,7 +118,12 @@ impl VolumeManager {
                 .data
                 .iter()
                 .flatten()
-                .map(|(k, v)| (format!("{prefix}{k}"), String::from_utf8_lossy(&v.0).into_owned()))
+                .map(|(k, v)| {
+                    (
+                        format!("{prefix}{k}"),
+                        String::from_utf8_lossy(&v.0).into_owned(),
+                    )
+                })
                 .collect());
         }
         Ok(Vec::new())

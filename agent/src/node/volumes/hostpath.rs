@@ -27,7 +27,9 @@ pub fn check_type(path: &str, path_type: Option<&str>) -> Result<(), String> {
         }
         "DirectoryOrCreate" | "Directory" => match kind() {
             Some(k) if k.is_dir() => Ok(()),
-            _ => Err(format!("hostPath type check failed: {path} is not a directory")),
+            _ => Err(format!(
+                "hostPath type check failed: {path} is not a directory"
+            )),
         },
         "FileOrCreate" if kind().is_none() => match OpenOptions::new()
             .write(true)
@@ -45,15 +47,21 @@ pub fn check_type(path: &str, path_type: Option<&str>) -> Result<(), String> {
         },
         "Socket" => match kind() {
             Some(k) if k.is_socket() => Ok(()),
-            _ => Err(format!("hostPath type check failed: {path} is not a socket file")),
+            _ => Err(format!(
+                "hostPath type check failed: {path} is not a socket file"
+            )),
         },
         "CharDevice" => match kind() {
             Some(k) if k.is_char_device() => Ok(()),
-            _ => Err(format!("hostPath type check failed: {path} is not a character device")),
+            _ => Err(format!(
+                "hostPath type check failed: {path} is not a character device"
+            )),
         },
         "BlockDevice" => match kind() {
             Some(k) if k.is_block_device() => Ok(()),
-            _ => Err(format!("hostPath type check failed: {path} is not a block device")),
+            _ => Err(format!(
+                "hostPath type check failed: {path} is not a block device"
+            )),
         },
         other => Err(format!("{other} is an invalid volume type")),
     }
@@ -84,13 +92,35 @@ mod tests {
         assert!(check_type(&s(&d.join("nothing")), None).is_ok());
 
         let f = s(&d.join("f"));
-        assert_eq!(check_type(&f, Some("Directory")).unwrap_err(), format!("hostPath type check failed: {f} is not a directory"));
-        assert_eq!(check_type(&s(d), Some("File")).unwrap_err(), format!("hostPath type check failed: {} is not a file", s(d)));
-        assert_eq!(check_type(&f, Some("Socket")).unwrap_err(), format!("hostPath type check failed: {f} is not a socket file"));
-        assert_eq!(check_type(&f, Some("CharDevice")).unwrap_err(), format!("hostPath type check failed: {f} is not a character device"));
-        assert_eq!(check_type("/dev/null", Some("BlockDevice")).unwrap_err(), "hostPath type check failed: /dev/null is not a block device");
-        assert_eq!(check_type(&f, Some("Weird")).unwrap_err(), "Weird is an invalid volume type");
-        assert!(check_type("/a/../b", None).unwrap_err().contains("must not contain '..'"));
+        assert_eq!(
+            check_type(&f, Some("Directory")).unwrap_err(),
+            format!("hostPath type check failed: {f} is not a directory")
+        );
+        assert_eq!(
+            check_type(&s(d), Some("File")).unwrap_err(),
+            format!("hostPath type check failed: {} is not a file", s(d))
+        );
+        assert_eq!(
+            check_type(&f, Some("Socket")).unwrap_err(),
+            format!("hostPath type check failed: {f} is not a socket file")
+        );
+        assert_eq!(
+            check_type(&f, Some("CharDevice")).unwrap_err(),
+            format!("hostPath type check failed: {f} is not a character device")
+        );
+        assert_eq!(
+            check_type("/dev/null", Some("BlockDevice")).unwrap_err(),
+            "hostPath type check failed: /dev/null is not a block device"
+        );
+        assert_eq!(
+            check_type(&f, Some("Weird")).unwrap_err(),
+            "Weird is an invalid volume type"
+        );
+        assert!(
+            check_type("/a/../b", None)
+                .unwrap_err()
+                .contains("must not contain '..'")
+        );
 
         let nd = d.join("new/dir");
         check_type(&s(&nd), Some("DirectoryOrCreate")).unwrap();

@@ -343,7 +343,11 @@ impl VolumeManager {
 
     /// The ConfigMap `namespace/name` from the watch cache (a registered
     /// pod must reference it).
-    pub async fn config_map(&self, namespace: &str, name: &str) -> Result<Arc<ConfigMap>, ObjectError> {
+    pub async fn config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<ConfigMap>, ObjectError> {
         self.inner.config_maps.get(namespace, name).await
     }
 
@@ -370,7 +374,12 @@ impl VolumeManager {
     /// One pass over a pod's volumes. `force` ignores retry backoff (a
     /// referenced object just changed); `background` passes skip pods whose
     /// volumes are not set up (never, or torn down).
-    async fn sync_slot(&self, slot: &PodSlot, force: bool, background: bool) -> Result<(), VolumeError> {
+    async fn sync_slot(
+        &self,
+        slot: &PodSlot,
+        force: bool,
+        background: bool,
+    ) -> Result<(), VolumeError> {
         let mut st = slot.state.lock().await;
         if background && !st.active {
             return Ok(());
@@ -413,7 +422,10 @@ impl VolumeManager {
                 }
                 continue;
             }
-            match self.setup_volume(&pod, vol, plugin, was_mounted, &mut st.warned).await {
+            match self
+                .setup_volume(&pod, vol, plugin, was_mounted, &mut st.warned)
+                .await
+            {
                 Ok(m) => {
                     let labeled = st.mounted.get(&name).is_some_and(|m| m.selinux_labeled);
                     st.mounted.insert(

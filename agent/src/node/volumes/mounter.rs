@@ -25,7 +25,13 @@ pub struct MountPoint {
 pub trait Mounter: Send + Sync + std::fmt::Debug {
     /// Mounts a filesystem of `fstype` (tmpfs, hugetlbfs) from `source` on
     /// `target` with comma-joined `options`.
-    fn mount_fs(&self, source: &str, target: &Path, fstype: &str, options: &[String]) -> io::Result<()>;
+    fn mount_fs(
+        &self,
+        source: &str,
+        target: &Path,
+        fstype: &str,
+        options: &[String],
+    ) -> io::Result<()>;
     /// Bind-mounts `source` (a path, possibly `/proc/self/fd/N`) on `target`.
     fn bind(&self, source: &Path, target: &Path) -> io::Result<()>;
     /// Unmounts `target` (not lazily: a busy mount is an error).
@@ -39,16 +45,32 @@ pub trait Mounter: Send + Sync + std::fmt::Debug {
 pub struct LinuxMounter;
 
 impl Mounter for LinuxMounter {
-    fn mount_fs(&self, source: &str, target: &Path, fstype: &str, options: &[String]) -> io::Result<()> {
+    fn mount_fs(
+        &self,
+        source: &str,
+        target: &Path,
+        fstype: &str,
+        options: &[String],
+    ) -> io::Result<()> {
         let data = options.join(",");
-        let data = if data.is_empty() { None } else { Some(data.as_str()) };
+        let data = if data.is_empty() {
+            None
+        } else {
+            Some(data.as_str())
+        };
         nix::mount::mount(Some(source), target, Some(fstype), MsFlags::empty(), data)
             .map_err(io::Error::from)
     }
 
     fn bind(&self, source: &Path, target: &Path) -> io::Result<()> {
-        nix::mount::mount(Some(source), target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
-            .map_err(io::Error::from)
+        nix::mount::mount(
+            Some(source),
+            target,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(io::Error::from)
     }
 
     fn unmount(&self, target: &Path) -> io::Result<()> {
@@ -93,7 +115,9 @@ fn unescape(s: &str) -> String {
             && i + 3 < b.len()
             && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
         {
-            let v = (b[i + 1] - b'0') as u32 * 64 + (b[i + 2] - b'0') as u32 * 8 + (b[i + 3] - b'0') as u32;
+            let v = (b[i + 1] - b'0') as u32 * 64
+                + (b[i + 2] - b'0') as u32 * 8
+                + (b[i + 3] - b'0') as u32;
             out.push(v as u8);
             i += 4;
         } else {

@@ -97,7 +97,14 @@ impl VolumeManager {
             if !sub_path.is_empty() {
                 validate_sub_path(&sub_path).map_err(VolumeError::Mount)?;
                 host_path = self
-                    .prepare_sub_path(&uid, &vm.name, &container.name, index, &mounted.path, &sub_path)
+                    .prepare_sub_path(
+                        &uid,
+                        &vm.name,
+                        &container.name,
+                        index,
+                        &mounted.path,
+                        &sub_path,
+                    )
                     .await?;
             }
             let mut container_path = vm.mount_path.clone();
@@ -106,8 +113,9 @@ impl VolumeManager {
             }
             let propagation =
                 propagation(vm.mount_propagation.as_deref()).map_err(VolumeError::Mount)?;
-            let rro = recursive_read_only(vm, opts.runtime_supports_rro)
-                .map_err(|e| VolumeError::Mount(format!("failed to resolve recursive read-only mode: {e}")))?;
+            let rro = recursive_read_only(vm, opts.runtime_supports_rro).map_err(|e| {
+                VolumeError::Mount(format!("failed to resolve recursive read-only mode: {e}"))
+            })?;
             let relabel = mounted.plugin.selinux_relabel() && !mounted.selinux_labeled;
             if relabel && let Some(m) = st.mounted.get_mut(&vm.name) {
                 m.selinux_labeled = true;
@@ -136,7 +144,10 @@ impl VolumeManager {
     ) -> Result<PathBuf, VolumeError> {
         let volume_path = volume_path.to_path_buf();
         let path = volume_path.join(sub_path);
-        let target = self.inner.layout.subpath_target(uid, volume, container, index);
+        let target = self
+            .inner
+            .layout
+            .subpath_target(uid, volume, container, index);
         let mounter = self.inner.mounter.clone();
         let sub = sub_path.to_string();
         let (v, c) = (volume.to_string(), container.to_string());
@@ -188,7 +199,10 @@ mod tests {
     #[test]
     fn propagation_modes() {
         assert_eq!(propagation(None), Ok(MountPropagation::PropagationPrivate));
-        assert_eq!(propagation(Some("None")), Ok(MountPropagation::PropagationPrivate));
+        assert_eq!(
+            propagation(Some("None")),
+            Ok(MountPropagation::PropagationPrivate)
+        );
         assert_eq!(
             propagation(Some("HostToContainer")),
             Ok(MountPropagation::PropagationHostToContainer)
@@ -205,12 +219,30 @@ mod tests {
 
     #[test]
     fn recursive_read_only_rules() {
-        assert_eq!(recursive_read_only(&vm(Some(true), None, None), true), Ok(false));
-        assert_eq!(recursive_read_only(&vm(Some(true), Some("IfPossible"), None), false), Ok(false));
-        assert_eq!(recursive_read_only(&vm(Some(true), Some("IfPossible"), None), true), Ok(true));
-        assert_eq!(recursive_read_only(&vm(Some(true), Some("Enabled"), None), true), Ok(true));
+        assert_eq!(
+            recursive_read_only(&vm(Some(true), None, None), true),
+            Ok(false)
+        );
+        assert_eq!(
+            recursive_read_only(&vm(Some(true), Some("IfPossible"), None), false),
+            Ok(false)
+        );
+        assert_eq!(
+            recursive_read_only(&vm(Some(true), Some("IfPossible"), None), true),
+            Ok(true)
+        );
+        assert_eq!(
+            recursive_read_only(&vm(Some(true), Some("Enabled"), None), true),
+            Ok(true)
+        );
         assert!(recursive_read_only(&vm(Some(true), Some("Enabled"), None), false).is_err());
         assert!(recursive_read_only(&vm(None, Some("Enabled"), None), true).is_err());
-        assert!(recursive_read_only(&vm(Some(true), Some("Enabled"), Some("HostToContainer")), true).is_err());
+        assert!(
+            recursive_read_only(
+                &vm(Some(true), Some("Enabled"), Some("HostToContainer")),
+                true
+            )
+            .is_err()
+        );
     }
 }

@@ -29,12 +29,19 @@ pub fn nested_mount_points(name: &str, pod: &Pod) -> Result<Vec<PathBuf>, String
         return Ok(out);
     };
     let mut check = |mounts: &[VolumeMount]| -> Result<(), String> {
-        if mounts.iter().any(|m| m.name == name && m.mount_path.starts_with("../")) {
+        if mounts
+            .iter()
+            .any(|m| m.name == name && m.mount_path.starts_with("../"))
+        {
             return Err("invalid container mount point".to_string());
         }
         let mut all: Vec<PathBuf> = mounts.iter().map(|m| clean(&m.mount_path)).collect();
         all.sort();
-        for mine in mounts.iter().filter(|m| m.name == name).map(|m| clean(&m.mount_path)) {
+        for mine in mounts
+            .iter()
+            .filter(|m| m.name == name)
+            .map(|m| clean(&m.mount_path))
+        {
             let mut prev: Option<PathBuf> = None;
             for mp in &all {
                 let Ok(rel) = mp.strip_prefix(&mine) else {
@@ -52,7 +59,12 @@ pub fn nested_mount_points(name: &str, pod: &Pod) -> Result<Vec<PathBuf>, String
         }
         Ok(())
     };
-    for c in spec.init_containers.iter().flatten().chain(spec.containers.iter()) {
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter())
+    {
         check(c.volume_mounts.as_deref().unwrap_or_default())?;
     }
     for c in spec.ephemeral_containers.iter().flatten() {

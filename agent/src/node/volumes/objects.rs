@@ -332,7 +332,12 @@ impl<K: CachedObject> ObjectCache<K> {
                 item.immutable = true;
                 if item.running.is_some() {
                     stop(item);
-                    tracing::debug!(resource = K::RESOURCE, namespace, name, "stopped watching for changes: object is immutable");
+                    tracing::debug!(
+                        resource = K::RESOURCE,
+                        namespace,
+                        name,
+                        "stopped watching for changes: object is immutable"
+                    );
                 }
             }
         }
@@ -346,7 +351,10 @@ impl<K: CachedObject> ObjectCache<K> {
         let mut inner = lock(&self.inner);
         for ((ns, name), item) in inner.items.iter_mut() {
             let synced = item.state.borrow().synced;
-            if item.running.is_some() && synced && now.duration_since(item.last_access) > self.max_idle {
+            if item.running.is_some()
+                && synced
+                && now.duration_since(item.last_access) > self.max_idle
+            {
                 stop(item);
                 tracing::debug!(resource = K::RESOURCE, namespace = %ns, name = %name, "not read for a long time; stopped watching for changes");
             }

@@ -24,7 +24,9 @@ pub fn set_volume_ownership(dir: &Path, fs_group: Option<u32>, read_only: bool) 
     let Some(gid) = fs_group else {
         return Ok(());
     };
-    walk(dir, &mut |path, meta| change_permission(path, meta, gid, read_only))
+    walk(dir, &mut |path, meta| {
+        change_permission(path, meta, gid, read_only)
+    })
 }
 
 fn walk(path: &Path, f: &mut dyn FnMut(&Path, &std::fs::Metadata)) -> io::Result<()> {
@@ -68,7 +70,12 @@ pub fn fs_user_from(pod: &Pod) -> Option<u32> {
             .or(pod_user)
     };
     let mut user: Option<i64> = None;
-    for c in spec.init_containers.iter().flatten().chain(spec.containers.iter()) {
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter())
+    {
         let u = effective(c)?;
         match user {
             Some(prev) if prev != u => return None,
@@ -137,8 +144,14 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(fs_user_from(&pod(Some(1000), vec![c(None), c(Some(1000))])), Some(1000));
-        assert_eq!(fs_user_from(&pod(Some(1000), vec![c(None), c(Some(1001))])), None);
+        assert_eq!(
+            fs_user_from(&pod(Some(1000), vec![c(None), c(Some(1000))])),
+            Some(1000)
+        );
+        assert_eq!(
+            fs_user_from(&pod(Some(1000), vec![c(None), c(Some(1001))])),
+            None
+        );
         assert_eq!(fs_user_from(&pod(None, vec![c(None)])), None);
         assert_eq!(fs_group_from(&pod(None, vec![])), Some(2000));
     }

@@ -39,7 +39,11 @@ pub struct BadComponent {
 
 /// Checks that `value` is one safe path component.
 pub fn component<'a>(what: &'static str, value: &'a str) -> Result<&'a str, BadComponent> {
-    if value.is_empty() || value == "." || value == ".." || value.contains('/') || value.contains('\0')
+    if value.is_empty()
+        || value == "."
+        || value == ".."
+        || value.contains('/')
+        || value.contains('\0')
     {
         return Err(BadComponent {
             what,
@@ -87,7 +91,13 @@ impl Layout {
     }
 
     /// `<root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>`.
-    pub fn subpath_target(&self, uid: &str, volume: &str, container: &str, index: usize) -> PathBuf {
+    pub fn subpath_target(
+        &self,
+        uid: &str,
+        volume: &str,
+        container: &str,
+        index: usize,
+    ) -> PathBuf {
         self.subpaths_dir(uid)
             .join(volume)
             .join(container)

@@ -30,12 +30,17 @@ pub fn config_map(
     let empty = BTreeMap::new();
     let data = cm.and_then(|c| c.data.as_ref()).unwrap_or(&empty);
     let empty_bin = BTreeMap::new();
-    let binary = cm.and_then(|c| c.binary_data.as_ref()).unwrap_or(&empty_bin);
+    let binary = cm
+        .and_then(|c| c.binary_data.as_ref())
+        .unwrap_or(&empty_bin);
     let mut payload = Payload::new();
     match items.filter(|i| !i.is_empty()) {
         None => {
             for (k, v) in data {
-                payload.insert(k.clone(), file(v.as_bytes().to_vec(), mode(None, default_mode)));
+                payload.insert(
+                    k.clone(),
+                    file(v.as_bytes().to_vec(), mode(None, default_mode)),
+                );
             }
             for (k, v) in binary {
                 payload.insert(k.clone(), file(v.0.clone(), mode(None, default_mode)));
@@ -55,7 +60,10 @@ pub fn config_map(
                         item.key
                     ));
                 };
-                payload.insert(item.path.clone(), file(content, mode(item.mode, default_mode)));
+                payload.insert(
+                    item.path.clone(),
+                    file(content, mode(item.mode, default_mode)),
+                );
             }
         }
     }
@@ -86,7 +94,10 @@ pub fn secret(
                     }
                     return Err(format!("references non-existent secret key: {}", item.key));
                 };
-                payload.insert(item.path.clone(), file(v.0.clone(), mode(item.mode, default_mode)));
+                payload.insert(
+                    item.path.clone(),
+                    file(v.0.clone(), mode(item.mode, default_mode)),
+                );
             }
         }
     }
@@ -153,7 +164,10 @@ mod tests {
 
     fn cm() -> ConfigMap {
         ConfigMap {
-            data: Some(BTreeMap::from([("a".into(), "1".into()), ("b".into(), "2".into())])),
+            data: Some(BTreeMap::from([
+                ("a".into(), "1".into()),
+                ("b".into(), "2".into()),
+            ])),
             binary_data: Some(BTreeMap::from([("bin".into(), ByteString(vec![0, 1]))])),
             ..Default::default()
         }
@@ -183,7 +197,11 @@ mod tests {
             config_map(Some(&missing), Some(&cm()), 0o644, false).unwrap_err(),
             "configmap references non-existent config key: zz"
         );
-        assert!(config_map(Some(&missing), Some(&cm()), 0o644, true).unwrap().is_empty());
+        assert!(
+            config_map(Some(&missing), Some(&cm()), 0o644, true)
+                .unwrap()
+                .is_empty()
+        );
         assert!(config_map(None, None, 0o644, true).unwrap().is_empty());
     }
 
@@ -193,7 +211,10 @@ mod tests {
             data: Some(BTreeMap::from([("k".into(), ByteString(b"v".to_vec()))])),
             ..Default::default()
         };
-        assert_eq!(secret(None, Some(&s), 0o644, false).unwrap()["k"].data, b"v");
+        assert_eq!(
+            secret(None, Some(&s), 0o644, false).unwrap()["k"].data,
+            b"v"
+        );
         assert_eq!(
             secret(Some(&[ktp("x", "x", None)]), Some(&s), 0o644, false).unwrap_err(),
             "references non-existent secret key: x"
@@ -218,10 +239,28 @@ mod tests {
             }),
             ..Default::default()
         };
-        let ok = downward_api(&[item("labels", "metadata.labels"), item("name", "metadata.name")], &pod, &BTreeMap::new(), 0o644).unwrap();
+        let ok = downward_api(
+            &[
+                item("labels", "metadata.labels"),
+                item("name", "metadata.name"),
+            ],
+            &pod,
+            &BTreeMap::new(),
+            0o644,
+        )
+        .unwrap();
         assert_eq!(ok["labels"].data, b"app=\"web\"");
-        let bad = downward_api(&[item("x", "spec.nodeName"), item("y", "status.podIP")], &pod, &BTreeMap::new(), 0o644).unwrap_err();
-        assert_eq!(bad, "[unsupported fieldPath: spec.nodeName, unsupported fieldPath: status.podIP]");
+        let bad = downward_api(
+            &[item("x", "spec.nodeName"), item("y", "status.podIP")],
+            &pod,
+            &BTreeMap::new(),
+            0o644,
+        )
+        .unwrap_err();
+        assert_eq!(
+            bad,
+            "[unsupported fieldPath: spec.nodeName, unsupported fieldPath: status.podIP]"
+        );
         let res = DownwardAPIVolumeFile {
             path: "cpu".into(),
             resource_field_ref: Some(ResourceFieldSelector {
@@ -231,6 +270,9 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(downward_api(&[res], &pod, &BTreeMap::new(), 0o644).unwrap_err(), "container missing not found");
+        assert_eq!(
+            downward_api(&[res], &pod, &BTreeMap::new(), 0o644).unwrap_err(),
+            "container missing not found"
+        );
     }
 }

@@ -1,8 +1,8 @@
 //! Setting up one volume of one pod, per volume type.
 
-use std::collections::BTreeSet;
 #[cfg(test)]
 use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
@@ -98,7 +98,12 @@ pub fn used_volumes(pod: &Pod) -> BTreeSet<String> {
     let Some(spec) = pod.spec.as_ref() else {
         return out;
     };
-    for c in spec.init_containers.iter().flatten().chain(spec.containers.iter()) {
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter())
+    {
         for m in c.volume_mounts.iter().flatten() {
             out.insert(m.name.clone());
         }
@@ -170,7 +175,8 @@ impl VolumeManager {
                     plugin,
                     medium: Medium::Default,
                 };
-                self.write_atomic(pod, &vol.name, t, payload, was_mounted).await
+                self.write_atomic(pod, &vol.name, t, payload, was_mounted)
+                    .await
             }
             Plugin::Secret => {
                 let src = vol.secret.clone().unwrap_or_default();
@@ -191,7 +197,8 @@ impl VolumeManager {
                     plugin,
                     medium: Medium::Memory,
                 };
-                self.write_atomic(pod, &vol.name, t, payload, was_mounted).await
+                self.write_atomic(pod, &vol.name, t, payload, was_mounted)
+                    .await
             }
             Plugin::DownwardApi => {
                 let src = vol.downward_api.clone().unwrap_or_default();
@@ -205,7 +212,8 @@ impl VolumeManager {
                     plugin,
                     medium: Medium::Default,
                 };
-                self.write_atomic(pod, &vol.name, t, payload, was_mounted).await
+                self.write_atomic(pod, &vol.name, t, payload, was_mounted)
+                    .await
             }
             Plugin::Projected => {
                 let src = vol.projected.clone().unwrap_or_default();
@@ -214,7 +222,8 @@ impl VolumeManager {
                     plugin,
                     medium: Medium::Memory,
                 };
-                self.write_atomic(pod, &vol.name, t, payload, was_mounted).await
+                self.write_atomic(pod, &vol.name, t, payload, was_mounted)
+                    .await
             }
         }
     }
@@ -223,9 +232,11 @@ impl VolumeManager {
         let src = vol.empty_dir.clone().unwrap_or_default();
         let medium = Medium::parse(src.medium.as_deref())?;
         let size = match medium {
-            Medium::Memory => {
-                emptydir::memory_size_limit(pod, src.size_limit.as_ref(), &(self.inner.allocatable)())
-            }
+            Medium::Memory => emptydir::memory_size_limit(
+                pod,
+                src.size_limit.as_ref(),
+                &(self.inner.allocatable)(),
+            ),
             _ => None,
         };
         let page = match medium {
@@ -233,7 +244,10 @@ impl VolumeManager {
             _ => None,
         };
         let uid = uid_of(pod);
-        let dir = self.inner.layout.volume_dir(uid, paths::EMPTY_DIR, &vol.name);
+        let dir = self
+            .inner
+            .layout
+            .volume_dir(uid, paths::EMPTY_DIR, &vol.name);
         let meta = self.inner.layout.empty_dir_meta(uid, &vol.name);
         let mounter = self.inner.mounter.clone();
         let fs_group = fs_group_from(pod);

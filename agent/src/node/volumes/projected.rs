@@ -54,7 +54,12 @@ impl VolumeManager {
                         continue;
                     }
                 };
-                match payload::config_map(c.items.as_deref(), obj.as_deref(), default_mode, optional) {
+                match payload::config_map(
+                    c.items.as_deref(),
+                    obj.as_deref(),
+                    default_mode,
+                    optional,
+                ) {
                     Ok(p) => out.extend(p),
                     Err(e) => errors.push(e),
                 }

@@ -16,7 +16,11 @@ pub fn config_maps(pod: &Pod) -> BTreeSet<String> {
     };
     visit_env(pod, |env, env_from| {
         for e in env {
-            if let Some(r) = e.value_from.as_ref().and_then(|v| v.config_map_key_ref.as_ref()) {
+            if let Some(r) = e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.config_map_key_ref.as_ref())
+            {
                 out.insert(r.name.clone());
             }
         }
@@ -53,7 +57,11 @@ pub fn secrets(pod: &Pod) -> BTreeSet<String> {
     }
     visit_env(pod, |env, env_from| {
         for e in env {
-            if let Some(r) = e.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()) {
+            if let Some(r) = e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.secret_key_ref.as_ref())
+            {
                 out.insert(r.name.clone());
             }
         }
@@ -83,11 +91,22 @@ fn visit_env(pod: &Pod, mut f: impl FnMut(&[EnvVar], &[EnvFromSource])) {
     let Some(spec) = pod.spec.as_ref() else {
         return;
     };
-    for c in spec.init_containers.iter().flatten().chain(spec.containers.iter()) {
-        f(c.env.as_deref().unwrap_or_default(), c.env_from.as_deref().unwrap_or_default());
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter())
+    {
+        f(
+            c.env.as_deref().unwrap_or_default(),
+            c.env_from.as_deref().unwrap_or_default(),
+        );
     }
     for c in spec.ephemeral_containers.iter().flatten() {
-        f(c.env.as_deref().unwrap_or_default(), c.env_from.as_deref().unwrap_or_default());
+        f(
+            c.env.as_deref().unwrap_or_default(),
+            c.env_from.as_deref().unwrap_or_default(),
+        );
     }
 }
 

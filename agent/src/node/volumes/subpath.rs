@@ -23,7 +23,9 @@ use super::mounter::{Mounter, mount_at};
 /// Checks a `subPath` as kubelet's `makeMounts`: relative, without `..`.
 pub fn validate_sub_path(sub_path: &str) -> Result<(), String> {
     if sub_path.starts_with('/') {
-        return Err(format!("error SubPath `{sub_path}` must not be an absolute path"));
+        return Err(format!(
+            "error SubPath `{sub_path}` must not be an absolute path"
+        ));
     }
     if Path::new(sub_path)
         .components()
@@ -44,9 +46,13 @@ fn within(path: &Path, base: &Path) -> bool {
 /// Opens `path` (already free of symlinks) below `base`, one component at
 /// a time without following symlinks; returns an `O_PATH` descriptor.
 pub fn safe_open(path: &Path, base: &Path) -> io::Result<OwnedFd> {
-    let rel = path
-        .strip_prefix(base)
-        .map_err(|_| io::Error::other(format!("path {} is outside of allowed base {}", path.display(), base.display())))?;
+    let rel = path.strip_prefix(base).map_err(|_| {
+        io::Error::other(format!(
+            "path {} is outside of allowed base {}",
+            path.display(),
+            base.display()
+        ))
+    })?;
     let mut parent = nix::fcntl::open(
         base,
         OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
@@ -66,10 +72,17 @@ pub fn safe_open(path: &Path, base: &Path) -> io::Result<OwnedFd> {
             Mode::empty(),
         )
         .map_err(|e| io::Error::other(format!("cannot open {}: {e}", current.display())))?;
-        let st = nix::sys::stat::fstat(&child)
-            .map_err(|e| io::Error::other(format!("error running fstat on {} with {e}", current.display())))?;
+        let st = nix::sys::stat::fstat(&child).map_err(|e| {
+            io::Error::other(format!(
+                "error running fstat on {} with {e}",
+                current.display()
+            ))
+        })?;
         if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK {
-            return Err(io::Error::other(format!("unexpected symlink found {}", current.display())));
+            return Err(io::Error::other(format!(
+                "unexpected symlink found {}",
+                current.display()
+            )));
         }
         parent = child;
     }
@@ -79,14 +92,21 @@ pub fn safe_open(path: &Path, base: &Path) -> io::Result<OwnedFd> {
 /// Creates the directory `base/sub_dir` (and missing parents) without
 /// leaving `base`, each new directory with mode `perm`.
 pub fn safe_make_dir(sub_dir: &str, base: &Path, perm: u32) -> io::Result<()> {
-    let real_base = std::fs::canonicalize(base)
-        .map_err(|e| io::Error::other(format!("error resolving symlinks in {}: {e}", base.display())))?;
+    let real_base = std::fs::canonicalize(base).map_err(|e| {
+        io::Error::other(format!(
+            "error resolving symlinks in {}: {e}",
+            base.display()
+        ))
+    })?;
     let full = real_base.join(sub_dir);
     if let Ok(m) = std::fs::metadata(&full) {
         if m.is_dir() {
             return Ok(());
         }
-        return Err(io::Error::other(format!("mkdir {}: not a directory", full.display())));
+        return Err(io::Error::other(format!(
+            "mkdir {}: not a directory",
+            full.display()
+        )));
     }
     // Longest existing prefix, then create the rest one by one.
     let rel: Vec<_> = Path::new(sub_dir)
@@ -121,8 +141,14 @@ pub fn safe_make_dir(sub_dir: &str, base: &Path, perm: u32) -> io::Result<()> {
     let mut current = existing;
     for seg in &rel[idx..] {
         current.push(seg);
-        nix::sys::stat::mkdirat(&parent, seg.as_os_str(), Mode::from_bits_truncate(perm))
-            .map_err(|e| io::Error::other(format!("cannot create directory {}: {e}", current.display())))?;
+        nix::sys::stat::mkdirat(&parent, seg.as_os_str(), Mode::from_bits_truncate(perm)).map_err(
+            |e| {
+                io::Error::other(format!(
+                    "cannot create directory {}: {e}",
+                    current.display()
+                ))
+            },
+        )?;
         let child = nix::fcntl::openat(
             &parent,
             seg.as_os_str(),
@@ -154,10 +180,14 @@ pub struct SubpathRequest<'a> {
 /// of another file (the volume's content was replaced) is redone.
 pub fn bind_sub_path(mounter: &dyn Mounter, req: &SubpathRequest<'_>) -> io::Result<PathBuf> {
     let volume_path = std::fs::canonicalize(req.volume_path).map_err(|e| {
-        io::Error::other(format!("error resolving symlinks in {:?}: {e}", req.volume_path))
+        io::Error::other(format!(
+            "error resolving symlinks in {:?}: {e}",
+            req.volume_path
+        ))
     })?;
-    let path = std::fs::canonicalize(req.path)
-        .map_err(|e| io::Error::other(format!("error resolving symlinks in {:?}: {e}", req.path)))?;
+    let path = std::fs::canonicalize(req.path).map_err(|e| {
+        io::Error::other(format!("error resolving symlinks in {:?}: {e}", req.path))
+    })?;
     if !within(&path, &volume_path) {
         return Err(io::Error::other(format!(
             "subpath {:?} not within volume path {:?}",
@@ -188,7 +218,12 @@ pub fn bind_sub_path(mounter: &dyn Mounter, req: &SubpathRequest<'_>) -> io::Res
         match std::fs::create_dir(target) {
             Ok(()) => std::fs::set_permissions(target, std::fs::Permissions::from_mode(0o750))?,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io::Error::other(format!("error creating directory {}: {e}", target.display()))),
+            Err(e) => {
+                return Err(io::Error::other(format!(
+                    "error creating directory {}: {e}",
+                    target.display()
+                )));
+            }
         }
     } else {
         // A file target works for every non-directory source.
@@ -197,12 +232,17 @@ pub fn bind_sub_path(mounter: &dyn Mounter, req: &SubpathRequest<'_>) -> io::Res
             .truncate(false)
             .write(true)
             .open(target)
-            .map_err(|e| io::Error::other(format!("error creating file {}: {e}", target.display())))?;
+            .map_err(|e| {
+                io::Error::other(format!("error creating file {}: {e}", target.display()))
+            })?;
     }
     let source = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
     if let Err(e) = mounter.bind(&source, target) {
         let _ = clean_one(mounter, target);
-        return Err(io::Error::other(format!("error mounting {}: {e}", path.display())));
+        return Err(io::Error::other(format!(
+            "error mounting {}: {e}",
+            path.display()
+        )));
     }
     tracing::debug!(subpath = %path.display(), target = %target.display(), "bound subPath");
     Ok(target.to_path_buf())
@@ -215,7 +255,12 @@ pub fn clean_sub_paths(mounter: &dyn Mounter, subpaths_dir: &Path, volume: &str)
     let containers = match std::fs::read_dir(&dir) {
         Ok(r) => r,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io::Error::other(format!("error reading {}: {e}", dir.display()))),
+        Err(e) => {
+            return Err(io::Error::other(format!(
+                "error reading {}: {e}",
+                dir.display()
+            )));
+        }
     };
     for c in containers {
         let c = c?;
@@ -233,8 +278,18 @@ pub fn clean_sub_paths(mounter: &dyn Mounter, subpaths_dir: &Path, volume: &str)
     // The pod's subpath directory goes with its last volume.
     match std::fs::remove_dir(subpaths_dir) {
         Ok(()) => Ok(()),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY) | Some(libc::EEXIST) | Some(libc::ENOENT)) => Ok(()),
-        Err(e) => Err(io::Error::other(format!("error deleting {}: {e}", subpaths_dir.display()))),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOTEMPTY) | Some(libc::EEXIST) | Some(libc::ENOENT)
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(io::Error::other(format!(
+            "error deleting {}: {e}",
+            subpaths_dir.display()
+        ))),
     }
 }
 
@@ -242,9 +297,12 @@ pub fn clean_sub_paths(mounter: &dyn Mounter, subpaths_dir: &Path, volume: &str)
 fn clean_one(mounter: &dyn Mounter, target: &Path) -> io::Result<()> {
     let mounts = mounter.mount_points()?;
     if mount_at(&mounts, target).is_some() {
-        mounter
-            .unmount(target)
-            .map_err(|e| io::Error::other(format!("error cleaning subpath mount {}: {e}", target.display())))?;
+        mounter.unmount(target).map_err(|e| {
+            io::Error::other(format!(
+                "error cleaning subpath mount {}: {e}",
+                target.display()
+            ))
+        })?;
     }
     match std::fs::symlink_metadata(target) {
         Ok(m) if m.is_dir() => std::fs::remove_dir(target),

@@ -258,7 +258,9 @@ impl TokenManager {
             return true;
         };
         let now = self.clock.now();
-        let jitter = jiff::SignedDuration::from_secs((rand::random::<f64>() * MAX_JITTER.as_secs_f64()) as i64);
+        let jitter = jiff::SignedDuration::from_secs(
+            (rand::random::<f64>() * MAX_JITTER.as_secs_f64()) as i64,
+        );
         let lifetime = jiff::SignedDuration::from_secs(secs);
         let iat = exp - lifetime;
         let max_ttl = jiff::SignedDuration::from_secs(MAX_TTL.as_secs() as i64);
@@ -272,7 +274,11 @@ impl TokenManager {
 }
 
 fn expiration(t: &TokenRequest) -> Option<jiff::Timestamp> {
-    t.status.as_ref()?.expiration_timestamp.as_ref().map(|t| t.0)
+    t.status
+        .as_ref()?
+        .expiration_timestamp
+        .as_ref()
+        .map(|t| t.0)
 }
 
 fn bound_uid(t: &TokenRequest) -> Option<&str> {
@@ -296,7 +302,9 @@ fn cache_key(namespace: &str, name: &str, r: &TokenRequest) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequestSpec, TokenRequestStatus};
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequestSpec, TokenRequestStatus,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -372,24 +380,42 @@ mod tests {
     async fn refreshes_at_eighty_percent() {
         let (m, _) = setup();
         let r = request(3600, "u1");
-        assert_eq!(tok(&m.get_service_account_token("ns", "sa", &r).await.unwrap()), "tok-1");
+        assert_eq!(
+            tok(&m.get_service_account_token("ns", "sa", &r).await.unwrap()),
+            "tok-1"
+        );
         // 79 % of the lifetime minus the largest jitter: still cached.
         tokio::time::advance(Duration::from_secs(2880 - 11)).await;
-        assert_eq!(tok(&m.get_service_account_token("ns", "sa", &r).await.unwrap()), "tok-1");
+        assert_eq!(
+            tok(&m.get_service_account_token("ns", "sa", &r).await.unwrap()),
+            "tok-1"
+        );
         // Past 80 %: refreshed.
         tokio::time::advance(Duration::from_secs(12)).await;
-        assert_eq!(tok(&m.get_service_account_token("ns", "sa", &r).await.unwrap()), "tok-2");
+        assert_eq!(
+            tok(&m.get_service_account_token("ns", "sa", &r).await.unwrap()),
+            "tok-2"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn refreshes_after_a_day_for_long_tokens() {
         let (m, _) = setup();
         let r = request(7 * 24 * 3600, "u1");
-        assert_eq!(tok(&m.get_service_account_token("ns", "sa", &r).await.unwrap()), "tok-1");
+        assert_eq!(
+            tok(&m.get_service_account_token("ns", "sa", &r).await.unwrap()),
+            "tok-1"
+        );
         tokio::time::advance(MAX_TTL - MAX_JITTER - Duration::from_secs(1)).await;
-        assert_eq!(tok(&m.get_service_account_token("ns", "sa", &r).await.unwrap()), "tok-1");
+        assert_eq!(
+            tok(&m.get_service_account_token("ns", "sa", &r).await.unwrap()),
+            "tok-1"
+        );
         tokio::time::advance(MAX_JITTER + Duration::from_secs(2)).await;
-        assert_eq!(tok(&m.get_service_account_token("ns", "sa", &r).await.unwrap()), "tok-2");
+        assert_eq!(
+            tok(&m.get_service_account_token("ns", "sa", &r).await.unwrap()),
+            "tok-2"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -399,18 +425,30 @@ mod tests {
         m.get_service_account_token("ns", "sa", &r).await.unwrap();
         issuer.fail.store(true, Ordering::SeqCst);
         tokio::time::advance(Duration::from_secs(500)).await;
-        assert_eq!(tok(&m.get_service_account_token("ns", "sa", &r).await.unwrap()), "tok-1");
+        assert_eq!(
+            tok(&m.get_service_account_token("ns", "sa", &r).await.unwrap()),
+            "tok-1"
+        );
         tokio::time::advance(Duration::from_secs(101)).await;
-        let err = m.get_service_account_token("ns", "sa", &r).await.unwrap_err();
+        let err = m
+            .get_service_account_token("ns", "sa", &r)
+            .await
+            .unwrap_err();
         assert_eq!(err.to_string(), "serviceaccounts \"sa\" not found");
     }
 
     #[tokio::test(start_paused = true)]
     async fn keys_cleanup_and_pod_deletion() {
         let (m, issuer) = setup();
-        m.get_service_account_token("ns", "sa", &request(600, "u1")).await.unwrap();
-        m.get_service_account_token("ns", "sa", &request(600, "u2")).await.unwrap();
-        m.get_service_account_token("ns", "sa", &request(3600, "u2")).await.unwrap();
+        m.get_service_account_token("ns", "sa", &request(600, "u1"))
+            .await
+            .unwrap();
+        m.get_service_account_token("ns", "sa", &request(600, "u2"))
+            .await
+            .unwrap();
+        m.get_service_account_token("ns", "sa", &request(3600, "u2"))
+            .await
+            .unwrap();
         assert_eq!(issuer.calls.load(Ordering::SeqCst), 3);
         assert_eq!(m.len(), 3);
         m.delete_service_account_token("u2");
