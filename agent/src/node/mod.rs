@@ -1,23 +1,203 @@
 //! The node role: kubelet's replacement. Registers and heartbeats the Node,
 //! runs the Pods bound to it on the CRI runtime, reports their status.
+//!
+//! [`run`] composes the parts; each is started from [`NodeServices`], the
+//! things every part shares (API client with the node's identity, CRI
+//! client, event recorder, runtime health, node status handle, shutdown):
+//! - runtime health monitor (`status::runtime`): CRI Status every 5 s;
+//! - node status manager (`status`): registration + status every
+//!   `nodeStatusUpdateFrequency`;
+//! - lease controller (`lease`): `kube-node-lease/<node>` every
+//!   `nodeLeaseDurationSeconds / 4`;
+//! - pods, volumes, eviction and garbage collection (their own modules).
 
 pub mod cgroups;
-pub mod downward;
+pub mod lease;
 pub mod pods;
-pub mod volumes;
+pub mod status;
 
+use std::sync::Arc;
+
+use keelson_cri::{ClientConfig, CriError, RuntimeClient};
+use tokio::task::JoinSet;
+
+use crate::events::{EventRecorder, EventType, node_ref};
 use crate::role::RoleContext;
+use status::{Host, NoPressure, NodeStatusHandle, PressureSource, RealHost, RuntimeState};
 
 /// Why the node role stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    /// The role is not implemented yet in this build.
-    #[error("node role is not available in this build yet")]
-    Unavailable,
+    /// The CRI endpoint is malformed.
+    #[error("node.containerRuntimeEndpoint: {0}")]
+    Runtime(#[source] CriError),
+    /// The root dir could not be created.
+    #[error("creating node.rootDir {path}: {source}")]
+    RootDir {
+        /// The directory.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What every part of the node role shares.
+#[derive(Clone)]
+pub struct NodeServices {
+    /// Configuration, node name, API client (node identity), registry,
+    /// health, shutdown.
+    pub ctx: RoleContext,
+    /// The CRI client (lazy: the runtime may come up later).
+    pub cri: RuntimeClient,
+    /// Events as kubelet writes them (`source.component: kubelet`).
+    pub recorder: EventRecorder,
+    /// Runtime health; add health checks (e.g. the PLEG's) here.
+    pub runtime: RuntimeState,
+    /// The node status manager's read side (allocatable, the Node).
+    pub status: NodeStatusHandle,
+}
+
+impl std::fmt::Debug for NodeServices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeServices")
+            .field("node", &self.ctx.node_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Replaceable parts, for tests (production uses the defaults).
+#[derive(Clone, Default)]
+pub struct NodeOverrides {
+    /// Machine facts (default: the real machine).
+    pub host: Option<Arc<dyn Host>>,
+    /// Pressure reported in node conditions (default: the eviction manager's).
+    pub pressure: Option<Arc<dyn PressureSource>>,
+}
+
+impl std::fmt::Debug for NodeOverrides {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeOverrides").finish_non_exhaustive()
+    }
 }
 
 /// Runs the node role until `ctx.shutdown` is cancelled.
 pub async fn run(ctx: RoleContext) -> Result<(), NodeError> {
-    tracing::error!(node = %ctx.node_name, "node role is not available in this build yet");
-    Err(NodeError::Unavailable)
+    run_with(ctx, NodeOverrides::default()).await
+}
+
+/// [`run`] with replaced parts.
+pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), NodeError> {
+    let cfg = ctx.config.clone();
+    let n = &cfg.node;
+    std::fs::create_dir_all(&n.root_dir).map_err(|source| NodeError::RootDir {
+        path: n.root_dir.display().to_string(),
+        source,
+    })?;
+    let cri = RuntimeClient::new_lazy(
+        &n.container_runtime_endpoint,
+        ClientConfig::with_request_timeout(n.runtime_request_timeout.get()),
+    )
+    .map_err(NodeError::Runtime)?;
+    if let Some(image) = n.image_service_endpoint.as_deref()
+        && !image.is_empty()
+        && image != n.container_runtime_endpoint
+    {
+        tracing::warn!(
+            image_service_endpoint = image,
+            "a separate image service endpoint is not supported; images are managed through containerRuntimeEndpoint"
+        );
+    }
+    let recorder = EventRecorder::start(ctx.client.clone(), "kubelet", &ctx.node_name, &ctx.registry);
+    recorder.event(
+        &node_ref(&ctx.node_name),
+        EventType::Normal,
+        "Starting",
+        "Starting kubelet.",
+    );
+    let runtime = RuntimeState::default();
+    let host: Arc<dyn Host> = overrides
+        .host
+        .clone()
+        .unwrap_or_else(|| Arc::new(RealHost::default()));
+    let pressure: Arc<dyn PressureSource> = overrides
+        .pressure
+        .clone()
+        .unwrap_or_else(|| Arc::new(NoPressure));
+
+    let mut tasks: JoinSet<&'static str> = JoinSet::new();
+    let shutdown = ctx.shutdown.clone();
+
+    // Runtime health (kubelet's updateRuntimeUp every 5 s).
+    {
+        let (cri, runtime, stop) = (cri.clone(), runtime.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            status::runtime::run_monitor(cri, runtime, status::runtime::RUNTIME_STATUS_PERIOD, stop)
+                .await;
+            "runtime-health"
+        });
+    }
+
+    // Node registration and status.
+    let status_cfg = status::StatusConfig::from_node_config(&ctx.node_name, n);
+    let heartbeat_timeout = status_cfg.heartbeat_timeout;
+    let (status_manager, status_handle) = status::NodeStatusManager::new(
+        status_cfg,
+        status::StatusDeps {
+            client: ctx.client.clone(),
+            cri: cri.clone(),
+            host,
+            runtime: runtime.clone(),
+            pressure,
+            recorder: Some(recorder.clone()),
+            metrics: status::StatusMetrics::new(&ctx.registry, &ctx.node_name),
+        },
+    );
+    {
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            status_manager.run(stop).await;
+            "node-status"
+        });
+    }
+
+    // Node lease.
+    {
+        let controller = lease::LeaseController::new(
+            ctx.client.clone(),
+            lease::LeaseConfig::new(&ctx.node_name, n.node_lease_duration_seconds, heartbeat_timeout),
+            lease::LeaseMetrics::new(&ctx.registry),
+        );
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            controller.run(stop).await;
+            "node-lease"
+        });
+    }
+
+    let services = NodeServices {
+        ctx: ctx.clone(),
+        cri,
+        recorder,
+        runtime,
+        status: status_handle,
+    };
+    // Pods, volumes, eviction and garbage collection start here from `services`.
+    let _ = &services;
+
+    tracing::info!(node = %ctx.node_name, "node role started");
+    shutdown.cancelled().await;
+    drain(&mut tasks).await;
+    tracing::info!(node = %ctx.node_name, "node role stopped");
+    Ok(())
+}
+
+/// Waits for every task to end (they watch the shutdown token).
+async fn drain(tasks: &mut JoinSet<&'static str>) {
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok(name) => tracing::debug!(task = name, "node task stopped"),
+            Err(e) => tracing::error!(error = %e, "node task ended abnormally"),
+        }
+    }
 }
