@@ -104,7 +104,9 @@ impl LeaseMetrics {
                     "keelson_node_lease_renew_duration_seconds",
                     "Latency of a successful node Lease write",
                 )
-                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+                .buckets(vec![
+                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ]),
             )
             .expect("constant metric name is valid"),
             last_renew: Gauge::new(
@@ -132,9 +134,13 @@ where
     match tokio::time::timeout(limit, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(kube::Error::Api(s))) if s.code == 404 => Err(RequestError::NotFound),
-        Ok(Err(kube::Error::Api(s))) if s.code == 409 => Err(RequestError::Conflict(s.message.clone())),
+        Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
+            Err(RequestError::Conflict(s.message.clone()))
+        }
         Ok(Err(e)) => Err(RequestError::Other(error_chain(&e))),
-        Err(_) => Err(RequestError::Other(format!("request timed out after {limit:?}"))),
+        Err(_) => Err(RequestError::Other(format!(
+            "request timed out after {limit:?}"
+        ))),
     }
 }
 
@@ -186,7 +192,9 @@ impl LeaseController {
             // written is current and no read is needed.
             match self.retry_update_lease(latest, shutdown).await {
                 Ok(()) => return,
-                Err(e) => tracing::info!(error = %e, "failed to update lease using latest lease, fallback to ensure lease"),
+                Err(e) => {
+                    tracing::info!(error = %e, "failed to update lease using latest lease, fallback to ensure lease")
+                }
             }
         }
         let Some((lease, created)) = self.backoff_ensure_lease(shutdown).await else {
@@ -204,7 +212,10 @@ impl LeaseController {
     /// Reads (or creates) the Lease, retrying with backoff 200 ms → 7 s.
     /// `None` on shutdown; `Some((None, false))` when the Lease cannot be
     /// created yet (the Node is not readable for the owner reference).
-    async fn backoff_ensure_lease(&mut self, shutdown: &CancellationToken) -> Option<(Option<Lease>, bool)> {
+    async fn backoff_ensure_lease(
+        &mut self,
+        shutdown: &CancellationToken,
+    ) -> Option<(Option<Lease>, bool)> {
         let mut sleep = Duration::from_millis(100);
         loop {
             match self.ensure_lease().await {
@@ -231,7 +242,8 @@ impl LeaseController {
                     // Not created this time (no owner yet); the next round retries.
                     return Ok((None, false));
                 };
-                let created = bounded(limit, self.leases.create(&PostParams::default(), &lease)).await?;
+                let created =
+                    bounded(limit, self.leases.create(&PostParams::default(), &lease)).await?;
                 self.written(&created);
                 Ok((Some(created), true))
             }
@@ -240,7 +252,11 @@ impl LeaseController {
     }
 
     /// Tries an update up to 5 times; a conflict re-reads the Lease first.
-    async fn retry_update_lease(&mut self, mut base: Lease, shutdown: &CancellationToken) -> Result<(), String> {
+    async fn retry_update_lease(
+        &mut self,
+        mut base: Lease,
+        shutdown: &CancellationToken,
+    ) -> Result<(), String> {
         for attempt in 0..MAX_UPDATE_RETRIES {
             let lease = match self.new_lease(Some(&base)).await {
                 Ok(l) | Err(l) => l,
@@ -276,7 +292,9 @@ impl LeaseController {
                 }
             }
         }
-        Err(format!("failed {MAX_UPDATE_RETRIES} attempts to update lease"))
+        Err(format!(
+            "failed {MAX_UPDATE_RETRIES} attempts to update lease"
+        ))
     }
 
     fn written(&self, lease: &Lease) {
@@ -316,7 +334,12 @@ impl LeaseController {
             .as_ref()
             .is_none_or(|o| o.is_empty())
         {
-            match bounded(self.cfg.request_timeout, self.nodes.get(&self.cfg.node_name)).await {
+            match bounded(
+                self.cfg.request_timeout,
+                self.nodes.get(&self.cfg.node_name),
+            )
+            .await
+            {
                 Ok(node) => {
                     lease.metadata.owner_references = Some(vec![OwnerReference {
                         api_version: "v1".to_string(),

@@ -108,7 +108,8 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
             "a separate image service endpoint is not supported; images are managed through containerRuntimeEndpoint"
         );
     }
-    let recorder = EventRecorder::start(ctx.client.clone(), "kubelet", &ctx.node_name, &ctx.registry);
+    let recorder =
+        EventRecorder::start(ctx.client.clone(), "kubelet", &ctx.node_name, &ctx.registry);
     recorder.event(
         &node_ref(&ctx.node_name),
         EventType::Normal,
@@ -132,8 +133,13 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
     {
         let (cri, runtime, stop) = (cri.clone(), runtime.clone(), shutdown.clone());
         tasks.spawn(async move {
-            status::runtime::run_monitor(cri, runtime, status::runtime::RUNTIME_STATUS_PERIOD, stop)
-                .await;
+            status::runtime::run_monitor(
+                cri,
+                runtime,
+                status::runtime::RUNTIME_STATUS_PERIOD,
+                stop,
+            )
+            .await;
             "runtime-health"
         });
     }
@@ -165,7 +171,11 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
     {
         let controller = lease::LeaseController::new(
             ctx.client.clone(),
-            lease::LeaseConfig::new(&ctx.node_name, n.node_lease_duration_seconds, heartbeat_timeout),
+            lease::LeaseConfig::new(
+                &ctx.node_name,
+                n.node_lease_duration_seconds,
+                heartbeat_timeout,
+            ),
             lease::LeaseMetrics::new(&ctx.registry),
         );
         let stop = shutdown.clone();

@@ -49,10 +49,12 @@ pub fn node_addresses(inputs: &AddressInputs<'_>) -> Result<Vec<NodeAddress>, Ad
     } else if let Ok(ip) = inputs.hostname.parse::<IpAddr>() {
         ip
     } else {
-        inputs.default_route_ip.ok_or_else(|| AddressError::NoAddress {
-            node: inputs.hostname.to_string(),
-            reason: "no default route with a usable source address".to_string(),
-        })?
+        inputs
+            .default_route_ip
+            .ok_or_else(|| AddressError::NoAddress {
+                node: inputs.hostname.to_string(),
+                reason: "no default route with a usable source address".to_string(),
+            })?
     };
     Ok(vec![
         NodeAddress {

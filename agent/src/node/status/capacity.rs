@@ -25,7 +25,8 @@ pub type Reserved = BTreeMap<String, Quantity>;
 
 /// `hugepages-<size>` for a page size in KiB (`hugepages-2Mi`, `hugepages-1Gi`).
 pub fn hugepage_resource_name(page_size_kib: u64) -> String {
-    let q = Quantity::from_units(i64::try_from(page_size_kib.saturating_mul(1024)).unwrap_or(i64::MAX));
+    let q =
+        Quantity::from_units(i64::try_from(page_size_kib.saturating_mul(1024)).unwrap_or(i64::MAX));
     format!(
         "hugepages-{}",
         super::format::canonical(q, super::format::Format::BinarySi)
@@ -56,7 +57,11 @@ pub fn capacity_from_machine(info: &MachineInfo) -> BTreeMap<String, Quantity> {
     for h in &info.hugepages {
         out.insert(
             hugepage_resource_name(h.page_size_kib),
-            units(h.num_pages.saturating_mul(h.page_size_kib).saturating_mul(1024)),
+            units(
+                h.num_pages
+                    .saturating_mul(h.page_size_kib)
+                    .saturating_mul(1024),
+            ),
         );
     }
     out
@@ -338,7 +343,8 @@ mod tests {
         .collect();
         assert_eq!(cap, want_cap);
         // memory − 100Mi; ephemeral-storage − 10% (float32); extended copied; gone removed.
-        let eph = 252_000_000_000u64 - threshold_quantity(ThresholdValue::Percentage(0.1), 252_000_000_000);
+        let eph = 252_000_000_000u64
+            - threshold_quantity(ThresholdValue::Percentage(0.1), 252_000_000_000);
         let want_alloc: ResourceList = [
             ("cpu", "2".to_string()),
             ("memory", "24471776Ki".to_string()),

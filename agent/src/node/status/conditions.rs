@@ -240,7 +240,10 @@ mod tests {
     #[test]
     fn ready_transitions_keep_time_until_status_changes() {
         let mut conds = Vec::new();
-        assert_eq!(set_ready(&mut conds, vec![], &full_capacity(), &t(100)), None);
+        assert_eq!(
+            set_ready(&mut conds, vec![], &full_capacity(), &t(100)),
+            None
+        );
         assert_eq!(conds[0].status, "True");
         assert_eq!(conds[0].reason.as_deref(), Some("KubeletReady"));
         assert_eq!(
@@ -250,7 +253,10 @@ mod tests {
         assert_eq!(conds[0].last_transition_time, Some(t(100)));
 
         // Same status: heartbeat moves, transition does not, no event.
-        assert_eq!(set_ready(&mut conds, vec![], &full_capacity(), &t(110)), None);
+        assert_eq!(
+            set_ready(&mut conds, vec![], &full_capacity(), &t(110)),
+            None
+        );
         assert_eq!(conds[0].last_heartbeat_time, Some(t(110)));
         assert_eq!(conds[0].last_transition_time, Some(t(100)));
 
@@ -294,8 +300,14 @@ mod tests {
         let ev = set_pressure(&mut conds, Pressure::Memory, false, &t(1));
         assert_eq!(ev.map(|e| e.reason), Some("NodeHasSufficientMemory"));
         assert_eq!(conds[0].type_, "MemoryPressure");
-        assert_eq!(conds[0].reason.as_deref(), Some("KubeletHasSufficientMemory"));
-        assert_eq!(set_pressure(&mut conds, Pressure::Memory, false, &t(2)), None);
+        assert_eq!(
+            conds[0].reason.as_deref(),
+            Some("KubeletHasSufficientMemory")
+        );
+        assert_eq!(
+            set_pressure(&mut conds, Pressure::Memory, false, &t(2)),
+            None
+        );
         assert_eq!(conds[0].last_heartbeat_time, Some(t(2)));
         assert_eq!(conds[0].last_transition_time, Some(t(1)));
         let ev = set_pressure(&mut conds, Pressure::Memory, true, &t(3));

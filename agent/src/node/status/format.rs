@@ -49,7 +49,7 @@ fn binary(units: i128) -> String {
     let negative = units < 0;
     let mut n = units.unsigned_abs();
     let mut i = 0;
-    while i + 1 < SUFFIXES.len() && n >= 1024 && n % 1024 == 0 {
+    while i + 1 < SUFFIXES.len() && n >= 1024 && n.is_multiple_of(1024) {
         n /= 1024;
         i += 1;
     }
@@ -62,7 +62,7 @@ fn decimal(milli: i128) -> String {
     let negative = milli < 0;
     let mut n = milli.unsigned_abs();
     let mut i = 0;
-    while i + 1 < SUFFIXES.len() && n % 1000 == 0 {
+    while i + 1 < SUFFIXES.len() && n.is_multiple_of(1000) {
         n /= 1000;
         i += 1;
     }
@@ -94,9 +94,21 @@ mod tests {
             (Quantity::from_units(110), Format::DecimalSi, "110"),
             (Quantity::from_units(1000), Format::DecimalSi, "1k"),
             (Quantity::from_units(0), Format::BinarySi, "0"),
-            (Quantity::from_units(25_163_956_224), Format::BinarySi, "24574176Ki"),
-            (Quantity::from_units(1024 * 1024 * 1024), Format::BinarySi, "1Gi"),
-            (Quantity::from_units(226_881_364_554), Format::BinarySi, "226881364554"),
+            (
+                Quantity::from_units(25_163_956_224),
+                Format::BinarySi,
+                "24574176Ki",
+            ),
+            (
+                Quantity::from_units(1024 * 1024 * 1024),
+                Format::BinarySi,
+                "1Gi",
+            ),
+            (
+                Quantity::from_units(226_881_364_554),
+                Format::BinarySi,
+                "226881364554",
+            ),
             (Quantity::from_units(1000), Format::BinarySi, "1000"),
             (Quantity::from_milli(1500), Format::BinarySi, "1500m"),
         ];

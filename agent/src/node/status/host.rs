@@ -320,7 +320,8 @@ mod tests {
 
     #[test]
     fn meminfo_in_bytes() {
-        let t = "MemTotal:       24574176 kB\nMemFree: 1 kB\nSwapTotal:  0 kB\nHugePages_Total: 0\n";
+        let t =
+            "MemTotal:       24574176 kB\nMemFree: 1 kB\nSwapTotal:  0 kB\nHugePages_Total: 0\n";
         assert_eq!(meminfo_field(t, "MemTotal"), Some(24_574_176 * 1024));
         assert_eq!(meminfo_field(t, "SwapTotal"), Some(0));
         assert_eq!(meminfo_field(t, "HugePages_Total"), Some(0));
@@ -340,10 +341,19 @@ mod tests {
         w("proc/sys/kernel/random/boot_id", "b00t\n");
         w("proc/sys/kernel/osrelease", "6.1.0-test\n");
         w("etc/machine-id", "m1\n");
-        w("etc/os-release", "NAME=x\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n");
+        w(
+            "etc/os-release",
+            "NAME=x\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n",
+        );
         w("sys/class/dmi/id/product_uuid", "U-U-I-D\n");
-        w("sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages", "4\n");
-        w("sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages", "0\n");
+        w(
+            "sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages",
+            "4\n",
+        );
+        w(
+            "sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages",
+            "0\n",
+        );
         let host = RealHost {
             proc_root: root.path().join("proc"),
             sys_root: root.path().join("sys"),
@@ -386,6 +396,10 @@ mod tests {
             etc_root: PathBuf::from("/nonexistent/etc"),
         };
         let e = host.machine_info().expect_err("must fail");
-        assert!(e.to_string().contains("/nonexistent/sys/devices/system/cpu/online"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("/nonexistent/sys/devices/system/cpu/online"),
+            "{e}"
+        );
     }
 }

@@ -57,7 +57,12 @@ mod tests {
     fn largest_first_truncated_names_limited() {
         let mut images = vec![
             img("sha256:a", 10, &["a:1"], &["a@sha256:1"]),
-            img("sha256:b", 30, &["b:1", "b:2", "b:3", "b:4"], &["b@sha256:1", "b@sha256:2"]),
+            img(
+                "sha256:b",
+                30,
+                &["b:1", "b:2", "b:3", "b:4"],
+                &["b@sha256:1", "b@sha256:2"],
+            ),
             img("sha256:c", 10, &["c:1"], &[]),
             img("sha256:d", 20, &[], &[]),
         ];

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, GetParams, Patch, PatchParams, PostParams};
 use keelson_cri::RuntimeClient;
+use kube::api::{Api, GetParams, Patch, PatchParams, PostParams};
 use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -109,7 +109,8 @@ impl StatusConfig {
     /// Builds the settings from the node section of the configuration.
     pub fn from_node_config(node_name: &str, n: &NodeConfig) -> StatusConfig {
         let update = n.node_status_update_frequency.get();
-        let lease = Duration::from_secs(u64::try_from(n.node_lease_duration_seconds.max(1)).unwrap_or(40));
+        let lease =
+            Duration::from_secs(u64::try_from(n.node_lease_duration_seconds.max(1)).unwrap_or(40));
         let thresholds = parse_thresholds(
             &n.eviction_hard,
             &n.eviction_soft,
@@ -260,7 +261,9 @@ impl NodeStatusManager {
         if self.ephemeral_storage.is_none() {
             match self.deps.host.fs_stats(&self.cfg.root_dir) {
                 Ok(fs) => self.ephemeral_storage = Some(fs.capacity),
-                Err(e) => tracing::warn!(error = %e, root_dir = %self.cfg.root_dir.display(), "cannot read the root dir's filesystem size"),
+                Err(e) => {
+                    tracing::warn!(error = %e, root_dir = %self.cfg.root_dir.display(), "cannot read the root dir's filesystem size")
+                }
             }
         }
     }
@@ -353,7 +356,9 @@ impl NodeStatusManager {
     }
 
     fn record(&self, events: &[NodeEvent]) {
-        let Some(rec) = &self.deps.recorder else { return };
+        let Some(rec) = &self.deps.recorder else {
+            return;
+        };
         for ev in events {
             let message = ev.message.clone().unwrap_or_else(|| {
                 format!("Node {} status is now: {}", self.cfg.node_name, ev.reason)
@@ -420,18 +425,25 @@ impl NodeStatusManager {
         (node, changed, outcome.events)
     }
 
-    async fn patch_node_status(&mut self, original: &Node, node: &Node) -> Result<Node, StatusError> {
+    async fn patch_node_status(
+        &mut self,
+        original: &Node,
+        node: &Node,
+    ) -> Result<Node, StatusError> {
         let patch = node_status_patch(original, node)?;
         let api = self.api();
         let name = self.cfg.node_name.clone();
         let pp = PatchParams::default();
         let body = Patch::Strategic(patch);
-        let updated = bounded(self.cfg.heartbeat_timeout, api.patch_status(&name, &pp, &body))
-            .await
-            .map_err(|message| StatusError::Patch {
-                node: name.clone(),
-                message,
-            })?;
+        let updated = bounded(
+            self.cfg.heartbeat_timeout,
+            api.patch_status(&name, &pp, &body),
+        )
+        .await
+        .map_err(|message| StatusError::Patch {
+            node: name.clone(),
+            message,
+        })?;
         self.last_report = Some(Instant::now());
         if !self.ready_seen && ready_status(&updated).as_deref() == Some("True") {
             self.ready_seen = true;
@@ -451,7 +463,10 @@ impl NodeStatusManager {
     }
 
     /// kubelet's `tryUpdateNodeStatus`.
-    pub async fn try_update_node_status(&mut self, attempt: usize) -> Result<SyncOutcome, StatusError> {
+    pub async fn try_update_node_status(
+        &mut self,
+        attempt: usize,
+    ) -> Result<SyncOutcome, StatusError> {
         let gp = if attempt == 0 {
             GetParams::any()
         } else {
@@ -487,7 +502,9 @@ impl NodeStatusManager {
         for attempt in 0..NODE_STATUS_UPDATE_RETRY {
             match self.try_update_node_status(attempt).await {
                 Ok(o) => return Ok(o),
-                Err(e) => tracing::warn!(error = %e, attempt, "error updating node status, will retry"),
+                Err(e) => {
+                    tracing::warn!(error = %e, attempt, "error updating node status, will retry")
+                }
             }
         }
         Err(StatusError::RetriesExhausted)
@@ -495,7 +512,10 @@ impl NodeStatusManager {
 
     /// kubelet's `syncNodeStatus`: register if needed, then update.
     pub async fn sync_node_status(&mut self, shutdown: &CancellationToken) {
-        if self.cfg.register_node && !self.registered && !self.register_with_api_server(shutdown).await {
+        if self.cfg.register_node
+            && !self.registered
+            && !self.register_with_api_server(shutdown).await
+        {
             return;
         }
         let timer = self.deps.metrics.update_duration.start_timer();
@@ -554,11 +574,11 @@ impl NodeStatusManager {
         };
         let original = existing.clone();
         tracing::info!(node = %name, "node was previously registered");
-        if reconcile_existing(node, &mut existing) {
-            if let Err(e) = self.patch_node_status(&original, &existing).await {
-                tracing::error!(error = %e, node = %name, "unable to reconcile node with API server");
-                return false;
-            }
+        if reconcile_existing(node, &mut existing)
+            && let Err(e) = self.patch_node_status(&original, &existing).await
+        {
+            tracing::error!(error = %e, node = %name, "unable to reconcile node with API server");
+            return false;
         }
         self.publish(&existing);
         true
@@ -623,7 +643,11 @@ impl NodeStatusManager {
         }
         let api = self.api();
         let name = self.cfg.node_name.clone();
-        let Ok(original) = bounded(self.cfg.heartbeat_timeout, api.get_with(&name, &GetParams::any())).await
+        let Ok(original) = bounded(
+            self.cfg.heartbeat_timeout,
+            api.get_with(&name, &GetParams::any()),
+        )
+        .await
         else {
             return false;
         };

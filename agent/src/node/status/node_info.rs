@@ -69,9 +69,8 @@ fn semver_suffix(extra: &str) -> Option<String> {
     }
     let ident_list = |s: &str| {
         !s.is_empty()
-            && s.split('.').all(|p| {
-                !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-            })
+            && s.split('.')
+                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
     };
     let (pre, build) = match extra.split_once('+') {
         Some((p, b)) => (p, Some(b)),
@@ -193,11 +192,7 @@ mod tests {
             ("01.2.3", None),
         ];
         for (input, want) in cases {
-            assert_eq!(
-                normalize_runtime_version(input).as_deref(),
-                want,
-                "{input}"
-            );
+            assert_eq!(normalize_runtime_version(input).as_deref(), want, "{input}");
         }
         assert_eq!(
             container_runtime_version("containerd", Some("1.6.20~ds1")),

@@ -31,7 +31,11 @@ pub fn two_way_patch(original: &Value, modified: &Value) -> Value {
     }
 }
 
-fn diff_object<'a>(path: &mut Vec<&'a str>, orig: &Map<String, Value>, new: &'a Map<String, Value>) -> Map<String, Value> {
+fn diff_object<'a>(
+    path: &mut Vec<&'a str>,
+    orig: &Map<String, Value>,
+    new: &'a Map<String, Value>,
+) -> Map<String, Value> {
     let mut out = Map::new();
     for (k, nv) in new {
         match orig.get(k) {

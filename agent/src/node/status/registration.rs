@@ -28,7 +28,8 @@ pub const LABEL_OS_BETA: &str = "beta.kubernetes.io/os";
 /// `beta.kubernetes.io/arch` (still set by kubelet).
 pub const LABEL_ARCH_BETA: &str = "beta.kubernetes.io/arch";
 /// Annotation telling the attach/detach controller it manages this node's volumes.
-pub const CONTROLLER_MANAGED_ATTACH: &str = "volumes.kubernetes.io/controller-managed-attach-detach";
+pub const CONTROLLER_MANAGED_ATTACH: &str =
+    "volumes.kubernetes.io/controller-managed-attach-detach";
 
 /// The label keys kubelet reconciles on an existing Node.
 pub const DEFAULT_LABELS: [&str; 12] = [
@@ -109,7 +110,10 @@ pub fn initial_node(cfg: &RegistrationConfig) -> Node {
 
 /// kubelet's `reconcileCMADAnnotationWithExistingNode`.
 fn reconcile_attach_annotation(existing: &mut Node) -> bool {
-    let ann = existing.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    let ann = existing
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
     if ann.get(CONTROLLER_MANAGED_ATTACH).map(String::as_str) == Some("true") {
         return false;
     }
@@ -166,13 +170,14 @@ fn reconcile_hugepages(initial: &Node, existing: &mut Node) -> bool {
     let status = existing.status.get_or_insert_with(NodeStatus::default);
     let cap = status.capacity.get_or_insert_with(BTreeMap::new);
     let alloc = status.allocatable.get_or_insert_with(BTreeMap::new);
-    let same = |a: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-                b: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
-        match (a.and_then(parse), b.and_then(parse)) {
-            (Some(x), Some(y)) => x == y,
-            _ => a == b,
-        }
-    };
+    let same =
+        |a: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+         b: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
+            match (a.and_then(parse), b.and_then(parse)) {
+                (Some(x), Some(y)) => x == y,
+                _ => a == b,
+            }
+        };
     for (name, value) in init_cap.iter().filter(|(k, _)| is_hugepage_resource(k)) {
         let supported = cap.contains_key(name);
         if !supported || !same(cap.get(name), Some(value)) {

@@ -95,7 +95,9 @@ impl RuntimeState {
     {
         let mut inner = self.lock();
         inner.health_checks.retain(|(n, _)| n != name);
-        inner.health_checks.push((name.to_string(), Arc::new(check)));
+        inner
+            .health_checks
+            .push((name.to_string(), Arc::new(check)));
     }
 
     /// Records a successful runtime status check at `now`.
@@ -145,15 +147,18 @@ impl RuntimeState {
             let inner = self.lock();
             let mut errs = Vec::new();
             match inner.last_base_runtime_sync {
-                None => errs.push(
-                    "container runtime status check may not have completed yet".to_string(),
-                ),
+                None => errs
+                    .push("container runtime status check may not have completed yet".to_string()),
                 Some(t) if t + inner.threshold <= now => {
                     errs.push("container runtime is down".to_string())
                 }
                 Some(_) => {}
             }
-            (errs, inner.health_checks.clone(), inner.runtime_error.clone())
+            (
+                errs,
+                inner.health_checks.clone(),
+                inner.runtime_error.clone(),
+            )
         };
         // Checks run without the lock: they may take their own locks.
         for (name, check) in checks {
@@ -217,9 +222,7 @@ pub fn apply_status(state: &RuntimeState, response: &api::StatusResponse, now: I
     } else {
         let text = condition_text(network);
         tracing::debug!(network_ready = %text, "container runtime network not ready");
-        state.set_network_state(Some(format!(
-            "container runtime network not ready: {text}"
-        )));
+        state.set_network_state(Some(format!("container runtime network not ready: {text}")));
     }
     let runtime = runtime_condition(status, RUNTIME_READY);
     if !runtime.is_some_and(|c| c.status) {

@@ -3,8 +3,8 @@
 //! [`Observed`], so the whole status computation is tested with tables.
 
 use k8s_openapi::api::core::v1::{
-    Node, NodeDaemonEndpoints, NodeFeatures, NodeRuntimeHandler, NodeRuntimeHandlerFeatures,
-    NodeStatus, DaemonEndpoint,
+    DaemonEndpoint, Node, NodeDaemonEndpoints, NodeFeatures, NodeRuntimeHandler,
+    NodeRuntimeHandlerFeatures, NodeStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
