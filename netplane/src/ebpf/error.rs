@@ -56,10 +56,34 @@ impl EbpfError {
         }
     }
 
-    pub(crate) fn bpf(context: impl Into<String>, e: impl std::fmt::Display) -> Self {
+    /// An aya error with its whole source chain (aya puts the errno in
+    /// the source of its syscall errors).
+    pub(crate) fn bpf(context: impl Into<String>, e: impl std::error::Error) -> Self {
         EbpfError::Bpf {
             context: context.into(),
-            detail: e.to_string(),
+            detail: chain(&e),
         }
     }
+
+    pub(crate) fn bpf_msg(context: impl Into<String>, detail: impl Into<String>) -> Self {
+        EbpfError::Bpf {
+            context: context.into(),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// `e: source: source...` in one line.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        src = s.source();
+    }
+    text
 }

@@ -25,7 +25,7 @@ use aya::programs::{CgroupAttachMode, CgroupSockAddr};
 use aya::util::KernelVersion;
 use aya::{Ebpf, EbpfLoader};
 
-use super::error::EbpfError;
+use super::error::{EbpfError, chain};
 use super::fs::{cgroup2_root, ensure_bpffs, is_cgroup2};
 use super::layout::{
     AffinityEntry, AffinityKeyBytes, AffinityValueBytes, Frontend, RevNatEntry, RevNatKeyBytes,
@@ -130,15 +130,9 @@ fn check_kernel_version() -> Result<(), EbpfError> {
 /// Errors that mean "this kernel cannot" become `Unsupported`; a missing
 /// privilege is said as such.
 fn unsupported_or(context: &str, e: &dyn std::error::Error) -> EbpfError {
-    let mut text = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        src = s.source();
-    }
+    let text = chain(e);
     if text.contains("Operation not permitted") || text.contains("EPERM") {
-        return EbpfError::bpf(
+        return EbpfError::bpf_msg(
             context,
             format!(
                 "{text} (the socket LB needs root, or CAP_BPF + CAP_NET_ADMIN + CAP_SYS_ADMIN)"
@@ -153,7 +147,7 @@ fn unsupported_or(context: &str, e: &dyn std::error::Error) -> EbpfError {
 fn program<'a>(bpf: &'a mut Ebpf, func: &str) -> Result<&'a mut CgroupSockAddr, EbpfError> {
     let p = bpf
         .program_mut(func)
-        .ok_or_else(|| EbpfError::bpf("embedded object", format!("program {func} missing")))?;
+        .ok_or_else(|| EbpfError::bpf_msg("embedded object", format!("program {func} missing")))?;
     p.try_into()
         .map_err(|e| EbpfError::bpf(format!("program {func}"), e))
 }
@@ -227,7 +221,8 @@ impl SocketLb {
                 reason: format!("the kernel attached {hook} without a BPF link ({e}); needs 5.7+"),
             })?;
             let pin = links_dir.join(hook);
-            let staging = links_dir.join(format!("{hook}.new"));
+            // (bpffs refuses names with a dot: "reserved for future extensions".)
+            let staging = links_dir.join(format!("{hook}_next"));
             let _ = std::fs::remove_file(&staging);
             link.pin(&staging)
                 .map_err(|e| EbpfError::bpf(format!("pinning the {hook} link"), e))?;
@@ -326,11 +321,11 @@ impl SocketLb {
 fn take_map(bpf: &mut Ebpf, name: &str) -> Result<MapData, EbpfError> {
     match bpf.take_map(name) {
         Some(Map::HashMap(d) | Map::LruHashMap(d)) => Ok(d),
-        Some(_) => Err(EbpfError::bpf(
+        Some(_) => Err(EbpfError::bpf_msg(
             "embedded object",
             format!("map {name} has an unexpected type"),
         )),
-        None => Err(EbpfError::bpf(
+        None => Err(EbpfError::bpf_msg(
             "embedded object",
             format!("map {name} missing"),
         )),
@@ -387,7 +382,7 @@ fn drop_incompatible_pin(path: &Path, spec: &MapSpec) -> Result<(), EbpfError> {
 pub fn cleanup(config: &EbpfConfig) -> Result<(), EbpfError> {
     let links = config.links_dir();
     for (_, hook) in PROGRAMS {
-        for name in [hook.to_string(), format!("{hook}.new")] {
+        for name in [hook.to_string(), format!("{hook}_next")] {
             remove_if_present(&links.join(name))?;
         }
     }
