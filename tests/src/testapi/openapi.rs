@@ -119,6 +119,6 @@ mod tests {
                 .as_array()
                 .is_some_and(|p| p.iter().any(|p| p["name"] == "fieldValidation"))
         );
-        assert!(group_version("apis/apps/v1").is_none());
+        assert!(group_version("apis/batch/v1").is_none());
     }
 }

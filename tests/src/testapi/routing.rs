@@ -189,7 +189,7 @@ mod tests {
         assert!(route("/api/v1/pods/x").is_err());
         assert!(route("/api/v1/namespaces/default/nodes").is_err());
         assert!(route("/api/v1/namespaces/default/pods/x/log").is_err());
-        assert!(route("/apis/apps/v1/deployments").is_err());
+        assert!(route("/apis/batch/v1/jobs").is_err());
         assert!(matches!(
             route("/apis"),
             Ok(Route::NonResource(NonResource::Apis))

@@ -3,7 +3,7 @@
 //! and unknown fields are found by comparing the input with its typed
 //! round trip, for `fieldValidation` (Strict: 400, Warn: a Warning header).
 
-use k8s_openapi::api::{coordination, core, discovery, events as events_v1};
+use k8s_openapi::api::{apps, coordination, core, discovery, events as events_v1, rbac};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -30,6 +30,11 @@ fn typed(group: &str, kind: &str, obj: &Value) -> Option<Result<Value, String>> 
         ("discovery.k8s.io", "EndpointSlice") => round_trip::<discovery::v1::EndpointSlice>(obj),
         ("events.k8s.io", "Event") => round_trip::<events_v1::v1::Event>(obj),
         ("coordination.k8s.io", "Lease") => round_trip::<coordination::v1::Lease>(obj),
+        ("apps", "DaemonSet") => round_trip::<apps::v1::DaemonSet>(obj),
+        ("rbac.authorization.k8s.io", "ClusterRole") => round_trip::<rbac::v1::ClusterRole>(obj),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
+            round_trip::<rbac::v1::ClusterRoleBinding>(obj)
+        }
         _ => return None,
     })
 }
