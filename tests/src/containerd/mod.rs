@@ -40,7 +40,11 @@ use std::time::Duration;
 use keelson_cri::{CriError, RuntimeClient, api};
 
 use crate::images::{self, BUSYBOX_IMAGE, ImageError, PAUSE_IMAGE};
-use crate::netns::{NetNs, NetNsError, unique_suffix};
+use crate::netns::{NetNs, NetNsError};
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static INSTANCE_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 pub use cleanup::{
     BASE_DIR, BaseLock, CGROUP_PREFIX, Instance, cni_cache_leftovers, remove_stale_instances,
@@ -53,6 +57,9 @@ pub enum HarnessError {
     /// Installing the Debian packages failed.
     #[error("installing packages: {0}")]
     Packages(String),
+    /// A blocking helper task panicked or was cancelled.
+    #[error("background task failed: {0}")]
+    Task(String),
     /// A file operation failed.
     #[error("{context}: {source}")]
     Io {
@@ -134,21 +141,22 @@ impl Containerd {
     pub async fn start_with(options: ContainerdOptions) -> Result<Containerd, HarnessError> {
         tokio::task::spawn_blocking(packages::ensure_installed)
             .await
-            .map_err(|e| HarnessError::Packages(e.to_string()))?
+            .map_err(|e| HarnessError::Task(e.to_string()))?
             .map_err(HarnessError::Packages)?;
         let instance = tokio::task::spawn_blocking(register_instance)
             .await
-            .map_err(|e| HarnessError::Packages(e.to_string()))??;
-
-        let netns = NetNs::create("kctd")?;
-        write(&instance.dir.join("netns"), netns.name())?;
+            .map_err(|e| HarnessError::Task(e.to_string()))??;
 
         // From here on a failure drops `partial`, which cleans up.
         let mut partial = Partial {
             instance: instance.clone(),
             child: None,
-            netns: Some(netns),
+            netns: None,
+            armed: true,
         };
+        let netns = NetNs::create("kctd")?;
+        write(&instance.dir.join("netns"), netns.name())?;
+        partial.netns = Some(netns);
         let network = instance.network();
         let layout = Layout {
             dir: &instance.dir,
@@ -172,7 +180,7 @@ impl Containerd {
         let image_dir = instance.dir.join("images");
         let built = tokio::task::spawn_blocking(move || images::build_all(&image_dir))
             .await
-            .map_err(|e| HarnessError::Packages(e.to_string()))??;
+            .map_err(|e| HarnessError::Task(e.to_string()))??;
 
         let log_path = instance.dir.join("containerd.log");
         let netns_ref = partial
@@ -194,7 +202,7 @@ impl Containerd {
             let socket = socket.clone();
             tokio::task::spawn_blocking(move || images::import(&archive, &socket))
                 .await
-                .map_err(|e| HarnessError::Packages(e.to_string()))??;
+                .map_err(|e| HarnessError::Task(e.to_string()))??;
         }
         for name in [PAUSE_IMAGE, BUSYBOX_IMAGE] {
             if client
@@ -330,12 +338,20 @@ impl Containerd {
 fn register_instance() -> Result<Instance, HarnessError> {
     let _lock = BaseLock::acquire().map_err(io(format!("locking {BASE_DIR}")))?;
     remove_stale_instances();
-    let instance = Instance::new(&unique_suffix());
-    // A directory of the same name can only be a stale one of a previous
-    // process that had our pid: its owner is gone.
-    if instance.dir.exists() {
-        instance.remove_stale();
-    }
+    let instance = loop {
+        // pid + a per-process counter: unique among live processes.
+        let n = INSTANCE_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let candidate = Instance::new(&format!("{}-{n}", std::process::id()));
+        if !candidate.dir.exists() {
+            break candidate;
+        }
+        // Same name: a leftover of an earlier process that had our pid
+        // (a live owner would be us, and we never reuse a counter value).
+        if !candidate.owner_alive() {
+            candidate.remove_stale();
+            break candidate;
+        }
+    };
     std::fs::create_dir_all(&instance.dir)
         .map_err(io(format!("creating {}", instance.dir.display())))?;
     let owner = cleanup::process_identity(std::process::id()).unwrap_or_default();
@@ -402,13 +418,14 @@ struct Partial {
     instance: Instance,
     child: Option<Child>,
     netns: Option<NetNs>,
+    armed: bool,
 }
 
 impl Partial {
     fn disarm(mut self) -> (Option<Child>, NetNs) {
         let child = self.child.take();
         let netns = self.netns.take();
-        std::mem::forget(self);
+        self.armed = false;
         match netns {
             Some(ns) => (child, ns),
             // Unreachable: start() only disarms with a namespace present.
@@ -453,6 +470,9 @@ fn unreachable_netns() -> ! {
 
 impl Drop for Partial {
     fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
         stop_child(self.child.take());
         self.instance.kill_processes(Duration::from_secs(10));
         self.instance.remove_everything_else();
