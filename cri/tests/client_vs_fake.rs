@@ -918,3 +918,43 @@ async fn connect_errors() {
         .expect_err("bad scheme");
     assert!(matches!(err, CriError::InvalidEndpoint { .. }), "{err}");
 }
+
+#[tokio::test]
+async fn resources_log_reopen_and_verbose_status() {
+    let s = setup().await;
+    let (_, id) = running_container(&s, "p", "app").await;
+    let limits = api::LinuxContainerResources {
+        cpu_quota: 50_000,
+        cpu_period: 100_000,
+        memory_limit_in_bytes: 64 << 20,
+        ..Default::default()
+    };
+    s.cri
+        .update_container_resources(&id, Some(limits.clone()))
+        .await
+        .expect("update resources");
+    let st = container_state(&s.cri, &id).await;
+    assert_eq!(st.resources.and_then(|r| r.linux), Some(limits));
+    let err = s
+        .cri
+        .update_container_resources("nope", None)
+        .await
+        .expect_err("unknown");
+    assert!(err.is_not_found(), "{err}");
+
+    s.cri.reopen_container_log(&id).await.expect("reopen");
+    s.cri
+        .stop_container(&id, Duration::ZERO)
+        .await
+        .expect("stop");
+    let err = s
+        .cri
+        .reopen_container_log(&id)
+        .await
+        .expect_err("not running");
+    assert_eq!(err.code(), Some(Code::Unknown), "{err}");
+
+    let verbose = s.cri.status_verbose(true).await.expect("status");
+    assert!(verbose.status.is_some());
+    assert_eq!(s.fake.calls_to("Status").len(), 1, "one Status call logged");
+}
