@@ -3,6 +3,28 @@
 //! execution, image pulls, lifecycle hooks and termination.
 
 pub mod actions;
+pub mod dns;
+pub mod env;
+pub mod errors;
+pub mod expand;
 pub mod hash;
+pub mod hooks;
+pub mod hosts;
+pub mod imageref;
+pub mod images;
+pub mod keyring;
+pub mod kill;
 pub mod labels;
+pub mod linux_resources;
+pub mod manager;
+pub mod sandbox;
+pub mod security;
+pub mod service_env;
+pub mod start;
 pub mod status;
+pub mod sync;
+
+pub use manager::{
+    AllocatableFn, NoServices, RuntimeManager, RuntimeParts, RuntimeSettings, ServiceEnv,
+};
+pub use sync::PodSyncResult;

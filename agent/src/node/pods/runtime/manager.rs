@@ -1,0 +1,229 @@
+//! The runtime manager (kubelet's `kubeGenericRuntimeManager`): reads a
+//! pod's state from CRI and drives sandboxes and containers. The sync, start
+//! and kill paths live in `sync`, `start` and `kill`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use keelson_cri::{CriError, RuntimeClient, api};
+
+use super::dns::DnsSettings;
+use super::hooks::HookRunner;
+use super::images::ImageManager;
+use super::labels::POD_UID;
+use super::linux_resources::CpuQuota;
+use super::security::SeccompSettings;
+use super::status::{ContainerStatus, RuntimePodStatus, SandboxStatus};
+use crate::node::cgroups::PodCgroups;
+use crate::node::pods::backoff::Backoff;
+use crate::node::pods::clock::SharedClock;
+use crate::node::pods::deps::{EnvSources, PodVolumes};
+use crate::node::pods::events::PodEvents;
+use crate::node::pods::metrics::PodMetrics;
+
+/// Service environment variables per namespace; `None` until Services have
+/// been listed once.
+pub trait ServiceEnv: Send + Sync {
+    /// The variables for a pod in `namespace`.
+    fn service_env(
+        &self,
+        namespace: &str,
+        enable_service_links: bool,
+    ) -> Option<BTreeMap<String, String>>;
+}
+
+/// No Services known, but "synced" (for tests and static-only nodes).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoServices;
+
+impl ServiceEnv for NoServices {
+    fn service_env(&self, _: &str, _: bool) -> Option<BTreeMap<String, String>> {
+        Some(BTreeMap::new())
+    }
+}
+
+/// Node allocatable resources (for downward API defaults).
+pub type AllocatableFn = Arc<dyn Fn() -> BTreeMap<String, K8sQuantity> + Send + Sync>;
+
+/// Settings of the runtime manager.
+#[derive(Debug, Clone)]
+pub struct RuntimeSettings {
+    /// The runtime's name (`containerd`), the scheme of container ids.
+    pub runtime_name: String,
+    /// `podLogsDir`.
+    pub pod_logs_root: PathBuf,
+    /// Where legacy log symlinks go (`/var/log/containers`); `None` skips them.
+    pub legacy_log_dir: Option<PathBuf>,
+    /// CFS quota settings.
+    pub quota: CpuQuota,
+    /// Node memory capacity in bytes (for OOM score adjustments).
+    pub memory_capacity: i64,
+    /// Seccomp settings.
+    pub seccomp: SeccompSettings,
+    /// DNS settings.
+    pub dns: DnsSettings,
+    /// The node's IPs (downward API `status.hostIP`).
+    pub node_ips: Vec<String>,
+}
+
+/// Everything the runtime manager uses.
+pub struct RuntimeManager {
+    pub(super) cri: RuntimeClient,
+    pub(super) settings: RuntimeSettings,
+    pub(super) images: ImageManager,
+    pub(super) crash_backoff: Arc<Backoff>,
+    pub(super) events: PodEvents,
+    pub(super) metrics: PodMetrics,
+    pub(super) cgroups: Arc<PodCgroups>,
+    pub(super) volumes: Arc<dyn PodVolumes>,
+    pub(super) env: Arc<dyn EnvSources>,
+    pub(super) services: Arc<dyn ServiceEnv>,
+    pub(super) allocatable: AllocatableFn,
+    pub(super) hooks: HookRunner,
+    pub(super) clock: SharedClock,
+}
+
+impl std::fmt::Debug for RuntimeManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeManager")
+            .field("runtime", &self.settings.runtime_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The parts a runtime manager is built from.
+pub struct RuntimeParts {
+    /// CRI client.
+    pub cri: RuntimeClient,
+    /// Settings.
+    pub settings: RuntimeSettings,
+    /// Image manager.
+    pub images: ImageManager,
+    /// CrashLoopBackOff state.
+    pub crash_backoff: Arc<Backoff>,
+    /// Event recorder.
+    pub events: PodEvents,
+    /// Metrics.
+    pub metrics: PodMetrics,
+    /// Pod cgroups (for the sandbox's cgroup parent).
+    pub cgroups: Arc<PodCgroups>,
+    /// Volumes.
+    pub volumes: Arc<dyn PodVolumes>,
+    /// ConfigMap/Secret lookups.
+    pub env: Arc<dyn EnvSources>,
+    /// Service variables.
+    pub services: Arc<dyn ServiceEnv>,
+    /// Node allocatable.
+    pub allocatable: AllocatableFn,
+    /// Hook runner.
+    pub hooks: HookRunner,
+    /// Clock.
+    pub clock: SharedClock,
+}
+
+impl RuntimeManager {
+    /// Builds one.
+    pub fn new(p: RuntimeParts) -> Self {
+        RuntimeManager {
+            cri: p.cri,
+            settings: p.settings,
+            images: p.images,
+            crash_backoff: p.crash_backoff,
+            events: p.events,
+            metrics: p.metrics,
+            cgroups: p.cgroups,
+            volumes: p.volumes,
+            env: p.env,
+            services: p.services,
+            allocatable: p.allocatable,
+            hooks: p.hooks,
+            clock: p.clock,
+        }
+    }
+
+    /// The CRI client.
+    pub fn cri(&self) -> &RuntimeClient {
+        &self.cri
+    }
+
+    /// The runtime name (container id scheme).
+    pub fn runtime_name(&self) -> &str {
+        &self.settings.runtime_name
+    }
+
+    /// The CrashLoopBackOff state.
+    pub fn crash_backoff(&self) -> &Arc<Backoff> {
+        &self.crash_backoff
+    }
+
+    /// kubelet's `GetPodStatus`: the pod's sandboxes and containers, found
+    /// by the pod UID label.
+    pub async fn get_pod_status(
+        &self,
+        uid: &str,
+        name: &str,
+        namespace: &str,
+    ) -> Result<RuntimePodStatus, CriError> {
+        let labels = std::collections::HashMap::from([(POD_UID.to_string(), uid.to_string())]);
+        let sandboxes = self
+            .metrics
+            .runtime_op(
+                "list_podsandbox",
+                self.cri.list_pod_sandbox(Some(api::PodSandboxFilter {
+                    label_selector: labels.clone(),
+                    ..Default::default()
+                })),
+            )
+            .await?;
+        let mut sb_statuses = Vec::new();
+        for sb in &sandboxes {
+            match self
+                .metrics
+                .runtime_op(
+                    "podsandbox_status",
+                    self.cri.pod_sandbox_status(&sb.id, false),
+                )
+                .await
+            {
+                Ok(resp) => {
+                    if let Some(s) = resp.status {
+                        sb_statuses.push(SandboxStatus::from_cri(&s));
+                    }
+                }
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        let containers = self
+            .metrics
+            .runtime_op(
+                "list_containers",
+                self.cri.list_containers(Some(api::ContainerFilter {
+                    label_selector: labels,
+                    ..Default::default()
+                })),
+            )
+            .await?;
+        let mut statuses = Vec::new();
+        for c in &containers {
+            match self
+                .metrics
+                .runtime_op("container_status", self.cri.container_status(&c.id, false))
+                .await
+            {
+                Ok(resp) => {
+                    if let Some(s) = resp.status {
+                        statuses.push(ContainerStatus::from_cri(&s, &c.pod_sandbox_id));
+                    }
+                }
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        let mut status = RuntimePodStatus::new(uid, name, namespace, sb_statuses, statuses);
+        status.timestamp = self.clock.now();
+        Ok(status)
+    }
+}

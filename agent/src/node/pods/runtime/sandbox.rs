@@ -1,0 +1,222 @@
+//! The sandbox config of a pod (kubelet's `generatePodSandboxConfig`):
+//! metadata and attempt, labels/annotations, host name, DNS, log
+//! directory, port mappings of every container port, cgroup parent,
+//! security context, sysctls and the pod's resources.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use keelson_cri::api;
+
+use super::dns::{DnsSettings, DnsWarning, pod_dns, pod_hostname};
+use super::labels::{new_pod_annotations, new_pod_labels};
+use super::linux_resources::{CpuQuota, sandbox_resources};
+use super::security::sandbox_security_context;
+use crate::node::pods::podutil;
+
+/// `/var/log/pods/<ns>_<name>_<uid>` (`BuildPodLogsDirectory`).
+pub fn pod_logs_dir(root: &Path, pod: &Pod) -> PathBuf {
+    root.join(format!(
+        "{}_{}_{}",
+        podutil::namespace(pod),
+        podutil::name(pod),
+        podutil::uid(pod)
+    ))
+}
+
+/// `<pod logs dir>/<container>` (`BuildContainerLogsDirectory`).
+pub fn container_logs_dir(root: &Path, pod: &Pod, container: &str) -> PathBuf {
+    pod_logs_dir(root, pod).join(container)
+}
+
+/// CRI protocol numbers.
+fn protocol(p: Option<&str>) -> i32 {
+    match p {
+        Some("UDP") => 1,
+        Some("SCTP") => 2,
+        _ => 0,
+    }
+}
+
+/// `MakePortMappings` of one container.
+pub fn port_mappings(c: &Container) -> Vec<api::PortMapping> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for p in c.ports.iter().flatten() {
+        let proto = p.protocol.as_deref().unwrap_or("TCP");
+        let family = if p.host_ip.as_deref().is_some_and(|ip| ip.contains(':')) {
+            "v6"
+        } else {
+            "v4"
+        };
+        let name = match p.name.as_deref().filter(|n| !n.is_empty()) {
+            Some(n) => format!("{}-{n}", c.name),
+            None => format!("{}-{family}-{proto}:{}", c.name, p.container_port),
+        };
+        if !seen.insert(name) {
+            tracing::info!(container = %c.name, port = p.container_port, "port name defined more than once; skipped");
+            continue;
+        }
+        out.push(api::PortMapping {
+            protocol: protocol(Some(proto)),
+            container_port: p.container_port,
+            host_port: p.host_port.unwrap_or(0),
+            host_ip: p.host_ip.clone().unwrap_or_default(),
+        });
+    }
+    out
+}
+
+/// What the sandbox config depends on besides the pod.
+#[derive(Debug, Clone)]
+pub struct SandboxInputs<'a> {
+    /// DNS settings of the node.
+    pub dns: &'a DnsSettings,
+    /// `podLogsDir`.
+    pub pod_logs_root: &'a Path,
+    /// The pod's cgroup (cgroupfs path).
+    pub cgroup_parent: &'a str,
+    /// CFS quota settings.
+    pub quota: CpuQuota,
+}
+
+/// Builds the sandbox config; the error is a message for
+/// `ConfigPodSandboxError` / `FailedCreatePodSandBox`.
+pub fn generate_sandbox_config(
+    pod: &Pod,
+    attempt: u32,
+    inp: &SandboxInputs<'_>,
+) -> Result<(api::PodSandboxConfig, Vec<DnsWarning>), String> {
+    let (dns, warnings) = pod_dns(pod, inp.dns);
+    let hostname = if podutil::is_host_network(pod) {
+        String::new()
+    } else {
+        pod_hostname(pod, &inp.dns.cluster_domain)?.0
+    };
+    let mut ports = Vec::new();
+    for c in podutil::containers(pod) {
+        ports.extend(port_mappings(c));
+    }
+    let sysctls = podutil::spec(pod)
+        .security_context
+        .as_ref()
+        .and_then(|s| s.sysctls.as_ref())
+        .map(|list| {
+            list.iter()
+                // runc wants dots between the namespace parts of a name.
+                .map(|s| (convert_sysctl_name(&s.name), s.value.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let (resources, overhead) = sandbox_resources(pod, inp.quota);
+    let config = api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: podutil::name(pod).to_string(),
+            uid: podutil::uid(pod).to_string(),
+            namespace: podutil::namespace(pod).to_string(),
+            attempt,
+        }),
+        hostname,
+        log_directory: pod_logs_dir(inp.pod_logs_root, pod).display().to_string(),
+        dns_config: Some(dns),
+        port_mappings: ports,
+        labels: new_pod_labels(pod),
+        annotations: new_pod_annotations(pod),
+        linux: Some(api::LinuxPodSandboxConfig {
+            cgroup_parent: inp.cgroup_parent.to_string(),
+            security_context: Some(sandbox_security_context(pod)),
+            sysctls,
+            overhead,
+            resources: Some(resources),
+        }),
+        windows: None,
+    };
+    Ok((config, warnings))
+}
+
+/// `ConvertSysctlVariableToDotsSeparator`: `a/b.c` → `a.b/c` style
+/// conversion (slashes and dots swapped), as kubelet passes sysctls to runc.
+pub fn convert_sysctl_name(name: &str) -> String {
+    if !name.contains('/') {
+        return name.to_string();
+    }
+    name.chars()
+        .map(|c| match c {
+            '/' => '.',
+            '.' => '/',
+            other => other,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_config_fields() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": "u1", "labels": {"app": "w"},
+                         "annotations": {"a": "b"}},
+            "spec": {"securityContext": {"sysctls": [{"name": "net/ipv4/ip_unprivileged_port_start", "value": "0"}]},
+                     "containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080},
+                                                           {"name": "dns", "containerPort": 53, "protocol": "UDP"}]}]}
+        }))
+        .expect("pod");
+        let dns = DnsSettings::default();
+        let (cfg, _) = generate_sandbox_config(
+            &pod,
+            2,
+            &SandboxInputs {
+                dns: &dns,
+                pod_logs_root: Path::new("/var/log/pods"),
+                cgroup_parent: "/kubepods/besteffort/podu1",
+                quota: CpuQuota {
+                    enforce: true,
+                    period_us: 100_000,
+                },
+            },
+        )
+        .expect("config");
+        let md = cfg.metadata.clone().expect("md");
+        assert_eq!(
+            (
+                md.name.as_str(),
+                md.namespace.as_str(),
+                md.uid.as_str(),
+                md.attempt
+            ),
+            ("web", "ns", "u1", 2)
+        );
+        assert_eq!(cfg.hostname, "web");
+        assert_eq!(cfg.log_directory, "/var/log/pods/ns_web_u1");
+        assert_eq!(cfg.labels["io.kubernetes.pod.uid"], "u1");
+        assert_eq!(cfg.labels["app"], "w");
+        assert_eq!(cfg.annotations["a"], "b");
+        assert_eq!(cfg.port_mappings.len(), 2);
+        assert_eq!(cfg.port_mappings[0].host_port, 8080);
+        assert_eq!(cfg.port_mappings[1].protocol, 1);
+        let linux = cfg.linux.expect("linux");
+        assert_eq!(linux.cgroup_parent, "/kubepods/besteffort/podu1");
+        assert_eq!(linux.sysctls["net.ipv4.ip_unprivileged_port_start"], "0");
+        assert_eq!(
+            linux
+                .security_context
+                .and_then(|s| s.namespace_options)
+                .map(|n| n.network),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn sysctl_names() {
+        assert_eq!(
+            convert_sysctl_name("kernel.shm_rmid_forced"),
+            "kernel.shm_rmid_forced"
+        );
+        assert_eq!(
+            convert_sysctl_name("net/ipv4/conf/eno2.100/rp_filter"),
+            "net.ipv4.conf.eno2/100.rp_filter"
+        );
+    }
+}

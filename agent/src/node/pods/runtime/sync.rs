@@ -1,0 +1,561 @@
+//! kubelet's `SyncPod` of the runtime manager: compute the actions, kill
+//! what must go, (re)create the sandbox, start init containers one by one
+//! and sidecars, then the app containers — each start guarded by
+//! CrashLoopBackOff — and report every step's result.
+
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
+use keelson_cri::api;
+use keelson_probes::gofmt;
+
+use super::actions::{ProbeResults, compute_pod_actions};
+use super::errors::{
+    CONFIG_POD_SANDBOX_ERROR, CRASH_LOOP_BACK_OFF, CREATE_POD_SANDBOX_ERROR, StepError, grpc_text,
+};
+use super::hash::hash_label;
+use super::manager::RuntimeManager;
+use super::sandbox::{SandboxInputs, generate_sandbox_config, pod_logs_dir};
+use super::status::{ContainerState, RuntimePodStatus};
+use crate::events::EventType;
+use crate::node::pods::clock::from_nanos;
+use crate::node::pods::events as reasons;
+use crate::node::pods::podutil::{self, is_restartable_init};
+
+/// The step a result is about (kubelet's `SyncAction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncAction {
+    /// Start (create + start) a container.
+    StartContainer,
+    /// Stop a container.
+    KillContainer,
+    /// Create the sandbox.
+    CreatePodSandbox,
+    /// Build the sandbox config.
+    ConfigPodSandbox,
+    /// Stop the sandbox.
+    KillPodSandbox,
+}
+
+impl SyncAction {
+    fn as_str(self) -> &'static str {
+        match self {
+            SyncAction::StartContainer => "StartContainer",
+            SyncAction::KillContainer => "KillContainer",
+            SyncAction::CreatePodSandbox => "CreatePodSandbox",
+            SyncAction::ConfigPodSandbox => "ConfigPodSandbox",
+            SyncAction::KillPodSandbox => "KillPodSandbox",
+        }
+    }
+}
+
+/// One step's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepResult {
+    /// What.
+    pub action: SyncAction,
+    /// On what (container name, pod).
+    pub target: String,
+    /// The failure, if any.
+    pub error: Option<StepError>,
+}
+
+/// What a sync did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodSyncResult {
+    /// Each step.
+    pub steps: Vec<StepResult>,
+    /// When a backoff that stopped a step ends (the worker syncs again then).
+    pub retry_at: Option<SystemTime>,
+    /// The sandbox was created in this sync.
+    pub created_sandbox: bool,
+    /// Time spent pulling images in this sync.
+    pub image_pull_time: std::time::Duration,
+}
+
+impl PodSyncResult {
+    fn push(&mut self, action: SyncAction, target: &str, error: Option<StepError>) {
+        self.steps.push(StepResult {
+            action,
+            target: target.to_string(),
+            error,
+        });
+    }
+
+    fn retry_no_later_than(&mut self, t: SystemTime) {
+        self.retry_at = Some(match self.retry_at {
+            Some(r) if r < t => r,
+            _ => t,
+        });
+    }
+
+    /// kubelet's aggregated error text, `None` when every step succeeded.
+    pub fn error(&self) -> Option<String> {
+        let errs: Vec<String> = self
+            .steps
+            .iter()
+            .filter_map(|s| {
+                s.error.as_ref().map(|e| {
+                    format!(
+                        "failed to {} for {} with {}: {}",
+                        gofmt::quote(s.action.as_str()),
+                        gofmt::quote(&s.target),
+                        e.reason,
+                        gofmt::quote(&e.message)
+                    )
+                })
+            })
+            .collect();
+        match errs.len() {
+            0 => None,
+            1 => errs.into_iter().next(),
+            _ => Some(format!("[{}]", errs.join(", "))),
+        }
+    }
+
+    /// Whether every failed step failed only because of a backoff.
+    pub fn only_backoff(&self) -> bool {
+        self.steps.iter().filter_map(|s| s.error.as_ref()).all(|e| {
+            e.reason == CRASH_LOOP_BACK_OFF || e.reason == super::errors::IMAGE_PULL_BACK_OFF
+        })
+    }
+}
+
+/// kubelet's `GetStableKey`: the CrashLoopBackOff key of a container.
+pub fn stable_key(pod: &Pod, c: &Container) -> String {
+    format!(
+        "{}_{}_{}_{}_{}",
+        podutil::name(pod),
+        podutil::namespace(pod),
+        podutil::uid(pod),
+        c.name,
+        hash_label(c)
+    )
+}
+
+/// Which kind of container a start is for (metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartKind {
+    /// `spec.initContainers[i]`.
+    Init,
+    /// `spec.containers[i]`.
+    Regular,
+}
+
+impl StartKind {
+    /// The `container_type` metric label.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            StartKind::Init => "init_container",
+            StartKind::Regular => "container",
+        }
+    }
+}
+
+impl RuntimeManager {
+    /// `doBackOff`: whether the container is in CrashLoopBackOff; records
+    /// the restart in the backoff when it is not.
+    fn do_backoff(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        status: &RuntimePodStatus,
+    ) -> Option<(StepError, Option<SystemTime>)> {
+        let exited = status
+            .containers_named(&c.name)
+            .find(|s| s.state == ContainerState::Exited)?;
+        let finished = from_nanos(exited.finished_at);
+        let key = stable_key(pod, c);
+        if self.crash_backoff.is_in_backoff_since(&key, finished) {
+            self.events.container(
+                pod,
+                &c.name,
+                "",
+                EventType::Warning,
+                reasons::BACK_OFF,
+                format!(
+                    "Back-off restarting failed container {} in pod {}",
+                    c.name,
+                    podutil::format_pod(pod)
+                ),
+            );
+            let msg = format!(
+                "back-off {} restarting failed container={} pod={}",
+                gofmt::duration(self.crash_backoff.get(&key)),
+                c.name,
+                podutil::format_pod(pod)
+            );
+            return Some((
+                StepError::new(CRASH_LOOP_BACK_OFF, msg),
+                self.crash_backoff.expires_at(&key, finished),
+            ));
+        }
+        self.crash_backoff.next(&key, finished);
+        None
+    }
+
+    /// kubelet's `SyncPod` for a pod that should run.
+    pub async fn sync_pod(
+        &self,
+        pod: &Pod,
+        status: &RuntimePodStatus,
+        pull_secrets: &[Secret],
+        probes: &dyn ProbeResults,
+        active_pods: &[Pod],
+    ) -> PodSyncResult {
+        let actions = compute_pod_actions(pod, status, probes);
+        tracing::debug!(pod = %podutil::key(pod), ?actions, "computed pod actions");
+        let mut result = PodSyncResult::default();
+        if actions.create_sandbox && !actions.sandbox_id.is_empty() {
+            self.events.pod(
+                pod,
+                EventType::Normal,
+                reasons::SANDBOX_CHANGED,
+                "Pod sandbox changed, it will be killed and re-created.",
+            );
+        }
+        if actions.kill_pod {
+            if let Err(e) = self.kill_pod(Some(pod), status, None, &mut result).await {
+                tracing::warn!(pod = %podutil::key(pod), error = %e, "killing the pod failed");
+                return result;
+            }
+            if actions.create_sandbox {
+                self.purge_init_containers(pod, status).await;
+            }
+        } else {
+            for k in &actions.containers_to_kill {
+                let err = self
+                    .kill_container(
+                        pod,
+                        &k.container_id,
+                        &k.name,
+                        &k.message,
+                        k.reason,
+                        None,
+                        None,
+                    )
+                    .await;
+                let failed = err.is_err();
+                result.push(
+                    SyncAction::KillContainer,
+                    &k.name,
+                    err.err()
+                        .map(|e| StepError::new(super::errors::KILL_CONTAINER_ERROR, e)),
+                );
+                if failed {
+                    return result;
+                }
+            }
+        }
+        self.prune_init_containers(pod, status).await;
+
+        let mut pod_ips = status.ips.clone();
+        let mut sandbox_id = actions.sandbox_id.clone();
+        let cgroup_parent = self.cgroups.cgroup_parent(pod);
+        let inputs = SandboxInputs {
+            dns: &self.settings.dns,
+            pod_logs_root: &self.settings.pod_logs_root,
+            cgroup_parent: &cgroup_parent,
+            quota: self.settings.quota,
+        };
+        if actions.create_sandbox {
+            self.metrics.started_pods_total.inc();
+            match self
+                .create_sandbox(pod, actions.attempt, &inputs, active_pods)
+                .await
+            {
+                Ok((id, ips)) => {
+                    sandbox_id = id;
+                    result.created_sandbox = true;
+                    if !podutil::is_host_network(pod) {
+                        pod_ips = ips;
+                    }
+                    result.push(
+                        SyncAction::CreatePodSandbox,
+                        &podutil::format_pod(pod),
+                        None,
+                    );
+                }
+                Err(e) => {
+                    self.metrics.started_pods_errors_total.inc();
+                    result.push(
+                        SyncAction::CreatePodSandbox,
+                        &podutil::format_pod(pod),
+                        Some(e),
+                    );
+                    return result;
+                }
+            }
+        }
+        let sandbox_config = match generate_sandbox_config(pod, actions.attempt, &inputs) {
+            Ok((c, _)) => c,
+            Err(e) => {
+                let msg = format!(
+                    "GeneratePodSandboxConfig for pod {} failed: {e}",
+                    gofmt::quote(&podutil::format_pod(pod))
+                );
+                result.push(
+                    SyncAction::ConfigPodSandbox,
+                    &sandbox_id,
+                    Some(StepError::new(CONFIG_POD_SANDBOX_ERROR, msg)),
+                );
+                return result;
+            }
+        };
+        let pod_ip = pod_ips.first().cloned().unwrap_or_default();
+
+        for &idx in &actions.init_containers_to_start {
+            let Some(c) = podutil::init_containers(pod).get(idx) else {
+                continue;
+            };
+            let ok = self
+                .start_step(
+                    pod,
+                    c,
+                    StartKind::Init,
+                    status,
+                    &sandbox_id,
+                    &sandbox_config,
+                    pull_secrets,
+                    &pod_ip,
+                    &pod_ips,
+                    &mut result,
+                )
+                .await;
+            if !ok && !is_restartable_init(c) {
+                return result;
+            }
+        }
+        for &idx in &actions.containers_to_start {
+            let Some(c) = podutil::containers(pod).get(idx) else {
+                continue;
+            };
+            self.start_step(
+                pod,
+                c,
+                StartKind::Regular,
+                status,
+                &sandbox_id,
+                &sandbox_config,
+                pull_secrets,
+                &pod_ip,
+                &pod_ips,
+                &mut result,
+            )
+            .await;
+        }
+        result
+    }
+
+    /// One container start with its backoff check; returns success.
+    #[allow(clippy::too_many_arguments)]
+    async fn start_step(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        kind: StartKind,
+        status: &RuntimePodStatus,
+        sandbox_id: &str,
+        sandbox_config: &api::PodSandboxConfig,
+        pull_secrets: &[Secret],
+        pod_ip: &str,
+        pod_ips: &[String],
+        result: &mut PodSyncResult,
+    ) -> bool {
+        if let Some((err, until)) = self.do_backoff(pod, c, status) {
+            if let Some(t) = until {
+                result.retry_no_later_than(t);
+            }
+            result.push(SyncAction::StartContainer, &c.name, Some(err));
+            return false;
+        }
+        self.metrics
+            .started_containers_total
+            .with_label_values(&[kind.metric_label()])
+            .inc();
+        match self
+            .start_container(
+                sandbox_id,
+                sandbox_config,
+                c,
+                pod,
+                status,
+                pull_secrets,
+                pod_ip,
+                pod_ips,
+            )
+            .await
+        {
+            Ok(pulled_for) => {
+                result.image_pull_time += pulled_for;
+                result.push(SyncAction::StartContainer, &c.name, None);
+                true
+            }
+            Err(e) => {
+                self.metrics
+                    .started_containers_errors_total
+                    .with_label_values(&[kind.metric_label(), e.reason])
+                    .inc();
+                if e.reason == super::errors::IMAGE_PULL_BACK_OFF
+                    || e.reason == super::errors::ERR_IMAGE_PULL
+                {
+                    let image = c.image.as_deref().unwrap_or_default();
+                    let image = super::imageref::apply_default_tag(image).unwrap_or_default();
+                    if let Some(t) = self.images_backoff_until(pod, &image) {
+                        result.retry_no_later_than(t);
+                    }
+                }
+                tracing::info!(pod = %podutil::key(pod), container = %c.name, reason = e.reason, message = %e.message, "container start failed");
+                result.push(SyncAction::StartContainer, &c.name, Some(e));
+                false
+            }
+        }
+    }
+
+    fn images_backoff_until(&self, pod: &Pod, image: &str) -> Option<SystemTime> {
+        self.images
+            .backoff_until(&format!("{}_{}", podutil::uid(pod), image))
+    }
+
+    /// Creates the sandbox (pod cgroup, log directory, RunPodSandbox) and
+    /// returns its id and IPs.
+    async fn create_sandbox(
+        &self,
+        pod: &Pod,
+        attempt: u32,
+        inputs: &SandboxInputs<'_>,
+        active_pods: &[Pod],
+    ) -> Result<(String, Vec<String>), StepError> {
+        let fail = |msg: String| StepError::new(CREATE_POD_SANDBOX_ERROR, msg);
+        let (config, warnings) = generate_sandbox_config(pod, attempt, inputs).map_err(|e| {
+            fail(format!(
+                "GeneratePodSandboxConfig for pod {} failed: {e}",
+                gofmt::quote(&podutil::format_pod(pod))
+            ))
+        })?;
+        for w in warnings {
+            self.events
+                .pod(pod, EventType::Warning, w.reason, w.message);
+        }
+        if let Err(e) = self.cgroups.ensure(pod, active_pods) {
+            self.events.pod(
+                pod,
+                EventType::Warning,
+                reasons::FAILED_CREATE_POD_CONTAINER,
+                format!("unable to ensure pod container exists: {e}"),
+            );
+            return Err(fail(format!("unable to ensure pod container exists: {e}")));
+        }
+        let log_dir = pod_logs_dir(&self.settings.pod_logs_root, pod);
+        if let Err(e) = tokio::fs::create_dir_all(&log_dir).await {
+            return Err(fail(format!(
+                "Create pod log directory for pod {} failed: {e}",
+                gofmt::quote(&podutil::format_pod(pod))
+            )));
+        }
+        let id = match self
+            .metrics
+            .runtime_op("run_podsandbox", self.cri.run_pod_sandbox(config, ""))
+            .await
+        {
+            Ok(id) => id,
+            Err(e) => {
+                let text = grpc_text(&e);
+                self.events.pod(
+                    pod,
+                    EventType::Warning,
+                    reasons::FAILED_CREATE_POD_SANDBOX,
+                    format!("Failed to create pod sandbox: {text}"),
+                );
+                return Err(fail(format!(
+                    "Failed to create sandbox for pod {}: {text}",
+                    gofmt::quote(&podutil::format_pod(pod))
+                )));
+            }
+        };
+        match self
+            .metrics
+            .runtime_op("podsandbox_status", self.cri.pod_sandbox_status(&id, false))
+            .await
+        {
+            Ok(resp) => {
+                let ips = resp
+                    .status
+                    .and_then(|s| s.network)
+                    .map(|n| {
+                        let mut v = vec![n.ip];
+                        v.extend(n.additional_ips.into_iter().map(|i| i.ip));
+                        v.into_iter().filter(|i| !i.is_empty()).collect()
+                    })
+                    .unwrap_or_default();
+                Ok((id, ips))
+            }
+            Err(e) => {
+                let text = grpc_text(&e);
+                self.events.pod(
+                    pod,
+                    EventType::Warning,
+                    reasons::FAILED_POD_SANDBOX_STATUS,
+                    format!("Unable to get pod sandbox status: {text}"),
+                );
+                Err(fail(text))
+            }
+        }
+    }
+
+    /// Removes every init container of the pod (before a new sandbox).
+    async fn purge_init_containers(&self, pod: &Pod, status: &RuntimePodStatus) {
+        for c in podutil::init_containers(pod) {
+            for s in status.containers_named(&c.name) {
+                if let Err(e) = self.remove_container(&s.id).await {
+                    tracing::warn!(pod = %podutil::key(pod), container = %c.name, error = %e, "removing init container failed");
+                }
+            }
+        }
+    }
+
+    /// Keeps only the newest exited instance of each init container.
+    async fn prune_init_containers(&self, pod: &Pod, status: &RuntimePodStatus) {
+        for c in podutil::init_containers(pod) {
+            let mut seen = 0;
+            for s in status.containers_named(&c.name) {
+                if !matches!(s.state, ContainerState::Exited | ContainerState::Unknown) {
+                    continue;
+                }
+                seen += 1;
+                if seen == 1 {
+                    continue;
+                }
+                if let Err(e) = self.remove_container(&s.id).await {
+                    tracing::warn!(pod = %podutil::key(pod), container = %c.name, error = %e, "pruning init container failed");
+                }
+            }
+        }
+    }
+
+    /// Removes a container and its legacy log symlink.
+    pub async fn remove_container(&self, id: &str) -> Result<(), String> {
+        if let Some(dir) = &self.settings.legacy_log_dir
+            && let Ok(resp) = self.cri.container_status(id, false).await
+            && let Some(s) = resp.status
+        {
+            let info = super::labels::container_info_from_labels(&s.labels);
+            let link = dir.join(legacy_log_name(
+                &info.pod_name,
+                &info.pod_namespace,
+                &info.container_name,
+                id,
+            ));
+            let _ = tokio::fs::remove_file(link).await;
+        }
+        self.metrics
+            .runtime_op("remove_container", self.cri.remove_container(id))
+            .await
+            .map_err(|e| grpc_text(&e))
+    }
+}
+
+/// `<pod>_<ns>_<container>-<id>.log`, the legacy symlink's name.
+pub fn legacy_log_name(pod: &str, ns: &str, container: &str, id: &str) -> String {
+    format!("{pod}_{ns}_{container}-{id}.log")
+}
