@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use keelson_netplane::ebpf::{
     AFFINITY_KIND_CLIENT, EbpfConfig, Frontend, L4Proto, LbService, SocketLb, cleanup,
+    live_link_ids, pinned_links,
 };
 use keelson_tests::netns::{NetNs, unique_suffix, veth_pair};
 use keelson_tests::support::{require_root, wait_for};
@@ -528,20 +529,31 @@ fn lb_service(name: &str, backends: Vec<SocketAddr>, affinity: Option<u32>) -> L
     }
 }
 
-/// Number of programs attached to the cgroup, by `bpftool cgroup show`.
-fn attached_programs(cgroup: &Path) -> usize {
-    let out = Command::new("bpftool")
-        .args(["-j", "cgroup", "show"])
-        .arg(cgroup)
-        .output()
-        .expect("bpftool");
-    assert!(
-        out.status.success(),
-        "bpftool: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Array(Vec::new()));
-    v.as_array().map_or(0, Vec::len)
+/// Link ids of the programs keelson has pinned (one per hook).
+fn pinned_link_ids(config: &EbpfConfig) -> BTreeSet<u32> {
+    let links = pinned_links(config).expect("pinned links");
+    links.iter().map(|l| l.link_id).collect()
+}
+
+/// Waits until none of `ids` exists in the kernel any more.
+async fn links_gone(ids: &BTreeSet<u32>, what: &str) {
+    wait_for(
+        what,
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+        || {
+            let live: BTreeSet<u32> = live_link_ids().intersection(ids).copied().collect();
+            async move {
+                if live.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("still live: {live:?}"))
+                }
+            }
+        },
+    )
+    .await
+    .expect("links released");
 }
 
 const VIP: &str = "10.96.7.10";
@@ -560,7 +572,11 @@ async fn tcp_and_udp_to_a_cluster_ip_reach_every_backend_and_see_the_service_add
     let bpffs = Bpffs::new(&cgroup.path);
     let w = world(3).await;
     let (mut lb, _) = SocketLb::start(&bpffs.config).expect("start socket LB");
-    assert_eq!(attached_programs(&cgroup.path), 8, "eight hooks attached");
+    assert_eq!(
+        pinned_link_ids(&bpffs.config).len(),
+        8,
+        "eight hooks attached"
+    );
     let all = [1u8, 2, 3];
     lb.apply([
         (
@@ -820,9 +836,15 @@ async fn restart_keeps_established_and_new_connections_working() {
     assert_eq!(held["ok"], true, "{held}");
     let held_name = str_of(&held["backend"]);
 
+    let first_links = pinned_link_ids(&bpffs.config);
+    assert_eq!(first_links.len(), 8);
+
     // keelson stops: its process state is gone, the pins are not.
     drop(first);
-    assert_eq!(attached_programs(&cgroup.path), 8);
+    assert!(
+        first_links.is_subset(&live_link_ids()),
+        "links outlive keelson"
+    );
     let per = counts(c.tcp(tcp_vip, 30).into_iter().map(|(b, _)| b));
     assert_eq!(
         per.len(),
@@ -871,11 +893,14 @@ async fn restart_keeps_established_and_new_connections_working() {
         (0, 0),
         "adopted state equals desired"
     );
-    assert_eq!(
-        attached_programs(&cgroup.path),
-        8,
-        "the old programs were detached"
-    );
+    let second_links = pinned_link_ids(&bpffs.config);
+    assert_eq!(second_links.len(), 8);
+    // The kernel frees a released link from a work queue: wait for it.
+    links_gone(
+        &first_links,
+        "the previous keelson's links released (programs detached)",
+    )
+    .await;
     let per = counts(c.tcp(tcp_vip, 30).into_iter().map(|(b, _)| b));
     assert_eq!(per.len(), 3, "new connections after the restart: {per:?}");
     std::fs::write(&stop_file, b"").expect("stop loop");
@@ -907,10 +932,27 @@ async fn restart_keeps_established_and_new_connections_working() {
     // Cleanup detaches everything.
     drop(second);
     cleanup(&bpffs.config).expect("cleanup");
-    assert_eq!(attached_programs(&cgroup.path), 0, "detached on cleanup");
+    links_gone(&second_links, "links released on cleanup").await;
     assert!(!bpffs.config.pin_dir().exists(), "pins removed");
-    let r = c.cmd(&format!("tcp {tcp_vip}"));
-    assert_eq!(r["ok"], false, "no translation after cleanup: {r}");
+    // The kernel detaches a released link's program right after freeing its
+    // id; from then on the VIP is not translated (and nothing routes it).
+    wait_for(
+        "connections to the VIP to stop being translated",
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+        || {
+            let r = c.cmd(&format!("tcp {tcp_vip}"));
+            async move {
+                if r["ok"] == false {
+                    Ok(())
+                } else {
+                    Err(format!("still translated: {r}"))
+                }
+            }
+        },
+    )
+    .await
+    .expect("no translation after cleanup");
     drop(c);
     drop(w);
 }

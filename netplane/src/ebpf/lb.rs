@@ -15,12 +15,12 @@
 //! `kl_services`) or a Service address (not in `kl_revnat`) and passes, so
 //! there is no moment without translation and none with a double one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapInfo, MapType};
-use aya::programs::links::FdLink;
+use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{CgroupAttachMode, CgroupSockAddr};
 use aya::util::KernelVersion;
 use aya::{Ebpf, EbpfLoader};
@@ -400,6 +400,51 @@ pub fn cleanup(config: &EbpfConfig) -> Result<(), EbpfError> {
     }
     tracing::info!(pins = %config.pin_dir().display(), "eBPF socket LB removed");
     Ok(())
+}
+
+/// One pinned cgroup link as the kernel reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinnedLinkInfo {
+    /// The hook (`connect4`, ...), which is also the pin's file name.
+    pub hook: &'static str,
+    /// The kernel's link id.
+    pub link_id: u32,
+    /// The id of the program the link runs.
+    pub program_id: u32,
+}
+
+/// The links pinned under `<bpffs>/<pin_subdir>/links` (diagnosis: which
+/// programs keelson has attached right now).
+pub fn pinned_links(config: &EbpfConfig) -> Result<Vec<PinnedLinkInfo>, EbpfError> {
+    let dir = config.links_dir();
+    let mut out = Vec::new();
+    for (_, hook) in PROGRAMS {
+        let path = dir.join(hook);
+        if !path.exists() {
+            continue;
+        }
+        let link = PinnedLink::from_pin(&path).map_err(|e| {
+            EbpfError::bpf(format!("opening the pinned link {}", path.display()), e)
+        })?;
+        let info = FdLink::from(link).info().map_err(|e| {
+            EbpfError::bpf(format!("reading the pinned link {}", path.display()), e)
+        })?;
+        out.push(PinnedLinkInfo {
+            hook,
+            link_id: info.id(),
+            program_id: info.program_id(),
+        });
+    }
+    Ok(out)
+}
+
+/// Ids of every BPF link that exists in the kernel now (a detached and
+/// released link disappears from it).
+pub fn live_link_ids() -> BTreeSet<u32> {
+    aya::programs::loaded_links()
+        .filter_map(Result::ok)
+        .map(|info| info.id())
+        .collect()
 }
 
 fn remove_if_present(path: &Path) -> Result<(), EbpfError> {

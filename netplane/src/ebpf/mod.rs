@@ -35,7 +35,10 @@ pub use fs::{cgroup2_root, ensure_bpffs, is_bpffs, is_cgroup2};
 pub use layout::{
     AFFINITY_KIND_CLIENT, AFFINITY_KIND_UDP_FLOW, AffinityEntry, Frontend, L4Proto, RevNatEntry,
 };
-pub use lb::{EbpfConfig, MIN_KERNEL, SocketLb, check_support, cleanup};
+pub use lb::{
+    EbpfConfig, MIN_KERNEL, PinnedLinkInfo, SocketLb, check_support, cleanup, live_link_ids,
+    pinned_links,
+};
 pub use maps::{FakeMaps, LbMap, LbMaps, MapsError};
 pub use render::{changes_of, desired_of, frontend_of, service_of};
 pub use sync::{LbService, SyncError, SyncErrors, SyncStats, Syncer};
