@@ -19,9 +19,14 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
 use keelson_netplane::ebpf::{
-    AFFINITY_KIND_CLIENT, EbpfConfig, Frontend, L4Proto, LbService, SocketLb, cleanup,
-    live_link_ids, pinned_links,
+    AFFINITY_KIND_CLIENT, EbpfBackend, EbpfConfig, EbpfError, Frontend, L4Proto, LbService,
+    SocketLb, check_support, cleanup, live_link_ids, pinned_links,
 };
+use keelson_netplane::fixtures::{EndpointSpec, ServiceBuilder, SliceBuilder};
+use keelson_netplane::model::{
+    ChangeTracker, IpFamily, NodeTopology, Protocol, ProxyDiff, ProxySnapshot,
+};
+use keelson_netplane::{Backend, BackendError, SyncOutcome};
 use keelson_tests::netns::{NetNs, unique_suffix, veth_pair};
 use keelson_tests::support::{require_root, wait_for};
 use serde_json::Value;
@@ -955,4 +960,195 @@ async fn restart_keeps_established_and_new_connections_working() {
     .expect("no translation after cleanup");
     drop(c);
     drop(w);
+}
+
+// ---------------------------------------------------------------------------
+// The backend of `proxy.mode: ebpf`, driven by the model
+
+/// Stands in for the nftables half in these tests: records what it is given.
+struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Backend for Recorder {
+    fn name(&self) -> &'static str {
+        "recorder"
+    }
+
+    fn sync(&mut self, diff: &ProxyDiff) -> Result<SyncOutcome, BackendError> {
+        self.0
+            .lock()
+            .expect("log")
+            .push(format!("sync {}", diff.changes.len()));
+        Ok(SyncOutcome::default())
+    }
+
+    fn full_sync(&mut self, snapshot: &ProxySnapshot) -> Result<SyncOutcome, BackendError> {
+        self.0
+            .lock()
+            .expect("log")
+            .push(format!("full_sync {}", snapshot.services.len()));
+        Ok(SyncOutcome::default())
+    }
+
+    fn cleanup(&mut self) -> Result<(), BackendError> {
+        self.0.lock().expect("log").push("cleanup".into());
+        Ok(())
+    }
+}
+
+/// Programs what the tracker has pending and commits it.
+fn sync(tracker: &mut ChangeTracker, backend: &mut dyn Backend) -> SyncOutcome {
+    let diff = tracker.diff();
+    let out = backend.sync(&diff).expect("backend sync");
+    tracker.commit(&diff);
+    out
+}
+
+fn web_slice(endpoints: &[EndpointSpec]) -> k8s_openapi::api::discovery::v1::EndpointSlice {
+    let mut b = SliceBuilder::new("shop", "web", "web-1", "IPv4").port("http", Protocol::Tcp, 8080);
+    for e in endpoints {
+        b = b.endpoint(e.clone());
+    }
+    b.build()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ebpf_backend_programs_the_models_endpoint_choice() {
+    if !require_root("ebpf_backend_programs_the_models_endpoint_choice") {
+        return;
+    }
+    let cgroup = Cgroup::new();
+    let bpffs = Bpffs::new(&cgroup.path);
+    let w = world(3).await;
+    check_support(&bpffs.config).expect("this kernel supports the socket LB");
+
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut backend =
+        EbpfBackend::new(&bpffs.config, Box::new(Recorder(log.clone()))).expect("ebpf backend");
+    let mut tracker = ChangeTracker::new(
+        [IpFamily::V4],
+        NodeTopology {
+            name: "node-a".into(),
+            zone: None,
+        },
+    );
+    let vip = "10.96.7.20";
+    let svc = ServiceBuilder::new("shop", "web")
+        .cluster_ip(vip)
+        .port("http", Protocol::Tcp, 80)
+        .port("sctp", Protocol::Sctp, 80)
+        .build();
+    tracker.update_service(&svc);
+    let eps = |b1: EndpointSpec, b2: EndpointSpec, b3: EndpointSpec| {
+        [b1.node("node-a"), b2.node("node-b"), b3.node("node-c")]
+    };
+    tracker.update_endpoint_slice(&web_slice(&eps(
+        EndpointSpec::ready("10.251.1.2"),
+        EndpointSpec::ready("10.251.2.2"),
+        EndpointSpec::ready("10.251.3.2"),
+    )));
+    // Start: a full sync of the snapshot, as the sync loop does.
+    let diff = tracker.diff();
+    backend
+        .full_sync(&tracker.snapshot(&diff))
+        .expect("full sync");
+    tracker.commit(&diff);
+
+    let mut c = Client::spawn(&cgroup, &w.client);
+    let tcp_vip: SocketAddr = format!("{vip}:80").parse().expect("addr");
+    let backends_of = |c: &mut Client, n| -> BTreeSet<String> {
+        c.tcp(tcp_vip, n).into_iter().map(|(b, _)| b).collect()
+    };
+    assert_eq!(
+        backends_of(&mut c, 45),
+        ["b1", "b2", "b3"].map(String::from).into()
+    );
+
+    // b2 starts terminating: new connections avoid it.
+    tracker.update_endpoint_slice(&web_slice(&eps(
+        EndpointSpec::ready("10.251.1.2"),
+        EndpointSpec::terminating("10.251.2.2", true),
+        EndpointSpec::ready("10.251.3.2"),
+    )));
+    let out = sync(&mut tracker, &mut backend);
+    assert!(out.objects_changed > 0);
+    assert_eq!(
+        backends_of(&mut c, 30),
+        ["b1", "b3"].map(String::from).into()
+    );
+
+    // Every endpoint terminating but serving: KEP-1669 fallback to them.
+    tracker.update_endpoint_slice(&web_slice(&eps(
+        EndpointSpec::terminating("10.251.1.2", true),
+        EndpointSpec::terminating("10.251.2.2", false),
+        EndpointSpec::terminating("10.251.3.2", true),
+    )));
+    sync(&mut tracker, &mut backend);
+    assert_eq!(
+        backends_of(&mut c, 30),
+        ["b1", "b3"].map(String::from).into()
+    );
+
+    // internalTrafficPolicy: Local — only this node's (node-a) endpoint.
+    tracker.update_endpoint_slice(&web_slice(&eps(
+        EndpointSpec::ready("10.251.1.2"),
+        EndpointSpec::ready("10.251.2.2"),
+        EndpointSpec::ready("10.251.3.2"),
+    )));
+    let local = ServiceBuilder::new("shop", "web")
+        .cluster_ip(vip)
+        .port("http", Protocol::Tcp, 80)
+        .port("sctp", Protocol::Sctp, 80)
+        .internal_traffic_local()
+        .build();
+    tracker.update_service(&local);
+    sync(&mut tracker, &mut backend);
+    assert_eq!(backends_of(&mut c, 20), ["b1"].map(String::from).into());
+
+    // A periodic full sync of an unchanged model writes nothing.
+    let diff = tracker.diff();
+    let out = backend.full_sync(&tracker.snapshot(&diff)).expect("resync");
+    assert_eq!((out.objects_changed, out.repaired), (0, false));
+
+    // The Service goes away: no more translation.
+    tracker.delete_service("shop", "web");
+    sync(&mut tracker, &mut backend);
+    let r = c.cmd(&format!("tcp {tcp_vip}"));
+    assert_eq!(r["ok"], false, "{r}");
+
+    // The nftables half saw every diff and snapshot (SCTP included).
+    let seen = log.lock().expect("log").clone();
+    assert_eq!(seen.first().map(String::as_str), Some("full_sync 2"));
+    assert_eq!(seen.len(), 7, "{seen:?}");
+
+    backend.cleanup().expect("cleanup");
+    assert!(!bpffs.config.pin_dir().exists(), "pins removed");
+    assert_eq!(
+        log.lock().expect("log").last().map(String::as_str),
+        Some("cleanup")
+    );
+    drop(c);
+    drop(backend);
+    drop(w);
+}
+
+#[test]
+fn check_support_names_a_directory_that_is_not_cgroup_v2() {
+    if !require_root("check_support_names_a_directory_that_is_not_cgroup_v2") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = EbpfConfig {
+        cgroup_path: Some(dir.path().to_path_buf()),
+        ..EbpfConfig::default()
+    };
+    match check_support(&config) {
+        Err(EbpfError::Unsupported { reason }) => {
+            assert!(
+                reason.contains(&dir.path().display().to_string()),
+                "{reason}"
+            );
+            assert!(reason.contains("cgroup v2"), "{reason}");
+        }
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
 }

@@ -199,6 +199,24 @@ async fn negotiation_discovery_and_extra_listener() {
     assert_eq!(table["columnDefinitions"][0]["name"], "Name");
     assert_eq!(table["rows"][0]["cells"][0], "kube-root-ca.crt");
 
+    // Metadata-only views (kube's list_metadata / metadata_watcher).
+    let (code, ct, body) = raw_get(
+        &pods,
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(ct.contains("PartialObjectMetadataList"), "{ct}");
+    let meta: Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(meta["items"][0]["kind"], "PartialObjectMetadata");
+    assert!(meta["items"][0].get("data").is_none());
+    let cms: kube::Api<ConfigMap> = kube::Api::default_namespaced(api.client().await);
+    let m = cms
+        .get_metadata("kube-root-ca.crt")
+        .await
+        .expect("get_metadata");
+    assert_eq!(m.metadata.name.as_deref(), Some("kube-root-ca.crt"));
+
     for (path, kind) in [
         ("/api", "APIVersions"),
         ("/apis", "APIGroupList"),

@@ -305,6 +305,25 @@ async fn patch_types() {
     );
     assert_eq!(e.code, 422);
 
+    // A uid in a patch is a precondition, as the kubelet's status patches use it.
+    let e = api_error(
+        pods.patch_status(
+            "p",
+            &pp,
+            &Patch::Strategic(
+                json!({"metadata": {"uid": "other"}, "status": {"phase": "Running"}}),
+            ),
+        )
+        .await
+        .expect_err("uid precondition"),
+    );
+    assert_eq!(e.code, 409);
+    assert!(
+        e.message.contains("Precondition failed: UID"),
+        "{}",
+        e.message
+    );
+
     // Patch with a stale resourceVersion is a conflict.
     let e = api_error(
         pods.patch(
@@ -430,6 +449,24 @@ async fn selectors_and_pagination() {
         pages += 1;
     }
     assert_eq!((all, pages), (26, 3));
+    // deletecollection with a selector.
+    let deleted = cms
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().fields("metadata.name=c00"),
+        )
+        .await
+        .expect("deletecollection");
+    assert_eq!(deleted.left().map(|l| l.items.len()), Some(1));
+    assert_eq!(
+        cms.list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len(),
+        25
+    );
+
     // A continue token from before a compaction is gone.
     let p = cms
         .list(&ListParams::default().limit(5))

@@ -43,6 +43,40 @@ enum Repr {
     Json,
     Yaml,
     Table(IncludeObject),
+    /// `PartialObjectMetadata(List)`: metadata only.
+    Metadata,
+}
+
+const PARTIAL_CT: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+const PARTIAL_LIST_CT: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+
+fn partial(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+           "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))})
+}
+
+fn as_metadata(reply: JsonReply, single: bool) -> Result<Response<Body>, ApiError> {
+    let v: Value =
+        serde_json::from_slice(&reply.body).map_err(|e| ApiError::internal(e.to_string()))?;
+    if single {
+        return Ok(respond(
+            reply.code,
+            PARTIAL_CT,
+            Bytes::from(partial(&v).to_string()),
+        ));
+    }
+    let items: Vec<Value> = v
+        .get("items")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(partial).collect())
+        .unwrap_or_default();
+    let list = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                      "metadata": v.get("metadata").cloned().unwrap_or(json!({})), "items": items});
+    Ok(respond(
+        reply.code,
+        PARTIAL_LIST_CT,
+        Bytes::from(list.to_string()),
+    ))
 }
 
 /// Picks the representation from `Accept` (first acceptable entry wins).
@@ -56,7 +90,7 @@ fn negotiate(accept: &str, q: &Query) -> Result<Repr, ApiError> {
         let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
         let param = |k: &str| params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v);
         match base {
-            "application/json" | "application/json;stream=watch" => match param("as") {
+            "application/json" => match param("as") {
                 None => return Ok(Repr::Json),
                 Some("Table")
                     if param("g") == Some("meta.k8s.io")
@@ -65,6 +99,12 @@ fn negotiate(accept: &str, q: &Query) -> Result<Repr, ApiError> {
                     return Ok(Repr::Table(IncludeObject::parse(
                         q.get("includeObject").map(String::as_str),
                     )));
+                }
+                Some("PartialObjectMetadata" | "PartialObjectMetadataList")
+                    if param("g") == Some("meta.k8s.io")
+                        && matches!(param("v"), Some("v1" | "v1beta1")) =>
+                {
+                    return Ok(Repr::Metadata);
                 }
                 Some(_) => continue,
             },
@@ -105,7 +145,7 @@ fn error_response(e: &ApiError) -> Response<Body> {
 
 fn encode(repr: Repr, code: u16, body: Bytes) -> Result<Response<Body>, ApiError> {
     match repr {
-        Repr::Json | Repr::Table(_) => Ok(respond(code, "application/json", body)),
+        Repr::Json | Repr::Table(_) | Repr::Metadata => Ok(respond(code, "application/json", body)),
         Repr::Yaml => {
             let v: Value =
                 serde_json::from_slice(&body).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -364,18 +404,20 @@ fn resource(
     let reply = match verb {
         "get" => {
             let r = objects::get(state, &t)?;
-            if let Repr::Table(inc) = repr {
-                return as_table(state, &t, r, inc, true);
+            match repr {
+                Repr::Table(inc) => return as_table(state, &t, r, inc, true),
+                Repr::Metadata => return as_metadata(r, true),
+                _ => r,
             }
-            r
         }
         "list" => {
             let (items, meta) = objects::list(state, &t, q)?;
             let r = JsonReply::new(200, objects::list_body(t.res, &items, &meta)?);
-            if let Repr::Table(inc) = repr {
-                return as_table(state, &t, r, inc, false);
+            match repr {
+                Repr::Table(inc) => return as_table(state, &t, r, inc, false),
+                Repr::Metadata => return as_metadata(r, false),
+                _ => r,
             }
-            r
         }
         "watch" => {
             let name = if rp.legacy_watch {
@@ -384,15 +426,17 @@ fn resource(
                 None
             };
             let mut wr = WatchRequest::parse(rp.res, rp.ns.clone(), name, q)?;
-            if let Repr::Table(inc) = repr {
-                wr.table = Some(inc);
+            match repr {
+                Repr::Table(inc) => wr.table = Some(inc),
+                Repr::Metadata => wr.metadata_only = true,
+                _ => {}
             }
             let s = watch::stream(state.clone(), wr).map(|b| Ok::<_, Infallible>(Frame::data(b)));
             let mut r = Response::new(StreamBody::new(s).boxed_unsync());
-            let ct = if matches!(repr, Repr::Table(_)) {
-                "application/json;as=Table;v=v1;g=meta.k8s.io"
-            } else {
-                "application/json"
+            let ct = match repr {
+                Repr::Table(_) => "application/json;as=Table;v=v1;g=meta.k8s.io",
+                Repr::Metadata => PARTIAL_CT,
+                _ => "application/json",
             };
             if let Ok(v) = ct.parse() {
                 r.headers_mut().insert(http::header::CONTENT_TYPE, v);
@@ -425,8 +469,8 @@ fn resource(
         other => return Err(ApiError::method_not_allowed(other)),
     };
     let warnings = reply.warnings.clone();
-    let mut resp = if let Repr::Table(_) = repr {
-        // Tables are for reads; writes answer the object.
+    let mut resp = if let Repr::Table(_) | Repr::Metadata = repr {
+        // Tables and metadata views are for reads; writes answer the object.
         respond(reply.code, "application/json", reply.body)
     } else {
         encode(repr, reply.code, reply.body)?

@@ -85,7 +85,7 @@ pub struct TestApiOptions {
     /// resourceVersion (older ones get 410 Gone). Default 10 000.
     pub watch_history: usize,
     /// Per-resource buffer of live changes; a watcher further behind is
-    /// closed (it re-watches). Default 10 000.
+    /// closed (it re-watches). Default 4096.
     pub watch_buffer: usize,
     /// Interval of BOOKMARK events on watches that allow them. Default 60 s.
     pub bookmark_interval: Duration,
@@ -114,7 +114,7 @@ impl Default for TestApiOptions {
             https_listen: lo,
             tokens: Vec::new(),
             watch_history: 10_000,
-            watch_buffer: 10_000,
+            watch_buffer: 4096,
             bookmark_interval: Duration::from_secs(60),
             emulate_controllers: true,
             service_cidr: allocator::DEFAULT_SERVICE_CIDR.to_string(),
@@ -335,6 +335,19 @@ impl TestApiServer {
     ) -> Result<(), TestApiError> {
         let token = user_token.or(Some(UNAUTHENTICATED_TOKEN));
         kubeconfig::write(path, &self.https_url(), &self.state.config.ca_pem, token)
+    }
+
+    /// Writes a kubeconfig for this server reached at `server` (e.g. the
+    /// `http://127.0.0.1:<port>` of a listener given to
+    /// [`TestApiServer::serve_listener`] inside a network namespace).
+    pub fn write_kubeconfig_with_server(
+        &self,
+        path: &Path,
+        server: &str,
+        user_token: Option<&str>,
+    ) -> Result<(), TestApiError> {
+        let token = user_token.or(Some(UNAUTHENTICATED_TOKEN));
+        kubeconfig::write(path, server, &self.state.config.ca_pem, token)
     }
 
     /// A kube client using the written kubeconfig.

@@ -631,6 +631,20 @@ pub fn update_in(
     if !rv.is_empty() && rv != old_stored.rv.to_string() {
         return Err(ApiError::conflict_stale(res.group, res.plural, &name));
     }
+    // A uid in the new object is a precondition (the kubelet's status
+    // patches carry one).
+    let new_uid = meta_str(&new, "uid");
+    let old_uid = meta_str(&old, "uid");
+    if !new_uid.is_empty() && new_uid != old_uid {
+        return Err(ApiError::conflict(
+            res.group,
+            res.plural,
+            &name,
+            &format!(
+                "Precondition failed: UID in precondition: {new_uid}, UID in object meta: {old_uid}"
+            ),
+        ));
+    }
     carry_system_meta(&old, &mut new, mode);
     if let Some(o) = new.as_object_mut() {
         o.insert("kind".into(), json!(kind));

@@ -38,6 +38,8 @@ pub struct WatchRequest {
     pub timeout: Duration,
     /// Render objects as Tables.
     pub table: Option<IncludeObject>,
+    /// Render objects as PartialObjectMetadata.
+    pub metadata_only: bool,
 }
 
 impl WatchRequest {
@@ -121,6 +123,7 @@ impl WatchRequest {
             initial_end_bookmark: send_initial == Some(true),
             timeout,
             table: None,
+            metadata_only: false,
         })
     }
 }
@@ -150,6 +153,12 @@ fn bookmark_line(res: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
 }
 
 fn render(req: &WatchRequest, ty: &str, obj: &Stored) -> Option<Bytes> {
+    if req.metadata_only {
+        let v = obj.value().ok()?;
+        let p = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                       "metadata": v.get("metadata").cloned().unwrap_or(json!({}))});
+        return Some(event_line(ty, p.to_string().as_bytes()));
+    }
     match req.table {
         None => objects::present(req.res, obj)
             .ok()
