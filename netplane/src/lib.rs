@@ -6,5 +6,6 @@ pub mod backend;
 pub mod ebpf;
 pub mod fixtures;
 pub mod model;
+pub mod nftables;
 
 pub use backend::{Backend, BackendError, SyncOutcome};

@@ -1,0 +1,467 @@
+//! Rules as lists of [`Expr`]s, built with small helpers named after the
+//! nft syntax they produce (so `ip saddr 10.0.0.1 jump mark-for-masquerade`
+//! is `r.saddr_eq(ip).verdict(Jump(..))`).
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::expr::{Expr, FibOn, MetaKey, PayloadBase, REG_1, REG_2, REG32_00, Verdict};
+use crate::model::{IpFamily, Protocol};
+
+/// One rule: expressions and an optional comment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Rule {
+    /// Expressions, in order.
+    pub exprs: Vec<Expr>,
+    /// `comment "..."`.
+    pub comment: Option<String>,
+}
+
+/// `RTN_LOCAL`, the `fib ... type local` result.
+const RTN_LOCAL: u32 = 2;
+/// `NF_CT_STATE_BIT(IP_CT_NEW)`.
+const CT_STATE_NEW: u32 = 8;
+
+fn ip_bytes(ip: &IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    }
+}
+
+fn prefix_mask(len: usize, prefix: u8) -> Vec<u8> {
+    let mut mask = vec![0u8; len];
+    let mut bits = usize::from(prefix);
+    for b in mask.iter_mut() {
+        let take = bits.min(8);
+        *b = if take == 0 { 0 } else { 0xffu8 << (8 - take) };
+        bits -= take;
+    }
+    mask
+}
+
+/// Builds one rule for a family.
+#[derive(Debug, Clone)]
+pub struct RuleBuilder {
+    family: IpFamily,
+    exprs: Vec<Expr>,
+    comment: Option<String>,
+}
+
+impl RuleBuilder {
+    /// An empty rule.
+    pub fn new(family: IpFamily) -> Self {
+        RuleBuilder {
+            family,
+            exprs: Vec::new(),
+            comment: None,
+        }
+    }
+
+    fn addr_offset(&self, source: bool) -> (u32, u32) {
+        match (self.family, source) {
+            (IpFamily::V4, true) => (12, 4),
+            (IpFamily::V4, false) => (16, 4),
+            (IpFamily::V6, true) => (8, 16),
+            (IpFamily::V6, false) => (24, 16),
+        }
+    }
+
+    fn load_addr(mut self, source: bool) -> Self {
+        let (offset, len) = self.addr_offset(source);
+        self.exprs.push(Expr::Payload {
+            dreg: REG_1,
+            base: PayloadBase::Network,
+            offset,
+            len,
+        });
+        self
+    }
+
+    /// `ip saddr <ip>` / `ip saddr != <ip>`.
+    pub fn saddr_eq(self, ip: IpAddr, neq: bool) -> Self {
+        self.addr_cmp(true, ip, neq)
+    }
+
+    /// `ip daddr <ip>`.
+    pub fn daddr_eq(self, ip: IpAddr) -> Self {
+        self.addr_cmp(false, ip, false)
+    }
+
+    fn addr_cmp(mut self, source: bool, ip: IpAddr, neq: bool) -> Self {
+        self = self.load_addr(source);
+        self.exprs.push(Expr::Cmp {
+            sreg: REG_1,
+            neq,
+            data: ip_bytes(&ip),
+        });
+        self
+    }
+
+    /// `ip saddr <cidr>` / `ip saddr != <cidr>`.
+    pub fn saddr_in(self, net: IpNet, neq: bool) -> Self {
+        self.addr_in(true, net, neq)
+    }
+
+    /// `ip daddr <cidr>` / `ip daddr != <cidr>`.
+    pub fn daddr_in(self, net: IpNet, neq: bool) -> Self {
+        self.addr_in(false, net, neq)
+    }
+
+    fn addr_in(mut self, source: bool, net: IpNet, neq: bool) -> Self {
+        let full = match net {
+            IpNet::V4(_) => 32,
+            IpNet::V6(_) => 128,
+        };
+        if net.prefix_len() == full {
+            return self.addr_cmp(source, net.addr(), neq);
+        }
+        self = self.load_addr(source);
+        let addr = ip_bytes(&net.network());
+        let mask = prefix_mask(addr.len(), net.prefix_len());
+        self.exprs.push(Expr::Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            xor: vec![0; addr.len()],
+            mask,
+        });
+        self.exprs.push(Expr::Cmp {
+            sreg: REG_1,
+            neq,
+            data: addr,
+        });
+        self
+    }
+
+    /// `ip saddr @set` (`!= @set` when `invert`).
+    pub fn saddr_in_set(mut self, set: &str, invert: bool) -> Self {
+        self = self.load_addr(true);
+        self.exprs.push(Expr::Lookup {
+            sreg: REG_1,
+            set: set.into(),
+            dreg: None,
+            invert,
+        });
+        self
+    }
+
+    /// `ip daddr @set`.
+    pub fn daddr_in_set(mut self, set: &str) -> Self {
+        self = self.load_addr(false);
+        self.exprs.push(Expr::Lookup {
+            sreg: REG_1,
+            set: set.into(),
+            dreg: None,
+            invert: false,
+        });
+        self
+    }
+
+    /// `ip daddr != 127.0.0.0/8` (IPv4) / `ip6 daddr != ::1` (IPv6).
+    pub fn daddr_not_loopback(self) -> Self {
+        match self.family {
+            IpFamily::V4 => {
+                let mut s = self;
+                s.exprs.push(Expr::Payload {
+                    dreg: REG_1,
+                    base: PayloadBase::Network,
+                    offset: 16,
+                    len: 1,
+                });
+                s.exprs.push(Expr::Cmp {
+                    sreg: REG_1,
+                    neq: true,
+                    data: vec![127],
+                });
+                s
+            }
+            IpFamily::V6 => self.addr_cmp(false, IpAddr::V6(std::net::Ipv6Addr::LOCALHOST), true),
+        }
+    }
+
+    /// `iifname "<name>"` (`!=` when `neq`).
+    pub fn iifname_eq(mut self, name: &str, neq: bool) -> Self {
+        let mut data = name.as_bytes().to_vec();
+        data.resize(16, 0);
+        self.exprs.push(Expr::Meta {
+            dreg: REG_1,
+            key: MetaKey::IifName,
+        });
+        self.exprs.push(Expr::Cmp {
+            sreg: REG_1,
+            neq,
+            data,
+        });
+        self
+    }
+
+    /// `iifname "<prefix>*"` (`!=` when `neq`).
+    pub fn iifname_prefix(mut self, prefix: &str, neq: bool) -> Self {
+        self.exprs.push(Expr::Meta {
+            dreg: REG_1,
+            key: MetaKey::IifName,
+        });
+        self.exprs.push(Expr::Cmp {
+            sreg: REG_1,
+            neq,
+            data: prefix.as_bytes().to_vec(),
+        });
+        self
+    }
+
+    /// `meta l4proto <proto>`.
+    pub fn l4proto_eq(mut self, proto: Protocol) -> Self {
+        self.exprs.push(Expr::Meta {
+            dreg: REG_1,
+            key: MetaKey::L4Proto,
+        });
+        self.exprs.push(Expr::Cmp {
+            sreg: REG_1,
+            neq: false,
+            data: vec![proto.number()],
+        });
+        self
+    }
+
+    /// `<proto> dport <port>` (as `meta l4proto <proto> th dport <port>`).
+    pub fn dport_eq(mut self, proto: Protocol, port: u16) -> Self {
+        self = self.l4proto_eq(proto);
+        self.exprs.push(Expr::Payload {
+            dreg: REG_1,
+            base: PayloadBase::Transport,
+            offset: 2,
+            len: 2,
+        });
+        self.exprs.push(Expr::Cmp {
+            sreg: REG_1,
+            neq: false,
+            data: port.to_be_bytes().to_vec(),
+        });
+        self
+    }
+
+    /// `fib <saddr|daddr> type local`.
+    pub fn fib_type_local(mut self, on: FibOn) -> Self {
+        self.exprs.push(Expr::FibAddrType { dreg: REG_1, on });
+        self.exprs.push(Expr::Cmp {
+            sreg: REG_1,
+            neq: false,
+            data: RTN_LOCAL.to_ne_bytes().to_vec(),
+        });
+        self
+    }
+
+    /// `ct state new`.
+    pub fn ct_state_new(mut self) -> Self {
+        self.exprs.push(Expr::CtState { dreg: REG_1 });
+        self.exprs.push(Expr::Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            mask: CT_STATE_NEW.to_ne_bytes().to_vec(),
+            xor: vec![0; 4],
+        });
+        self.exprs.push(Expr::Cmp {
+            sreg: REG_1,
+            neq: true,
+            data: vec![0; 4],
+        });
+        self
+    }
+
+    /// `meta mark set meta mark | <bits>`.
+    pub fn mark_or(mut self, bits: u32) -> Self {
+        self.exprs.push(Expr::Meta {
+            dreg: REG_1,
+            key: MetaKey::Mark,
+        });
+        self.exprs.push(Expr::Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            mask: (!bits).to_ne_bytes().to_vec(),
+            xor: bits.to_ne_bytes().to_vec(),
+        });
+        self.exprs.push(Expr::MetaSet {
+            key: MetaKey::Mark,
+            sreg: REG_1,
+        });
+        self
+    }
+
+    /// `meta mark set meta mark ^ <bits>`.
+    pub fn mark_xor(mut self, bits: u32) -> Self {
+        self.exprs.push(Expr::Meta {
+            dreg: REG_1,
+            key: MetaKey::Mark,
+        });
+        self.exprs.push(Expr::Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            mask: u32::MAX.to_ne_bytes().to_vec(),
+            xor: bits.to_ne_bytes().to_vec(),
+        });
+        self.exprs.push(Expr::MetaSet {
+            key: MetaKey::Mark,
+            sreg: REG_1,
+        });
+        self
+    }
+
+    /// `meta mark & <bits> == 0`.
+    pub fn mark_bits_clear(mut self, bits: u32) -> Self {
+        self.exprs.push(Expr::Meta {
+            dreg: REG_1,
+            key: MetaKey::Mark,
+        });
+        self.exprs.push(Expr::Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            mask: bits.to_ne_bytes().to_vec(),
+            xor: vec![0; 4],
+        });
+        self.exprs.push(Expr::Cmp {
+            sreg: REG_1,
+            neq: false,
+            data: vec![0; 4],
+        });
+        self
+    }
+
+    /// `ip daddr . meta l4proto . th dport vmap @map`.
+    pub fn vmap_daddr_proto_port(mut self, map: &str) -> Self {
+        self = self.load_addr(false);
+        let (proto_reg, port_reg) = match self.family {
+            IpFamily::V4 => (REG32_00 + 1, REG32_00 + 2),
+            IpFamily::V6 => (REG_2, REG32_00 + 5),
+        };
+        self.exprs.push(Expr::Meta {
+            dreg: proto_reg,
+            key: MetaKey::L4Proto,
+        });
+        self.exprs.push(Expr::Payload {
+            dreg: port_reg,
+            base: PayloadBase::Transport,
+            offset: 2,
+            len: 2,
+        });
+        self.exprs.push(Expr::Lookup {
+            sreg: REG_1,
+            set: map.into(),
+            dreg: Some(0),
+            invert: false,
+        });
+        self
+    }
+
+    /// `meta l4proto . th dport vmap @map`.
+    pub fn vmap_proto_port(mut self, map: &str) -> Self {
+        self.exprs.push(Expr::Meta {
+            dreg: REG_1,
+            key: MetaKey::L4Proto,
+        });
+        self.exprs.push(Expr::Payload {
+            dreg: REG32_00 + 1,
+            base: PayloadBase::Transport,
+            offset: 2,
+            len: 2,
+        });
+        self.exprs.push(Expr::Lookup {
+            sreg: REG_1,
+            set: map.into(),
+            dreg: Some(0),
+            invert: false,
+        });
+        self
+    }
+
+    /// `numgen random mod <modulus> == 0`.
+    pub fn numgen_zero(mut self, modulus: u32) -> Self {
+        self.exprs.push(Expr::NumgenRandom {
+            dreg: REG_1,
+            modulus,
+        });
+        self.exprs.push(Expr::Cmp {
+            sreg: REG_1,
+            neq: false,
+            data: 0u32.to_ne_bytes().to_vec(),
+        });
+        self
+    }
+
+    /// `update @set { ip saddr }`.
+    pub fn update_saddr(mut self, set: &str) -> Self {
+        self = self.load_addr(true);
+        self.exprs.push(Expr::DynsetUpdate {
+            set: set.into(),
+            sreg: REG_1,
+        });
+        self
+    }
+
+    /// `meta l4proto <proto> dnat to <ip>:<port>` (ends the rule).
+    pub fn dnat(mut self, proto: Protocol, ip: IpAddr, port: u16) -> Rule {
+        self = self.l4proto_eq(proto);
+        self.exprs.push(Expr::Immediate {
+            dreg: REG_1,
+            data: ip_bytes(&ip),
+        });
+        self.exprs.push(Expr::Immediate {
+            dreg: REG_2,
+            data: port.to_be_bytes().to_vec(),
+        });
+        self.exprs.push(Expr::Dnat {
+            nfproto: super::wire::nfproto(self.family),
+            addr_reg: REG_1,
+            port_reg: REG_2,
+        });
+        self.build()
+    }
+
+    /// `masquerade fully-random` (ends the rule).
+    pub fn masquerade(mut self) -> Rule {
+        self.exprs.push(Expr::MasqueradeFullyRandom);
+        self.build()
+    }
+
+    /// `reject` (ends the rule).
+    pub fn reject(mut self) -> Rule {
+        let icmp_code = match self.family {
+            IpFamily::V4 => 3,
+            IpFamily::V6 => 4,
+        };
+        self.exprs.push(Expr::Reject { icmp_code });
+        self.build()
+    }
+
+    /// Sets the comment.
+    pub fn comment(mut self, comment: impl Into<String>) -> Self {
+        self.comment = Some(comment.into());
+        self
+    }
+
+    /// Ends the rule with a verdict.
+    pub fn verdict(mut self, v: Verdict) -> Rule {
+        self.exprs.push(Expr::Verdict(v));
+        self.build()
+    }
+
+    /// Ends the rule without a verdict (e.g. a statement like `update`).
+    pub fn build(self) -> Rule {
+        Rule {
+            exprs: self.exprs,
+            comment: self.comment,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_masks() {
+        assert_eq!(prefix_mask(4, 12), vec![0xff, 0xf0, 0, 0]);
+        assert_eq!(prefix_mask(4, 0), vec![0, 0, 0, 0]);
+        assert_eq!(prefix_mask(16, 64)[7..9], [0xff, 0]);
+    }
+}
