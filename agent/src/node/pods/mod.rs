@@ -10,3 +10,4 @@ pub mod podutil;
 pub mod qos;
 pub mod resources;
 pub mod runtime;
+pub mod status;

@@ -1,0 +1,363 @@
+use super::*;
+use crate::node::pods::runtime::hash::hash_container;
+use crate::node::pods::runtime::status::SandboxStatus;
+
+fn pod(v: serde_json::Value) -> Pod {
+    serde_json::from_value(v).expect("pod")
+}
+
+fn app_pod(policy: &str) -> Pod {
+    pod(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u", "generation": 1},
+        "spec": {"restartPolicy": policy, "containers": [{"name": "app", "image": "busybox"}]}
+    }))
+}
+
+fn sandbox() -> SandboxStatus {
+    SandboxStatus {
+        id: "sb".into(),
+        ready: true,
+        attempt: 0,
+        created_at: 1,
+        ip: "10.88.0.7".into(),
+        additional_ips: vec![],
+        network_mode: 0,
+        has_network: true,
+    }
+}
+
+fn running(p: &Pod, name: &str, restarts: i32) -> ContainerStatus {
+    let spec = podutil::container_spec(p, name).expect("spec");
+    ContainerStatus {
+        id: format!("{name}-id-{restarts}"),
+        name: name.into(),
+        sandbox_id: "sb".into(),
+        state: ContainerState::Running,
+        created_at: 100 + i64::from(restarts),
+        started_at: 1_700_000_000_000_000_000,
+        finished_at: 0,
+        exit_code: 0,
+        reason: String::new(),
+        message: String::new(),
+        image: "busybox".into(),
+        image_ref: "sha256:abc".into(),
+        hash: hash_container(spec),
+        restart_count: restarts,
+        container_type: String::new(),
+        log_path: String::new(),
+        memory_limit: 0,
+        cpu_quota: 0,
+        cpu_shares: 0,
+    }
+}
+
+fn exited(p: &Pod, name: &str, restarts: i32, code: i32) -> ContainerStatus {
+    ContainerStatus {
+        state: ContainerState::Exited,
+        exit_code: code,
+        reason: if code == 0 {
+            "Completed".into()
+        } else {
+            "Error".into()
+        },
+        finished_at: 1_700_000_001_000_000_000,
+        ..running(p, name, restarts)
+    }
+}
+
+fn generate(
+    p: &Pod,
+    rt: &RuntimePodStatus,
+    failures: &HashMap<String, StartFailure>,
+    terminal: bool,
+) -> PodStatus {
+    let old = p.status.clone().unwrap_or_default();
+    generate_pod_status(
+        p,
+        rt,
+        &StatusInputs {
+            old: &old,
+            failures,
+            readiness: &NoReadinessProbes,
+            host_ips: &["192.168.1.10".to_string()],
+            runtime_name: "containerd",
+            pod_is_terminal: terminal,
+        },
+    )
+}
+
+fn cond<'a>(s: &'a PodStatus, ty: &str) -> &'a PodCondition {
+    s.conditions
+        .as_ref()
+        .and_then(|c| c.iter().find(|c| c.type_ == ty))
+        .unwrap_or_else(|| panic!("no condition {ty}"))
+}
+
+#[test]
+fn new_pod_is_pending_with_container_creating() {
+    let p = app_pod("Always");
+    let rt = RuntimePodStatus::empty("u", "p", "ns");
+    let s = generate(&p, &rt, &HashMap::new(), false);
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    let cs = &s.container_statuses.as_ref().expect("cs")[0];
+    assert_eq!(
+        cs.state
+            .as_ref()
+            .and_then(|st| st.waiting.as_ref())
+            .and_then(|w| w.reason.as_deref()),
+        Some("ContainerCreating")
+    );
+    assert_eq!(cs.image, "busybox");
+    assert!(!cs.ready);
+    assert_eq!(cond(&s, "PodReadyToStartContainers").status, "False");
+    assert_eq!(cond(&s, "Initialized").status, "True");
+    let ready = cond(&s, "Ready");
+    assert_eq!(ready.status, "False");
+    assert_eq!(ready.reason.as_deref(), Some("ContainersNotReady"));
+    assert_eq!(
+        ready.message.as_deref(),
+        Some("containers with unready status: [app]")
+    );
+    assert_eq!(cond(&s, "PodScheduled").status, "True");
+    assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
+    assert_eq!(s.host_ip.as_deref(), Some("192.168.1.10"));
+    assert_eq!(s.observed_generation, Some(1));
+    let order: Vec<&str> = s
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| c.type_.as_str())
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            "PodReadyToStartContainers",
+            "Initialized",
+            "Ready",
+            "ContainersReady",
+            "PodScheduled"
+        ]
+    );
+}
+
+#[test]
+fn running_pod_is_ready_with_ip_and_container_id() {
+    let p = app_pod("Always");
+    let rt = RuntimePodStatus::new("u", "p", "ns", vec![sandbox()], vec![running(&p, "app", 0)]);
+    let s = generate(&p, &rt, &HashMap::new(), false);
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.7"));
+    let cs = &s.container_statuses.as_ref().expect("cs")[0];
+    assert!(cs.ready);
+    assert_eq!(cs.started, Some(true));
+    assert_eq!(cs.container_id.as_deref(), Some("containerd://app-id-0"));
+    assert_eq!(cs.image_id, "sha256:abc");
+    assert_eq!(cond(&s, "Ready").status, "True");
+    assert_eq!(cond(&s, "ContainersReady").status, "True");
+    assert_eq!(cond(&s, "PodReadyToStartContainers").status, "True");
+}
+
+#[test]
+fn init_containers_hold_the_app_in_pod_initializing() {
+    let p = pod(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"initContainers": [{"name": "init", "image": "busybox"}],
+                 "containers": [{"name": "app", "image": "busybox"}]}
+    }));
+    let rt = RuntimePodStatus::new(
+        "u",
+        "p",
+        "ns",
+        vec![sandbox()],
+        vec![running(&p, "init", 0)],
+    );
+    let s = generate(&p, &rt, &HashMap::new(), false);
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    let app = &s.container_statuses.as_ref().expect("cs")[0];
+    assert_eq!(
+        app.state
+            .as_ref()
+            .and_then(|st| st.waiting.as_ref())
+            .and_then(|w| w.reason.as_deref()),
+        Some("PodInitializing")
+    );
+    let init = cond(&s, "Initialized");
+    assert_eq!(init.status, "False");
+    assert_eq!(init.reason.as_deref(), Some("ContainersNotInitialized"));
+    assert_eq!(
+        init.message.as_deref(),
+        Some("containers with incomplete status: [init]")
+    );
+
+    let done = RuntimePodStatus::new(
+        "u",
+        "p",
+        "ns",
+        vec![sandbox()],
+        vec![exited(&p, "init", 0, 0), running(&p, "app", 0)],
+    );
+    let s = generate(&p, &done, &HashMap::new(), false);
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(cond(&s, "Initialized").status, "True");
+    let init_status = &s.init_container_statuses.as_ref().expect("init")[0];
+    assert!(init_status.ready);
+    assert_eq!(
+        init_status
+            .state
+            .as_ref()
+            .and_then(|st| st.terminated.as_ref())
+            .and_then(|t| t.reason.as_deref()),
+        Some("Completed")
+    );
+}
+
+#[test]
+fn crash_loop_shows_waiting_reason_and_last_state() {
+    let p = app_pod("Always");
+    let rt = RuntimePodStatus::new(
+        "u",
+        "p",
+        "ns",
+        vec![sandbox()],
+        vec![exited(&p, "app", 2, 1), exited(&p, "app", 1, 1)],
+    );
+    let failures = HashMap::from([(
+        "app".to_string(),
+        StartFailure {
+            reason: "CrashLoopBackOff".into(),
+            message: "back-off 20s restarting failed container=app pod=p_ns(u)".into(),
+        },
+    )]);
+    let s = generate(&p, &rt, &failures, false);
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    let cs = &s.container_statuses.as_ref().expect("cs")[0];
+    assert_eq!(cs.restart_count, 2);
+    let w = cs
+        .state
+        .as_ref()
+        .and_then(|st| st.waiting.as_ref())
+        .expect("waiting");
+    assert_eq!(w.reason.as_deref(), Some("CrashLoopBackOff"));
+    assert!(
+        w.message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("back-off 20s"))
+    );
+    let last = cs
+        .last_state
+        .as_ref()
+        .and_then(|l| l.terminated.as_ref())
+        .expect("last");
+    assert_eq!(last.exit_code, 1);
+    assert_eq!(last.container_id.as_deref(), Some("containerd://app-id-2"));
+}
+
+#[test]
+fn finished_pods_by_restart_policy() {
+    for (policy, code, phase) in [
+        ("Never", 0, "Succeeded"),
+        ("Never", 1, "Failed"),
+        ("OnFailure", 0, "Succeeded"),
+        ("OnFailure", 1, "Running"),
+        ("Always", 0, "Running"),
+    ] {
+        let p = app_pod(policy);
+        let rt = RuntimePodStatus::new(
+            "u",
+            "p",
+            "ns",
+            vec![sandbox()],
+            vec![exited(&p, "app", 0, code)],
+        );
+        let s = generate(&p, &rt, &HashMap::new(), false);
+        assert_eq!(s.phase.as_deref(), Some(phase), "{policy} {code}");
+    }
+    // Terminating an Always pod: its stopped containers decide.
+    let p = app_pod("Always");
+    let rt = RuntimePodStatus::new("u", "p", "ns", vec![], vec![exited(&p, "app", 0, 143)]);
+    assert_eq!(
+        generate(&p, &rt, &HashMap::new(), true).phase.as_deref(),
+        Some("Failed")
+    );
+    let s = generate(
+        &p,
+        &RuntimePodStatus::new("u", "p", "ns", vec![], vec![exited(&p, "app", 0, 0)]),
+        &HashMap::new(),
+        true,
+    );
+    assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(cond(&s, "Ready").reason.as_deref(), Some("PodCompleted"));
+}
+
+#[test]
+fn terminal_phase_never_regresses() {
+    let mut p = app_pod("Always");
+    p.status = Some(PodStatus {
+        phase: Some("Failed".into()),
+        reason: Some("Evicted".into()),
+        ..Default::default()
+    });
+    let rt = RuntimePodStatus::new("u", "p", "ns", vec![sandbox()], vec![running(&p, "app", 0)]);
+    let s = generate(&p, &rt, &HashMap::new(), false);
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert_eq!(s.reason.as_deref(), Some("Evicted"));
+}
+
+#[test]
+fn readiness_gates_and_foreign_conditions() {
+    let mut p = pod(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"readinessGates": [{"conditionType": "example.com/lb"}],
+                 "containers": [{"name": "app", "image": "busybox"}]}
+    }));
+    let rt = RuntimePodStatus::new("u", "p", "ns", vec![sandbox()], vec![running(&p, "app", 0)]);
+    let s = generate(&p, &rt, &HashMap::new(), false);
+    let ready = cond(&s, "Ready");
+    assert_eq!(ready.reason.as_deref(), Some("ReadinessGatesNotReady"));
+    assert_eq!(
+        ready.message.as_deref(),
+        Some("corresponding condition of pod readiness gate \"example.com/lb\" does not exist.")
+    );
+    p.status = Some(PodStatus {
+        conditions: Some(vec![PodCondition {
+            type_: "example.com/lb".into(),
+            status: "True".into(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    let s = generate(&p, &rt, &HashMap::new(), false);
+    assert_eq!(cond(&s, "Ready").status, "True");
+    assert_eq!(cond(&s, "example.com/lb").status, "True");
+}
+
+#[test]
+fn probe_results_set_started_and_ready() {
+    struct NotReady;
+    impl ContainerReadiness for NotReady {
+        fn started(&self, _: &str, _: &str, _: &str) -> bool {
+            true
+        }
+        fn ready(&self, _: &str, _: &str, id: &str) -> bool {
+            id != "app-id-0"
+        }
+    }
+    let p = app_pod("Always");
+    let rt = RuntimePodStatus::new("u", "p", "ns", vec![sandbox()], vec![running(&p, "app", 0)]);
+    let old = PodStatus::default();
+    let s = generate_pod_status(
+        &p,
+        &rt,
+        &StatusInputs {
+            old: &old,
+            failures: &HashMap::new(),
+            readiness: &NotReady,
+            host_ips: &[],
+            runtime_name: "containerd",
+            pod_is_terminal: false,
+        },
+    );
+    let cs = &s.container_statuses.as_ref().expect("cs")[0];
+    assert_eq!((cs.started, cs.ready), (Some(true), false));
+    assert_eq!(cond(&s, "ContainersReady").status, "False");
+}
