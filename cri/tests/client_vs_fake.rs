@@ -834,8 +834,8 @@ async fn every_call_has_a_deadline() {
         .expect_err("too slow");
     assert!(err.is_deadline_exceeded(), "{err}");
     assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
+        started.elapsed() < Duration::from_secs(5),
+        "three 300 ms deadlines, not 10 s latencies: {:?}",
         started.elapsed()
     );
     s.fake.set_latency("*", Duration::ZERO);
