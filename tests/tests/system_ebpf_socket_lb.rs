@@ -1117,8 +1117,18 @@ async fn ebpf_backend_programs_the_models_endpoint_choice() {
 
     // The nftables half saw every diff and snapshot (SCTP included).
     let seen = log.lock().expect("log").clone();
-    assert_eq!(seen.first().map(String::as_str), Some("full_sync 2"));
-    assert_eq!(seen.len(), 7, "{seen:?}");
+    assert_eq!(
+        seen,
+        [
+            "full_sync 2",
+            "sync 1",
+            "sync 1",
+            "sync 2",
+            "full_sync 2",
+            "sync 2"
+        ],
+        "start, b2 terminating, all terminating, iTP Local (both ports), resync, delete"
+    );
 
     backend.cleanup().expect("cleanup");
     assert!(!bpffs.config.pin_dir().exists(), "pins removed");
