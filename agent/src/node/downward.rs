@@ -421,6 +421,7 @@ fn ceil_div(a: i128, b: i128) -> i128 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};

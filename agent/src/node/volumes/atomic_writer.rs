@@ -39,6 +39,9 @@ pub struct FileProjection {
 /// Relative path → file.
 pub type Payload = BTreeMap<String, FileProjection>;
 
+/// Called with the new timestamped directory's name before it is published.
+pub type SetPerms<'a> = &'a dyn Fn(&str) -> io::Result<()>;
+
 /// Why a projection failed.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -91,7 +94,7 @@ impl AtomicWriter {
     pub fn write(
         &self,
         payload: &Payload,
-        set_perms: Option<&dyn Fn(&str) -> io::Result<()>>,
+        set_perms: Option<SetPerms<'_>>,
     ) -> Result<bool, WriteError> {
         let clean = validate_payload(payload)?;
         let data_dir = self.target.join(DATA_DIR);
@@ -143,7 +146,7 @@ impl AtomicWriter {
         payload: &Payload,
         ts_dir: &Path,
         ts_name: &str,
-        set_perms: Option<&dyn Fn(&str) -> io::Result<()>>,
+        set_perms: Option<SetPerms<'_>>,
     ) -> Result<(), WriteError> {
         write_payload(payload, ts_dir)?;
         if let Some(f) = set_perms {
@@ -385,6 +388,7 @@ fn write_payload(payload: &Payload, dir: &Path) -> Result<(), WriteError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;

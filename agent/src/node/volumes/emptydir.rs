@@ -272,6 +272,7 @@ pub fn page_size(medium: &Medium, pod: &Pod) -> Result<String, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};

@@ -65,6 +65,7 @@ pub fn expand(input: &str, mut mapping: impl FnMut(&str) -> String) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

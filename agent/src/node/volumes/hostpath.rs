@@ -73,6 +73,7 @@ fn set_mode(p: &Path, mode: u32) -> Result<(), String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;

@@ -148,6 +148,7 @@ pub fn mounts_under(mounts: &[MountPoint], dir: &Path) -> Vec<PathBuf> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

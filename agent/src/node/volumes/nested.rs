@@ -83,6 +83,7 @@ pub fn make_nested_mount_points(name: &str, base: &Path, pod: &Pod) -> Result<()
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

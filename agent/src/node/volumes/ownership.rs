@@ -96,6 +96,7 @@ pub fn fs_group_from(pod: &Pod) -> Option<u32> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodSecurityContext, PodSpec, SecurityContext};

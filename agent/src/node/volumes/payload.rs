@@ -156,6 +156,7 @@ pub fn aggregate(errors: &[String]) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::ByteString;

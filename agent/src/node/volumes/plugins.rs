@@ -357,6 +357,7 @@ fn kinds(pod: &Pod) -> BTreeMap<String, Result<Plugin, String>> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -111,6 +111,7 @@ fn visit_env(pod: &Pod, mut f: impl FnMut(&[EnvVar], &[EnvFromSource])) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -313,6 +313,7 @@ fn clean_one(mounter: &dyn Mounter, target: &Path) -> io::Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

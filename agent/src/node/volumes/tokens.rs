@@ -300,6 +300,7 @@ fn cache_key(namespace: &str, name: &str, r: &TokenRequest) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::api::authentication::v1::{
