@@ -191,7 +191,7 @@ fn proxy_cluster_role_is_kube_proxys_without_endpoints() {
     expected.retain(|(_, r, _)| r != "endpoints");
     assert_eq!(
         granted, expected,
-        "keelson:proxy must grant exactly system:node-proxier minus endpoints"
+        "keelson-proxy must grant exactly system:node-proxier minus endpoints"
     );
     assert!(granted.is_subset(&upstream_node_proxier()));
 
@@ -420,7 +420,7 @@ fn config_map_kubeconfig_authenticates_with_the_service_account_token() {
         let sa = dir.path().join("sa");
         std::fs::create_dir_all(&sa).expect("mkdir");
         std::fs::write(sa.join("ca.crt"), api.ca_pem()).expect("ca");
-        std::fs::write(sa.join("token"), "sa-token\n").expect("token");
+        std::fs::write(sa.join("token"), "sa-token").expect("token");
         let rendered = text
             .replace(ENDPOINT_PLACEHOLDER, &api.https_url())
             .replace(SA_DIR, &sa.display().to_string());
@@ -840,7 +840,7 @@ async fn kubectl_applies_every_manifest_and_a_second_apply_changes_nothing() {
         m.daemon_set.spec.as_ref().map(|s| &s.template)
     );
     let role: ClusterRole = Api::all(client.clone())
-        .get("keelson:proxy")
+        .get("keelson-proxy")
         .await
         .expect("ClusterRole");
     assert_eq!(role.rules, m.role.rules);
