@@ -122,19 +122,32 @@ async fn cri_against_real_containerd() {
     let fs = cri.image_fs_info().await.expect("image fs info");
     assert!(!fs.image_filesystems.is_empty());
 
-    // Events: containerd 1.6 does not implement GetContainerEvents.
+    // Events: containerd 1.6 does not implement GetContainerEvents (the
+    // PLEG relists); a newer containerd streams them, collected here and
+    // checked after the container stopped.
     let mut events = cri.get_container_events();
-    let first = tokio::time::timeout(Duration::from_secs(10), events.next())
-        .await
-        .expect("first event item in time");
     let containerd_1_6 = v.runtime_version.starts_with("1.6");
-    if containerd_1_6 {
+    let collected = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let collector = if containerd_1_6 {
+        let first = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("first event item in time");
         let err = first
             .expect("an item")
             .expect_err("1.6 has no event stream");
         assert!(err.is_unimplemented(), "{err}");
         assert_eq!(err.method(), "GetContainerEvents");
-    }
+        None
+    } else {
+        let sink = collected.clone();
+        Some(tokio::spawn(async move {
+            while let Some(Ok(ev)) = events.next().await {
+                if let Ok(mut v) = sink.lock() {
+                    v.push((ev.container_id, ev.container_event_type));
+                }
+            }
+        }))
+    };
 
     // A sandbox gets an IP from the bridge network.
     let sb_config = ctrd.sandbox_config("default", "web", "uid-web-1");
@@ -346,6 +359,31 @@ async fn cri_against_real_containerd() {
         (143, "Error"),
         "{stopped:?}"
     );
+    if let Some(collector) = collector {
+        use api::ContainerEventType as E;
+        for kind in [
+            E::ContainerCreatedEvent,
+            E::ContainerStartedEvent,
+            E::ContainerStoppedEvent,
+        ] {
+            wait_for(
+                "container event",
+                Duration::from_secs(10),
+                Duration::from_millis(50),
+                || async {
+                    let seen = collected.lock().map_err(|e| e.to_string())?;
+                    if seen.iter().any(|(id, k)| *id == web && *k == kind as i32) {
+                        Ok(())
+                    } else {
+                        Err(format!("{kind:?} for {web} not in {seen:?}"))
+                    }
+                },
+            )
+            .await
+            .expect("event seen");
+        }
+        collector.abort();
+    }
     cri.stop_container(&web, Duration::ZERO)
         .await
         .expect("stop again is fine");
