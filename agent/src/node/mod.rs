@@ -12,9 +12,11 @@
 //! - pods, volumes, eviction and garbage collection (their own modules).
 
 pub mod cgroups;
+pub mod downward;
 pub mod lease;
 pub mod pods;
 pub mod status;
+pub mod volumes;
 
 use std::sync::Arc;
 
