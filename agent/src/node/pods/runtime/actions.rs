@@ -68,7 +68,7 @@ impl PodActions {
 
 /// Probe results the decision needs (results keyed by container id;
 /// `None` = no result yet).
-pub trait ProbeResults {
+pub trait ProbeResults: Send + Sync {
     /// Liveness result of a container.
     fn liveness(&self, container_id: &str) -> Option<ProbeState>;
     /// Startup result of a container.

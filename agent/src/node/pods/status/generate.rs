@@ -34,7 +34,7 @@ pub const KUBELET_CONDITIONS: &[&str] = &[
 ];
 
 /// Probe-derived container flags (kubelet's probe manager `UpdatePodStatus`).
-pub trait ContainerReadiness {
+pub trait ContainerReadiness: Send + Sync {
     /// `started` of a running container.
     fn started(&self, pod_uid: &str, container: &str, container_id: &str) -> bool;
     /// `ready` of a running, started container.

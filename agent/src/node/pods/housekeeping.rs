@@ -1,0 +1,189 @@
+//! Periodic cleanup (kubelet's `HandlePodCleanups`, every 2 s): once every
+//! pod source has listed, pods the runtime runs that no source knows (a pod
+//! deleted while keelson was down) are stopped with the grace period
+//! recorded on their containers; cgroups, statuses, probe workers and
+//! mirror pods of gone pods are removed; the QoS tiers are refreshed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use keelson_cri::api;
+
+use super::podutil;
+use super::runtime::PodSyncResult;
+use super::runtime::labels::{POD_NAME, POD_NAMESPACE, POD_UID};
+use super::workers::PodWorkers;
+
+/// Housekeeping period.
+pub const PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// State kept between housekeeping rounds.
+#[derive(Debug, Default)]
+pub struct Housekeeping {
+    rounds: u64,
+    orphans_cleaned: bool,
+}
+
+impl Housekeeping {
+    /// One round. `sources_ready`: every source listed once.
+    pub async fn run_once(&mut self, workers: &PodWorkers, sources_ready: bool) {
+        self.rounds += 1;
+        let lc = workers.lifecycle().clone();
+        let desired: Vec<Arc<k8s_openapi::api::core::v1::Pod>> = lc.store.pods();
+        let mut known: HashSet<String> = desired
+            .iter()
+            .map(|p| podutil::uid(p).to_string())
+            .collect();
+        known.extend(workers.uids());
+
+        // Metrics of the pod manager.
+        let statics = desired.iter().filter(|p| podutil::is_static(p)).count() as i64;
+        lc.metrics
+            .desired_pods
+            .with_label_values(&["true"])
+            .set(statics);
+        lc.metrics
+            .desired_pods
+            .with_label_values(&["false"])
+            .set(desired.len() as i64 - statics);
+        let active = workers.syncing_pods();
+        let active_static = active.iter().filter(|p| podutil::is_static(p)).count() as i64;
+        lc.metrics
+            .active_pods
+            .with_label_values(&["true"])
+            .set(active_static);
+        lc.metrics
+            .active_pods
+            .with_label_values(&["false"])
+            .set(active.len() as i64 - active_static);
+        lc.metrics.mirror_pods.set(lc.store.mirrors().len() as i64);
+
+        if !sources_ready {
+            return;
+        }
+        lc.status.remove_orphans(&known);
+        if let Some(p) = &lc.probes {
+            p.cleanup_pods(&known);
+        }
+
+        // Runtime pods nobody asked for.
+        let runtime_pods = match list_runtime_pods(&lc.runtime).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(error = %e, "housekeeping cannot list runtime pods");
+                return;
+            }
+        };
+        for (uid, (name, ns, running)) in &runtime_pods {
+            if known.contains(uid) || !running {
+                continue;
+            }
+            tracing::info!(pod = %format!("{ns}/{name}"), uid = %uid, "stopping a pod no source knows (orphaned runtime pod)");
+            match lc.runtime.get_pod_status(uid, name, ns).await {
+                Ok(status) => {
+                    let mut r = PodSyncResult::default();
+                    if let Err(e) = lc.runtime.kill_pod(None, &status, None, &mut r).await {
+                        tracing::warn!(pod = %uid, error = %e, "failed to stop an orphaned pod");
+                    }
+                }
+                Err(e) => tracing::warn!(pod = %uid, error = %e, "cannot read an orphaned pod"),
+            }
+        }
+
+        // Cgroups of pods that are gone and stopped.
+        if let Ok(existing) = lc.cgroups.existing() {
+            for (uid, name) in existing {
+                if known.contains(&uid) || runtime_pods.get(&uid).is_some_and(|r| r.2) {
+                    continue;
+                }
+                let cg = lc.cgroups.clone();
+                let u = uid.clone();
+                match tokio::task::spawn_blocking(move || cg.destroy(&u)).await {
+                    Ok(Ok(())) => tracing::debug!(cgroup = %name, "removed orphaned pod cgroup"),
+                    Ok(Err(e)) => {
+                        tracing::debug!(cgroup = %name, error = %e, "cannot remove orphaned pod cgroup yet")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cgroup cleanup task failed"),
+                }
+            }
+        }
+
+        // Mirror pods whose static pod is gone.
+        if let Some(mirror) = &lc.mirror {
+            for m in lc.store.mirrors() {
+                let has_static = desired.iter().any(|p| {
+                    podutil::is_static(p) && podutil::full_name(p) == podutil::full_name(&m)
+                });
+                if !has_static {
+                    if let Err(e) = mirror
+                        .delete(
+                            podutil::namespace(&m),
+                            podutil::name(&m),
+                            Some(podutil::uid(&m)),
+                        )
+                        .await
+                    {
+                        tracing::warn!(pod = %podutil::key(&m), error = %e, "cannot delete orphaned mirror pod");
+                    }
+                }
+            }
+        }
+
+        // Pod directories of pods neither desired nor in the runtime, once.
+        if !self.orphans_cleaned {
+            let mut keep: Vec<String> = known.iter().cloned().collect();
+            keep.extend(runtime_pods.keys().cloned());
+            match lc.volumes.cleanup_orphans(&keep).await {
+                Ok(n) if n > 0 => tracing::info!(removed = n, "removed orphaned pod directories"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "cleaning orphaned pod directories failed"),
+            }
+            self.orphans_cleaned = true;
+        }
+
+        // QoS tiers about once a minute.
+        if self.rounds % 30 == 0
+            && let Some(q) = lc.cgroups.qos()
+        {
+            let pods = lc.active_pods();
+            let q = q.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                if let Err(e) = q.update(&pods) {
+                    tracing::warn!(error = %e, "updating QoS cgroups failed");
+                }
+            })
+            .await;
+        }
+        lc.runtime.crash_backoff().gc();
+    }
+}
+
+/// Runtime pods by UID: (name, namespace, anything running).
+async fn list_runtime_pods(
+    rt: &super::runtime::RuntimeManager,
+) -> Result<HashMap<String, (String, String, bool)>, keelson_cri::CriError> {
+    let mut out: HashMap<String, (String, String, bool)> = HashMap::new();
+    for sb in rt.cri().list_pod_sandbox(None).await? {
+        let Some(md) = sb.metadata.as_ref() else {
+            continue;
+        };
+        let ready = sb.state == api::PodSandboxState::SandboxReady as i32;
+        let e = out
+            .entry(md.uid.clone())
+            .or_insert((md.name.clone(), md.namespace.clone(), false));
+        e.2 |= ready;
+    }
+    for c in rt.cri().list_containers(None).await? {
+        let Some(uid) = c.labels.get(POD_UID) else {
+            continue;
+        };
+        let running = c.state == api::ContainerState::ContainerRunning as i32;
+        let e = out.entry(uid.clone()).or_insert((
+            c.labels.get(POD_NAME).cloned().unwrap_or_default(),
+            c.labels.get(POD_NAMESPACE).cloned().unwrap_or_default(),
+            false,
+        ));
+        e.2 |= running;
+    }
+    Ok(out)
+}
