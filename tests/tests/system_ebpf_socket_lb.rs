@@ -52,12 +52,11 @@ impl Bpffs {
         std::fs::create_dir_all(&dir).expect("bpffs dir");
         let config = EbpfConfig {
             cgroup_path: Some(cgroup.to_path_buf()),
-            bpffs_path: dir,
-            pin_subdir: "keelson".into(),
+            bpffs_path: dir.join("keelson"),
         };
         // SocketLb::start mounts it; mount here already so Drop always has
         // something to undo.
-        keelson_netplane::ebpf::ensure_bpffs(&config.bpffs_path).expect("mount bpffs");
+        keelson_netplane::ebpf::ensure_bpffs(&dir).expect("mount bpffs");
         Bpffs { config }
     }
 }
@@ -67,7 +66,9 @@ impl Drop for Bpffs {
         if let Err(e) = cleanup(&self.config) {
             eprintln!("warning: eBPF cleanup: {e}");
         }
-        let dir = &self.config.bpffs_path;
+        let Some(dir) = self.config.bpffs_path.parent() else {
+            return;
+        };
         if let Err(e) = nix::mount::umount2(dir, nix::mount::MntFlags::MNT_DETACH) {
             eprintln!("warning: umount {}: {e}", dir.display());
         }

@@ -1,6 +1,6 @@
 //! Loading, attaching, pinning and removing the socket LB.
 //!
-//! Pins live under `<bpffs>/<pin_subdir>/`:
+//! Pins live under `bpffs_path` (default `/sys/fs/bpf/keelson`):
 //! - `maps/kl_services`, `maps/kl_backends`, `maps/kl_members`,
 //!   `maps/kl_affinity`, `maps/kl_revnat`
 //! - `links/connect4`, `links/connect6`, `links/sendmsg4`, ... (cgroup BPF
@@ -40,33 +40,47 @@ use super::sync::{LbService, SyncErrors, SyncStats, Syncer};
 /// programs arrived in 5.8; BPF links for cgroups in 5.7).
 pub const MIN_KERNEL: (u8, u8) = (5, 8);
 
-/// Where the socket LB attaches and pins (`proxy.mode: ebpf`).
+/// Where the socket LB attaches and pins (`proxy.mode: ebpf`; the fields
+/// of keelson's `proxy.ebpf` configuration section).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EbpfConfig {
     /// cgroup v2 directory whose processes' sockets are load-balanced,
-    /// descendants included. `None`: the node's cgroup v2 root, i.e. every
-    /// process on the node.
+    /// descendants included (`proxy.ebpf.cgroupPath`). `None`: the node's
+    /// cgroup v2 root, i.e. every process on the node.
     pub cgroup_path: Option<PathBuf>,
-    /// Where bpffs is (mounted there when it is not).
+    /// Directory on bpffs for keelson's pins (`proxy.ebpf.bpffsPath`,
+    /// default `/sys/fs/bpf/keelson`). Its parent must be a bpffs; when it is
+    /// not, bpffs is mounted there.
     pub bpffs_path: PathBuf,
-    /// Directory under `bpffs_path` for keelson's pins.
-    pub pin_subdir: String,
 }
 
 impl Default for EbpfConfig {
     fn default() -> Self {
         EbpfConfig {
             cgroup_path: None,
-            bpffs_path: PathBuf::from("/sys/fs/bpf"),
-            pin_subdir: "keelson".to_string(),
+            bpffs_path: PathBuf::from("/sys/fs/bpf/keelson"),
         }
     }
 }
 
 impl EbpfConfig {
-    /// `<bpffs>/<pin_subdir>`.
+    /// The pin directory (`bpffs_path`).
     pub fn pin_dir(&self) -> PathBuf {
-        self.bpffs_path.join(&self.pin_subdir)
+        self.bpffs_path.clone()
+    }
+
+    /// Where bpffs is (or gets) mounted: the parent of `bpffs_path`.
+    pub fn bpffs_mount_point(&self) -> Result<PathBuf, EbpfError> {
+        match self.bpffs_path.parent() {
+            Some(p) if !p.as_os_str().is_empty() && self.bpffs_path.is_absolute() => {
+                Ok(p.to_path_buf())
+            }
+            _ => Err(EbpfError::io(
+                "bpffsPath must be an absolute directory below a bpffs mount",
+                &self.bpffs_path,
+                std::io::Error::from(std::io::ErrorKind::InvalidInput),
+            )),
+        }
     }
 
     fn maps_dir(&self) -> PathBuf {
@@ -185,7 +199,7 @@ impl SocketLb {
                 reason: format!("{} is not a cgroup v2 directory", cgroup.display()),
             });
         }
-        ensure_bpffs(&config.bpffs_path)?;
+        ensure_bpffs(&config.bpffs_mount_point()?)?;
         for dir in [config.pin_dir(), config.maps_dir(), config.links_dir()] {
             std::fs::create_dir_all(&dir)
                 .map_err(|e| EbpfError::io("creating the pin directory", &dir, e))?;
@@ -413,7 +427,7 @@ pub struct PinnedLinkInfo {
     pub program_id: u32,
 }
 
-/// The links pinned under `<bpffs>/<pin_subdir>/links` (diagnosis: which
+/// The links pinned under `<bpffs_path>/links` (diagnosis: which
 /// programs keelson has attached right now).
 pub fn pinned_links(config: &EbpfConfig) -> Result<Vec<PinnedLinkInfo>, EbpfError> {
     let dir = config.links_dir();
@@ -453,5 +467,28 @@ fn remove_if_present(path: &Path) -> Result<(), EbpfError> {
             Err(EbpfError::io("removing a pin", path, e))
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_live_in_bpffs_path_and_bpffs_is_its_parent() {
+        let c = EbpfConfig::default();
+        assert_eq!(c.pin_dir(), PathBuf::from("/sys/fs/bpf/keelson"));
+        assert_eq!(
+            c.bpffs_mount_point().expect("mount point"),
+            PathBuf::from("/sys/fs/bpf")
+        );
+        assert_eq!(c.links_dir(), PathBuf::from("/sys/fs/bpf/keelson/links"));
+        for bad in ["keelson", "/"] {
+            let c = EbpfConfig {
+                bpffs_path: PathBuf::from(bad),
+                ..EbpfConfig::default()
+            };
+            assert!(c.bpffs_mount_point().is_err(), "{bad}");
+        }
     }
 }
