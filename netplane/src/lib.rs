@@ -7,5 +7,6 @@ pub mod ebpf;
 pub mod fixtures;
 pub mod model;
 pub mod nftables;
+pub mod proxier;
 
 pub use backend::{Backend, BackendError, SyncOutcome};

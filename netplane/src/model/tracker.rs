@@ -328,7 +328,17 @@ impl ChangeTracker {
         &self.applied
     }
 
-    /// The committed NodePort addresses... or the pending ones: the value a
+    /// The committed states of one Service's ports (both families).
+    pub fn applied_service(&self, svc: &NamespacedName) -> Vec<&Arc<ServicePortState>> {
+        self.applied_keys
+            .get(svc)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.applied.get(k))
+            .collect()
+    }
+
+    /// The NodePort addresses to program (committed or pending): the value a
     /// full resync must program.
     pub fn node_port_addresses(&self) -> &BTreeMap<IpFamily, NodePortAddresses> {
         &self.node_port_addresses

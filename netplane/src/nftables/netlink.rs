@@ -198,17 +198,22 @@ impl NfSocket {
         dump: bool,
         attrs: impl FnOnce(&mut Vec<u8>),
     ) -> io::Result<Vec<Vec<u8>>> {
+        self.request_raw(kind.msg_type(), dump, wire::nfproto(family), attrs)
+    }
+
+    /// Like [`NfSocket::request`] for any netfilter subsystem message type
+    /// (e.g. conntrack's `(1 << 8) | IPCTNL_MSG_CT_*`).
+    pub fn request_raw(
+        &mut self,
+        msg_type: u16,
+        dump: bool,
+        nfproto: u8,
+        attrs: impl FnOnce(&mut Vec<u8>),
+    ) -> io::Result<Vec<Vec<u8>>> {
         let seq = self.next_seq(0);
         let mut req = Vec::with_capacity(256);
         let flags = if dump { NLM_F_DUMP } else { NLM_F_ACK };
-        let off = begin_message(
-            &mut req,
-            kind.msg_type(),
-            flags,
-            seq,
-            wire::nfproto(family),
-            0,
-        );
+        let off = begin_message(&mut req, msg_type, flags, seq, nfproto, 0);
         attrs(&mut req);
         end_message(&mut req, off);
         send(self.fd.as_raw_fd(), &req, MsgFlags::empty()).map_err(nix_io)?;
