@@ -258,6 +258,31 @@ impl VolumeManager {
             .start(shutdown)
     }
 
+    /// The node role's manager, from what every node part shares:
+    /// `node.rootDir`, `node.syncFrequency`, the node's API client, the
+    /// event recorder and the status manager's allocatable resources.
+    pub fn for_node(services: &crate::node::NodeServices) -> VolumeManager {
+        let n = &services.ctx.config.node;
+        let status = services.status.clone();
+        let allocatable: AllocatableFn = Arc::new(move || {
+            status
+                .allocatable()
+                .into_iter()
+                .map(|(k, q)| (k, ApiQuantity(q.to_string())))
+                .collect()
+        });
+        VolumeManager::start(
+            VolumeManagerConfig {
+                root_dir: n.root_dir.clone(),
+                sync_frequency: n.sync_frequency.into(),
+            },
+            services.ctx.client.clone(),
+            services.recorder.clone(),
+            allocatable,
+            services.ctx.shutdown.clone(),
+        )
+    }
+
     /// A builder with the production parts, to replace some.
     pub fn builder(config: VolumeManagerConfig, client: kube::Client) -> VolumeManagerBuilder {
         VolumeManagerBuilder {
