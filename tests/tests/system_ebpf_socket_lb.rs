@@ -26,6 +26,7 @@ use keelson_netplane::fixtures::{EndpointSpec, ServiceBuilder, SliceBuilder};
 use keelson_netplane::model::{
     ChangeTracker, IpFamily, NodeTopology, Protocol, ProxyDiff, ProxySnapshot,
 };
+use keelson_netplane::nftables::{NftablesBackend, NftablesConfig};
 use keelson_netplane::{Backend, BackendError, SyncOutcome};
 use keelson_tests::netns::{NetNs, unique_suffix, veth_pair};
 use keelson_tests::support::{require_root, wait_for};
@@ -1162,4 +1163,94 @@ fn check_support_names_a_directory_that_is_not_cgroup_v2() {
         }
         other => panic!("expected Unsupported, got {other:?}"),
     }
+}
+
+/// The whole ebpf mode: socket LB plus the real nftables backend, in the
+/// client netns acting as the node. ClusterIP traffic is translated at
+/// connect; a Service without endpoints is rejected by nftables (the
+/// programs pass it through); an externalIP is DNATed by nftables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ebpf_mode_leaves_what_socket_lb_does_not_serve_to_nftables() {
+    if !require_root("ebpf_mode_leaves_what_socket_lb_does_not_serve_to_nftables") {
+        return;
+    }
+    let cgroup = Cgroup::new();
+    let bpffs = Bpffs::new(&cgroup.path);
+    let w = world(2).await;
+    // The "node" routes Service and external ranges like a real one would.
+    for net in ["10.96.0.0/16", "192.0.2.0/24"] {
+        w.client
+            .ip(&["route", "add", net, "dev", "ve1"])
+            .expect("route");
+    }
+    let nft = w
+        .client
+        .run(|| NftablesBackend::new(NftablesConfig::default()))
+        .expect("netns thread")
+        .expect("nftables backend in the node netns");
+    let mut backend = EbpfBackend::new(&bpffs.config, Box::new(nft)).expect("ebpf backend");
+    let mut tracker = ChangeTracker::new(
+        [IpFamily::V4],
+        NodeTopology {
+            name: "node-a".into(),
+            zone: None,
+        },
+    );
+    let web = ServiceBuilder::new("shop", "web")
+        .cluster_ip("10.96.7.30")
+        .port("http", Protocol::Tcp, 80)
+        .external_ips(&["192.0.2.10"])
+        .build();
+    let empty = ServiceBuilder::new("shop", "empty")
+        .cluster_ip("10.96.7.31")
+        .port("http", Protocol::Tcp, 80)
+        .build();
+    tracker.update_service(&web);
+    tracker.update_service(&empty);
+    tracker.update_endpoint_slice(&web_slice(&[
+        EndpointSpec::ready("10.251.1.2").node("node-b"),
+        EndpointSpec::ready("10.251.2.2").node("node-c"),
+    ]));
+    let diff = tracker.diff();
+    backend
+        .full_sync(&tracker.snapshot(&diff))
+        .expect("full sync");
+    tracker.commit(&diff);
+
+    let mut c = Client::spawn(&cgroup, &w.client);
+    // ClusterIP: socket LB (the peer is the Service, both backends reached).
+    let vip: SocketAddr = "10.96.7.30:80".parse().expect("addr");
+    let got = c.tcp(vip, 30);
+    assert!(got.iter().all(|(_, p)| *p == vip.to_string()), "{got:?}");
+    assert_eq!(counts(got.into_iter().map(|(b, _)| b)).len(), 2);
+    let lb = backend.socket_lb();
+    assert!(
+        lb.service_id(&frontend("10.96.7.30", 80, L4Proto::Tcp))
+            .is_some()
+    );
+    assert!(
+        lb.service_id(&frontend("192.0.2.10", 80, L4Proto::Tcp))
+            .is_none(),
+        "externalIPs are not socket-LB frontends"
+    );
+
+    // No endpoints: untranslated, and nftables rejects it like kube-proxy.
+    let r = c.cmd("tcp 10.96.7.31:80");
+    assert_eq!(r["ok"], false, "{r}");
+    assert!(str_of(&r["error"]).contains("refused"), "rejected: {r}");
+
+    // externalIP from inside the node: nftables DNAT (conntrack reverses it).
+    let ext: SocketAddr = "192.0.2.10:80".parse().expect("addr");
+    let got = c.tcp(ext, 10);
+    assert!(
+        got.iter()
+            .all(|(b, p)| (b == "b1" || b == "b2") && *p == ext.to_string()),
+        "{got:?}"
+    );
+
+    backend.cleanup().expect("cleanup both halves");
+    assert!(!bpffs.config.pin_dir().exists());
+    drop(c);
+    drop(backend);
+    drop(w);
 }
