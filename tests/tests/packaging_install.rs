@@ -13,8 +13,6 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use keelson_tests::node_harness::keelson_bin;
-
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -116,6 +114,23 @@ impl Root {
         }
         out
     }
+}
+
+/// The built `keelson` binary: `$KEELSON_BIN`, else the target directory
+/// this test binary was built into (`cargo build --workspace` puts it there).
+fn keelson_bin() -> Result<PathBuf, String> {
+    if let Ok(p) = std::env::var("KEELSON_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    exe.ancestors()
+        .skip(1)
+        .take(3)
+        .map(|d| d.join("keelson"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            "keelson binary not found: cargo build -p keelson, or set KEELSON_BIN".to_string()
+        })
 }
 
 fn mode(p: &Path) -> u32 {
