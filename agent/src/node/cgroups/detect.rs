@@ -51,10 +51,8 @@ pub fn parse_mountinfo(text: &str) -> Result<CgroupMode, CgroupError> {
         };
         let mount_point = unescape(mount_point);
         match *fstype {
-            "cgroup2" => {
-                if v2.is_none() || mount_point == "/sys/fs/cgroup" {
-                    v2 = Some(PathBuf::from(mount_point));
-                }
+            "cgroup2" if v2.is_none() || mount_point == "/sys/fs/cgroup" => {
+                v2 = Some(PathBuf::from(mount_point));
             }
             "cgroup" => {
                 let opts = post.get(2).copied().unwrap_or_default();

@@ -114,17 +114,16 @@ impl Housekeeping {
                 let has_static = desired.iter().any(|p| {
                     podutil::is_static(p) && podutil::full_name(p) == podutil::full_name(&m)
                 });
-                if !has_static {
-                    if let Err(e) = mirror
+                if !has_static
+                    && let Err(e) = mirror
                         .delete(
                             podutil::namespace(&m),
                             podutil::name(&m),
                             Some(podutil::uid(&m)),
                         )
                         .await
-                    {
-                        tracing::warn!(pod = %podutil::key(&m), error = %e, "cannot delete orphaned mirror pod");
-                    }
+                {
+                    tracing::warn!(pod = %podutil::key(&m), error = %e, "cannot delete orphaned mirror pod");
                 }
             }
         }
@@ -142,7 +141,7 @@ impl Housekeeping {
         }
 
         // QoS tiers about once a minute.
-        if self.rounds % 30 == 0
+        if self.rounds.is_multiple_of(30)
             && let Some(q) = lc.cgroups.qos()
         {
             let pods = lc.active_pods();

@@ -344,10 +344,10 @@ impl PodLifecycle {
                 }
             }
         }
-        if existing.is_none() || deleted {
-            if let Err(e) = mirror.create(pod).await {
-                tracing::warn!(pod = %podutil::key(pod), error = %e, "failed creating a mirror pod");
-            }
+        if (existing.is_none() || deleted)
+            && let Err(e) = mirror.create(pod).await
+        {
+            tracing::warn!(pod = %podutil::key(pod), error = %e, "failed creating a mirror pod");
         }
     }
 

@@ -367,7 +367,7 @@ impl PodWorkers {
                             self.requeue(&w, next);
                         }
                         Some(Err(f)) => {
-                            if !f.retry_at.is_some() || !only_backoff(&f.message) {
+                            if !only_backoff(&f.message) {
                                 tracing::info!(pod = %podutil::key(&pod), error = %f.message, "error syncing pod, skipping");
                             }
                             let next = match f.retry_at {

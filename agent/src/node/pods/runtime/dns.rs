@@ -152,7 +152,7 @@ pub fn pod_dns(pod: &Pod, s: &DnsSettings) -> (api::DnsConfig, Vec<DnsWarning>) 
                     format!("svc.{d}"),
                     d.clone(),
                 ];
-                searches.extend(cfg.searches.drain(..));
+                searches.append(&mut cfg.searches);
                 cfg.searches = omit_duplicates(searches);
             }
             cfg.options = vec!["ndots:5".to_string()];

@@ -177,7 +177,7 @@ mod tests {
         );
         assert!(
             apply_default_tag("Busybox")
-                .unwrap_err()
+                .expect_err("an error")
                 .contains("must be lowercase")
         );
         for bad in ["", "a b", "busybox:", "a//b", "-x", "x:-1"] {

@@ -120,13 +120,13 @@ pub fn lookup(image: &str, secrets: &[Secret]) -> Vec<api::AuthConfig> {
             if h != host {
                 continue;
             }
-            if !path.is_empty() && !(repo == path || repo.starts_with(&format!("{path}/"))) {
+            if !(path.is_empty() || repo == path || repo.starts_with(&format!("{path}/"))) {
                 continue;
             }
             found.push((path.len(), auth_of(&key, &v)));
         }
     }
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
     found.into_iter().map(|(_, a)| a).collect()
 }
 

@@ -347,13 +347,13 @@ mod tests {
         let c = &podutil::containers(&pod)[0];
         assert!(
             verify_run_as_non_root(&pod, c, Some(0), "")
-                .unwrap_err()
+                .expect_err("an error")
                 .contains("will run as root")
         );
         assert!(verify_run_as_non_root(&pod, c, Some(65534), "").is_ok());
         assert!(
             verify_run_as_non_root(&pod, c, None, "nobody")
-                .unwrap_err()
+                .expect_err("an error")
                 .contains("non-numeric")
         );
     }

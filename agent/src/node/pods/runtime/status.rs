@@ -331,8 +331,8 @@ impl RuntimePodStatus {
         mut sandboxes: Vec<SandboxStatus>,
         mut containers: Vec<ContainerStatus>,
     ) -> Self {
-        sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at));
-        containers.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
         let ips = match sandboxes.first() {
             Some(s) if s.ready && !s.ip.is_empty() => {
                 let mut v = vec![s.ip.clone()];

@@ -152,6 +152,7 @@ fn convert(
 }
 
 /// kubelet's `convertToAPIContainerStatuses` for one list of containers.
+#[allow(clippy::too_many_arguments)]
 pub fn convert_container_statuses(
     pod: &Pod,
     rt: &RuntimePodStatus,
