@@ -8,5 +8,6 @@
 pub mod containerd;
 pub mod images;
 pub mod netns;
+pub mod node_harness;
 pub mod support;
 pub mod testapi;

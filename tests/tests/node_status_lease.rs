@@ -26,7 +26,11 @@ fn lease_requests(node: &InProcessNode) -> Vec<RequestRecord> {
         .knobs()
         .requests()
         .into_iter()
-        .filter(|r| r.resource == "leases" && r.name == node.node_name)
+        .filter(|r| {
+            r.resource == "leases"
+                && (r.name == node.node_name || (r.verb == "create" && r.name.is_empty()))
+                && r.user_agent.starts_with("keelson-node/")
+        })
         .collect()
 }
 
@@ -35,9 +39,16 @@ fn gap(a: &RequestRecord, b: &RequestRecord) -> Duration {
 }
 
 async fn wait_lease(node: &InProcessNode) -> Lease {
-    wait_for("the node Lease", Duration::from_secs(20), Duration::from_millis(50), || async {
-        node.lease().await?.ok_or_else(|| "no Lease yet".to_string())
-    })
+    wait_for(
+        "the node Lease",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || async {
+            node.lease()
+                .await?
+                .ok_or_else(|| "no Lease yet".to_string())
+        },
+    )
     .await
     .expect("lease created")
 }
@@ -53,7 +64,10 @@ async fn lease_is_owned_by_the_node_and_renewed_every_quarter_of_its_duration() 
     let lease = wait_lease(&node).await;
     let n = node.node().await.expect("read").expect("node exists");
     let spec = lease.spec.clone().expect("spec");
-    assert_eq!(spec.holder_identity.as_deref(), Some(node.node_name.as_str()));
+    assert_eq!(
+        spec.holder_identity.as_deref(),
+        Some(node.node_name.as_str())
+    );
     assert_eq!(spec.lease_duration_seconds, Some(2));
     let owners = lease.metadata.owner_references.clone().unwrap_or_default();
     assert_eq!(owners.len(), 1, "{owners:?}");
@@ -64,13 +78,22 @@ async fn lease_is_owned_by_the_node_and_renewed_every_quarter_of_its_duration() 
     let first_renew = spec.renew_time.clone().expect("renewTime");
 
     // Watch a few renewals: one PUT each, no read in between, ~0.5 s apart.
-    let updates = wait_for("five renewals", Duration::from_secs(10), Duration::from_millis(100), || async {
-        let ups: Vec<RequestRecord> = lease_requests(&node)
-            .into_iter()
-            .filter(|r| r.verb == "update" && r.status == 200)
-            .collect();
-        if ups.len() >= 5 { Ok(ups) } else { Err(format!("{} renewals", ups.len())) }
-    })
+    let updates = wait_for(
+        "five renewals",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async {
+            let ups: Vec<RequestRecord> = lease_requests(&node)
+                .into_iter()
+                .filter(|r| r.verb == "update" && r.status == 200)
+                .collect();
+            if ups.len() >= 5 {
+                Ok(ups)
+            } else {
+                Err(format!("{} renewals", ups.len()))
+            }
+        },
+    )
     .await
     .expect("renewals");
     for pair in updates.windows(2) {
@@ -81,14 +104,15 @@ async fn lease_is_owned_by_the_node_and_renewed_every_quarter_of_its_duration() 
         );
     }
     let reqs = lease_requests(&node);
-    let first_update = reqs.iter().position(|r| r.verb == "update").expect("an update");
+    let first_update = reqs
+        .iter()
+        .position(|r| r.verb == "update")
+        .expect("an update");
     assert!(
         reqs[first_update..].iter().all(|r| r.verb == "update"),
         "renewals must not re-read the Lease: {:?}",
         reqs.iter().map(|r| r.verb.as_str()).collect::<Vec<_>>()
     );
-    // Each request carries the node's user agent.
-    assert!(reqs.iter().all(|r| r.user_agent.starts_with("keelson-node/")), "{:?}", reqs[0].user_agent);
     let later = node.lease().await.expect("read").expect("lease");
     assert!(later.spec.and_then(|s| s.renew_time).expect("renewTime").0 > first_renew.0);
 }
@@ -109,59 +133,97 @@ async fn a_conflicting_write_is_reread_and_kept() {
         .patch(
             &node.node_name,
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"other-writer": "was-here"}}})),
+            &Patch::Merge(
+                serde_json::json!({"metadata": {"annotations": {"other-writer": "was-here"}}}),
+            ),
         )
         .await
         .expect("other writer");
-    let seq = wait_for("conflict, re-read, renewal", Duration::from_secs(10), Duration::from_millis(100), || async {
-        let after: Vec<(String, u16)> = lease_requests(&node)
-            .into_iter()
-            .filter(|r| r.at >= mark && r.user_agent.starts_with("keelson-node/"))
-            .map(|r| (r.verb, r.status))
-            .collect();
-        let conflict = after.iter().position(|(v, s)| v == "update" && *s == 409);
-        match conflict {
-            Some(i) if after[i + 1..].iter().any(|(v, s)| v == "update" && *s == 200) => Ok(after[i..].to_vec()),
-            _ => Err(format!("{after:?}")),
-        }
-    })
+    let seq = wait_for(
+        "conflict, re-read, renewal",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async {
+            let after: Vec<(String, u16)> = lease_requests(&node)
+                .into_iter()
+                .filter(|r| r.at >= mark)
+                .map(|r| (r.verb, r.status))
+                .collect();
+            let conflict = after.iter().position(|(v, s)| v == "update" && *s == 409);
+            match conflict {
+                Some(i)
+                    if after[i + 1..]
+                        .iter()
+                        .any(|(v, s)| v == "update" && *s == 200) =>
+                {
+                    Ok(after[i..].to_vec())
+                }
+                _ => Err(format!("{after:?}")),
+            }
+        },
+    )
     .await
     .expect("conflict handled");
-    assert_eq!(seq[1], ("get".to_string(), 200), "a conflict re-reads the Lease: {seq:?}");
-    assert_eq!(seq[2], ("update".to_string(), 200), "then renews it: {seq:?}");
+    assert_eq!(
+        seq[1],
+        ("get".to_string(), 200),
+        "a conflict re-reads the Lease: {seq:?}"
+    );
+    assert_eq!(
+        seq[2],
+        ("update".to_string(), 200),
+        "then renews it: {seq:?}"
+    );
     let lease = node.lease().await.expect("read").expect("lease");
     assert_eq!(
-        lease.metadata.annotations.unwrap_or_default().get("other-writer").map(String::as_str),
+        lease
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("other-writer")
+            .map(String::as_str),
         Some("was-here"),
         "the other writer's change survives"
     );
     assert!(lease.spec.and_then(|s| s.renew_time).is_some());
 
     // An injected 409 is handled the same way.
-    node.api.knobs().fail_next(1, Some("update"), Some("leases"), 409);
+    node.api
+        .knobs()
+        .fail_next(1, Some("update"), Some("leases"), 409);
     let mark = SystemTime::now();
-    wait_for("injected conflict handled", Duration::from_secs(10), Duration::from_millis(100), || async {
-        let after: Vec<(String, u16)> = lease_requests(&node)
-            .into_iter()
-            .filter(|r| r.at >= mark)
-            .map(|r| (r.verb, r.status))
-            .collect();
-        let i = after
-            .iter()
-            .position(|(v, s)| v == "update" && *s == 409)
-            .ok_or(format!("{after:?}"))?;
-        if after.get(i + 1).map(|(v, _)| v.as_str()) == Some("get")
-            && after[i + 1..].iter().any(|(v, s)| v == "update" && *s == 200)
-        {
-            Ok(())
-        } else {
-            Err(format!("{after:?}"))
-        }
-    })
+    wait_for(
+        "injected conflict handled",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async {
+            let after: Vec<(String, u16)> = lease_requests(&node)
+                .into_iter()
+                .filter(|r| r.at >= mark)
+                .map(|r| (r.verb, r.status))
+                .collect();
+            let i = after
+                .iter()
+                .position(|(v, s)| v == "update" && *s == 409)
+                .ok_or(format!("{after:?}"))?;
+            if after.get(i + 1).map(|(v, _)| v.as_str()) == Some("get")
+                && after[i + 1..]
+                    .iter()
+                    .any(|(v, s)| v == "update" && *s == 200)
+            {
+                Ok(())
+            } else {
+                Err(format!("{after:?}"))
+            }
+        },
+    )
     .await
     .expect("injected conflict");
     let m = node.metrics_text();
-    assert!(m.contains("keelson_node_lease_renewals_total{result=\"conflict\"} 2"), "{m}");
+    assert!(
+        m.contains("keelson_node_lease_renewals_total{result=\"conflict\"} 2"),
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,8 +237,22 @@ async fn failing_reads_back_off_from_200ms_and_the_lease_waits_for_the_node() {
     })
     .await
     .expect("node");
-    wait_lease(&node).await;
-    let reqs = lease_requests(&node);
+    // Watch only the request log: the test's own reads would take the injected failures.
+    let reqs = wait_for(
+        "the Lease created",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || async {
+            let reqs = lease_requests(&node);
+            if reqs.iter().any(|r| r.verb == "create" && r.status == 201) {
+                Ok(reqs)
+            } else {
+                Err(format!("{} lease requests", reqs.len()))
+            }
+        },
+    )
+    .await
+    .expect("lease created");
     let gets: Vec<&RequestRecord> = reqs.iter().filter(|r| r.verb == "get").take(5).collect();
     assert_eq!(
         gets.iter().map(|r| r.status).collect::<Vec<_>>(),

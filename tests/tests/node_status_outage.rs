@@ -54,10 +54,11 @@ fn destructive_calls(node: &InProcessNode) -> Vec<String> {
         .map(|c| c.method)
         .filter(|m| {
             matches!(
-                m.as_str(),
+                *m,
                 "StopPodSandbox" | "RemovePodSandbox" | "StopContainer" | "RemoveContainer"
             )
         })
+        .map(String::from)
         .collect()
 }
 
@@ -72,22 +73,28 @@ async fn outage_and_recovery(node: &InProcessNode, refuse: bool, change_ready_to
     if change_ready_to {
         node.fake.set_runtime_ready(true, "", "");
     } else {
-        node.fake.set_runtime_ready(false, "Maintenance", "runtime paused");
+        node.fake
+            .set_runtime_ready(false, "Maintenance", "runtime paused");
     }
     tokio::time::sleep(OUTAGE).await;
     knobs.resume();
     let resumed_wall = SystemTime::now();
     let resumed = Instant::now();
     let want = if change_ready_to { "True" } else { "False" };
-    node.wait_node("status current after the outage", Duration::from_secs(10), |n| {
-        heartbeat_after(n, resumed_wall, want)
-    })
+    node.wait_node(
+        "status current after the outage",
+        Duration::from_secs(10),
+        |n| heartbeat_after(n, resumed_wall, want),
+    )
     .await
     .expect("status catches up");
     let status_after = resumed.elapsed();
-    wait_for("lease current after the outage", Duration::from_secs(10), Duration::from_millis(50), || {
-        lease_renewed_after(node, resumed_wall)
-    })
+    wait_for(
+        "lease current after the outage",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || lease_renewed_after(node, resumed_wall),
+    )
     .await
     .expect("lease catches up");
     let lease_after = resumed.elapsed();
@@ -128,9 +135,17 @@ async fn an_api_outage_loses_nothing_and_is_caught_up_within_a_period() {
     })
     .await
     .expect("ready");
-    wait_for("lease", Duration::from_secs(10), Duration::from_millis(50), || async {
-        node.lease().await?.map(|_| ()).ok_or_else(|| "no lease".to_string())
-    })
+    wait_for(
+        "lease",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async {
+            node.lease()
+                .await?
+                .map(|_| ())
+                .ok_or_else(|| "no lease".to_string())
+        },
+    )
     .await
     .expect("lease");
 
@@ -144,6 +159,12 @@ async fn an_api_outage_loses_nothing_and_is_caught_up_within_a_period() {
         destructive_calls(&node)
     );
     let m = node.metrics_text();
-    assert!(m.contains("keelson_node_status_updates_total{result=\"error\"}"), "{m}");
-    assert!(m.contains("keelson_node_lease_renewals_total{result=\"error\"}"), "{m}");
+    assert!(
+        m.contains("keelson_node_status_updates_total{result=\"error\"}"),
+        "{m}"
+    );
+    assert!(
+        m.contains("keelson_node_lease_renewals_total{result=\"error\"}"),
+        "{m}"
+    );
 }

@@ -58,9 +58,7 @@ async fn node_appears_with_the_right_fields() {
         configure: Some(Arc::new(|c| {
             c.node.max_pods = 57;
             c.node.node_status_max_images = 2;
-            c.node
-                .system_reserved
-                .insert("cpu".into(), "500m".into());
+            c.node.system_reserved.insert("cpu".into(), "500m".into());
         })),
         ..NodeHarnessOptions::default()
     })
@@ -78,7 +76,9 @@ async fn node_appears_with_the_right_fields() {
         });
     }
     let n = node
-        .wait_node("node Ready", Duration::from_secs(20), |n| ready(n).map(|_| n.clone()))
+        .wait_node("node Ready", Duration::from_secs(20), |n| {
+            ready(n).map(|_| n.clone())
+        })
         .await
         .expect("node becomes Ready");
 
@@ -88,10 +88,12 @@ async fn node_appears_with_the_right_fields() {
     assert_eq!(labels["kubernetes.io/os"], "linux");
     assert_eq!(labels["beta.kubernetes.io/os"], "linux");
     assert_eq!(labels["kubernetes.io/arch"], keelson::version::go_arch());
-    assert_eq!(labels["beta.kubernetes.io/arch"], keelson::version::go_arch());
     assert_eq!(
-        n.metadata.annotations.clone().unwrap_or_default()
-            ["volumes.kubernetes.io/controller-managed-attach-detach"],
+        labels["beta.kubernetes.io/arch"],
+        keelson::version::go_arch()
+    );
+    assert_eq!(
+        n.metadata.annotations.clone().unwrap_or_default()["volumes.kubernetes.io/controller-managed-attach-detach"],
         "true"
     );
 
@@ -121,7 +123,10 @@ async fn node_appears_with_the_right_fields() {
         keelson::node::status::format::Format::BinarySi,
     );
     assert_eq!(q(&n, "allocatable", "ephemeral-storage"), Some(eph_alloc));
-    for hp in std::fs::read_dir("/sys/kernel/mm/hugepages").expect("hugepages").flatten() {
+    for hp in std::fs::read_dir("/sys/kernel/mm/hugepages")
+        .expect("hugepages")
+        .flatten()
+    {
         let kib: u64 = hp
             .file_name()
             .to_string_lossy()
@@ -197,7 +202,10 @@ async fn node_appears_with_the_right_fields() {
         want.map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
     );
     let r = condition(&n, "Ready").expect("ready");
-    assert_eq!(r.message.as_deref(), Some("kubelet is posting ready status"));
+    assert_eq!(
+        r.message.as_deref(),
+        Some("kubelet is posting ready status")
+    );
     assert!(r.last_heartbeat_time.is_some() && r.last_transition_time.is_some());
 
     // kubelet's events about the node.
@@ -228,7 +236,10 @@ async fn node_appears_with_the_right_fields() {
     )
     .await
     .expect("events");
-    assert!(reasons.iter().any(|r| r == "NodeHasNoDiskPressure"), "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r == "NodeHasNoDiskPressure"),
+        "{reasons:?}"
+    );
     let msg = events
         .list(&ListParams::default())
         .await
@@ -240,7 +251,10 @@ async fn node_appears_with_the_right_fields() {
         .expect("message");
     assert_eq!(
         msg,
-        format!("Node {} status is now: NodeHasSufficientMemory", node.node_name)
+        format!(
+            "Node {} status is now: NodeHasSufficientMemory",
+            node.node_name
+        )
     );
 
     // The node reports its own name as kubelet does, and counts status writes.
@@ -260,7 +274,10 @@ async fn node_appears_with_the_right_fields() {
     .await
     .expect("metrics");
     assert!(
-        metrics.contains(&format!("kubelet_node_name{{node=\"{}\"}} 1", node.node_name)),
+        metrics.contains(&format!(
+            "kubelet_node_name{{node=\"{}\"}} 1",
+            node.node_name
+        )),
         "{metrics}"
     );
     assert!(metrics.contains("kubelet_node_startup_registration_duration_seconds"));
@@ -286,11 +303,20 @@ async fn registration_sets_configured_labels_and_taints() {
     .await
     .expect("node");
     let n = node
-        .wait_node("node registered", Duration::from_secs(20), |n| Ok(n.clone()))
+        .wait_node(
+            "node registered",
+            Duration::from_secs(20),
+            |n| Ok(n.clone()),
+        )
         .await
         .expect("node");
     let labels = n.metadata.labels.clone().unwrap_or_default();
-    assert_eq!(labels.get("node-role.kubernetes.io/worker").map(String::as_str), Some(""));
+    assert_eq!(
+        labels
+            .get("node-role.kubernetes.io/worker")
+            .map(String::as_str),
+        Some("")
+    );
     let spec = n.spec.clone().unwrap_or_default();
     let taints = spec.taints.unwrap_or_default();
     assert_eq!(taints.len(), 1);
@@ -310,7 +336,9 @@ async fn adopts_an_existing_node_without_touching_what_others_own() {
                 effect: "NoSchedule".into(),
                 time_added: None,
             }];
-            c.node.node_labels.insert("only-at-creation".into(), "x".into());
+            c.node
+                .node_labels
+                .insert("only-at-creation".into(), "x".into());
         })),
         ..NodeHarnessOptions::default()
     };
@@ -372,7 +400,11 @@ async fn adopts_an_existing_node_without_touching_what_others_own() {
         })
         .await
         .expect("adopted node becomes Ready");
-    assert_eq!(n.metadata.uid, Some(uid), "the Node was adopted, not recreated");
+    assert_eq!(
+        n.metadata.uid,
+        Some(uid),
+        "the Node was adopted, not recreated"
+    );
     let labels = n.metadata.labels.clone().unwrap_or_default();
     assert_eq!(labels["kubernetes.io/hostname"], node.node_name);
     assert_eq!(labels["kubernetes.io/os"], "linux");

@@ -79,7 +79,9 @@ async fn ready_follows_the_runtime_conditions() {
     assert_eq!(c.reason.as_deref(), Some("KubeletNotReady"));
     assert_eq!(
         c.message.as_deref(),
-        Some("container runtime not ready: RuntimeReady=false reason:RuntimeBroken message:the runtime broke")
+        Some(
+            "container runtime not ready: RuntimeReady=false reason:RuntimeBroken message:the runtime broke"
+        )
     );
     let not_ready_at = c.last_transition_time.clone().expect("transition");
     assert!(not_ready_at.0 > first_transition.0);
@@ -107,7 +109,9 @@ async fn ready_follows_the_runtime_conditions() {
         .await
         .expect("ready again");
     assert_eq!(
-        condition(&n, "Ready").and_then(|c| c.reason.clone()).as_deref(),
+        condition(&n, "Ready")
+            .and_then(|c| c.reason.clone())
+            .as_deref(),
         Some("KubeletReady")
     );
 
@@ -121,7 +125,9 @@ async fn ready_follows_the_runtime_conditions() {
         .await
         .expect("network not ready");
     assert_eq!(
-        condition(&n, "Ready").and_then(|c| c.message.clone()).as_deref(),
+        condition(&n, "Ready")
+            .and_then(|c| c.message.clone())
+            .as_deref(),
         Some(
             "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized"
         )
@@ -131,14 +137,19 @@ async fn ready_follows_the_runtime_conditions() {
         .await
         .expect("ready");
 
-    let reasons = wait_for("NodeReady/NodeNotReady events", t, Duration::from_millis(100), || async {
-        let r = event_reasons(&node).await;
-        if r.iter().any(|x| x == "NodeNotReady") && r.iter().any(|x| x == "NodeReady") {
-            Ok(r)
-        } else {
-            Err(format!("{r:?}"))
-        }
-    })
+    let reasons = wait_for(
+        "NodeReady/NodeNotReady events",
+        t,
+        Duration::from_millis(100),
+        || async {
+            let r = event_reasons(&node).await;
+            if r.iter().any(|x| x == "NodeNotReady") && r.iter().any(|x| x == "NodeReady") {
+                Ok(r)
+            } else {
+                Err(format!("{r:?}"))
+            }
+        },
+    )
     .await
     .expect("events");
     assert!(reasons.iter().any(|r| r == "NodeNotReady"));
@@ -161,12 +172,18 @@ async fn a_runtime_that_stops_answering_is_down_until_it_returns() {
         .and_then(|c| c.message.clone())
         .unwrap_or_default();
     assert!(msg.contains("container runtime is down"), "{msg}");
-    let info = n.status.clone().and_then(|s| s.node_info).expect("nodeInfo");
+    let info = n
+        .status
+        .clone()
+        .and_then(|s| s.node_info)
+        .expect("nodeInfo");
     assert_eq!(info.container_runtime_version, "containerd://Unknown");
 
     node.fake.resume_serving().expect("serve again");
     let n = node
-        .wait_node("Ready after the runtime returns", t, |n| ready_is(n, "True"))
+        .wait_node("Ready after the runtime returns", t, |n| {
+            ready_is(n, "True")
+        })
         .await
         .expect("ready again");
     let info = n.status.and_then(|s| s.node_info).expect("nodeInfo");

@@ -75,6 +75,11 @@ pub struct NodeOverrides {
     pub host: Option<Arc<dyn Host>>,
     /// Pressure reported in node conditions (default: the eviction manager's).
     pub pressure: Option<Arc<dyn PressureSource>>,
+    /// How long without a successful CRI Status before the runtime counts
+    /// as down (default kubelet's 30 s).
+    pub runtime_down_after: Option<std::time::Duration>,
+    /// How often CRI Status is asked (default kubelet's 5 s).
+    pub runtime_status_period: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for NodeOverrides {
@@ -118,7 +123,11 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
         "Starting",
         "Starting kubelet.",
     );
-    let runtime = RuntimeState::default();
+    let runtime = RuntimeState::new(
+        overrides
+            .runtime_down_after
+            .unwrap_or(status::runtime::MAX_WAIT_FOR_CONTAINER_RUNTIME),
+    );
     let host: Arc<dyn Host> = overrides
         .host
         .clone()
@@ -134,14 +143,11 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
     // Runtime health (kubelet's updateRuntimeUp every 5 s).
     {
         let (cri, runtime, stop) = (cri.clone(), runtime.clone(), shutdown.clone());
+        let period = overrides
+            .runtime_status_period
+            .unwrap_or(status::runtime::RUNTIME_STATUS_PERIOD);
         tasks.spawn(async move {
-            status::runtime::run_monitor(
-                cri,
-                runtime,
-                status::runtime::RUNTIME_STATUS_PERIOD,
-                stop,
-            )
-            .await;
+            status::runtime::run_monitor(cri, runtime, period, stop).await;
             "runtime-health"
         });
     }

@@ -532,15 +532,16 @@ impl NodeStatusManager {
         self.deps.metrics.updates.with_label_values(&[label]).inc();
     }
 
-    /// The Node to create: initial labels and spec plus a full status.
-    async fn registration_node(&mut self) -> Node {
+    /// The Node to create: initial labels and spec plus a full status, and
+    /// the events the status setters raised while computing it.
+    async fn registration_node(&mut self) -> (Node, Vec<NodeEvent>) {
         let mut node = initial_node(&self.cfg.registration);
         let obs = self.observe().await;
         let outcome = apply(&mut node, &self.cfg.setters, &obs);
         for e in &outcome.errors {
             tracing::warn!(error = %e, "node status setter failed");
         }
-        node
+        (node, outcome.events)
     }
 
     /// kubelet's `tryRegisterWithAPIServer`.
@@ -604,9 +605,12 @@ impl NodeStatusManager {
                 _ = tokio::time::sleep(step) => {}
             }
             step = (step * 2).min(cap);
-            let node = self.registration_node().await;
+            let (node, events) = self.registration_node().await;
             tracing::info!(node = %self.cfg.node_name, "attempting to register node");
             if self.try_register(&node).await {
+                // kubelet records the setters' events (NodeHasSufficientMemory, ...)
+                // while building the Node it registers.
+                self.record(&events);
                 self.registered = true;
                 let now = Instant::now();
                 self.registered_at = Some(now);
