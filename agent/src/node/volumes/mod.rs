@@ -332,8 +332,18 @@ impl VolumeManager {
     pub fn unregister_pod(&self, uid: &str) {
         self.inner.config_maps.unregister_pod(uid);
         self.inner.secrets.unregister_pod(uid);
-        if let Some(slot) = lock(&self.inner.pods).get(uid) {
+        let mut pods = lock(&self.inner.pods);
+        if let Some(slot) = pods.get(uid) {
             *lock(&slot.registered) = false;
+            // Nothing set up: nothing to remember.
+            let idle = slot
+                .state
+                .try_lock()
+                .map(|st| !st.active && st.mounted.is_empty())
+                .unwrap_or(false);
+            if idle {
+                pods.remove(uid);
+            }
         }
     }
 

@@ -39,6 +39,12 @@ impl VolumeManager {
             st.waiting_since = None;
             st.active = false;
         }
+        drop(guard);
+        if let Some(slot) = slot
+            && !*lock(&slot.registered)
+        {
+            lock(&self.inner.pods).remove(uid);
+        }
         match result {
             Ok(()) => {
                 tracing::debug!(uid, "pod volumes torn down");
