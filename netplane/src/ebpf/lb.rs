@@ -452,6 +452,21 @@ pub fn pinned_links(config: &EbpfConfig) -> Result<Vec<PinnedLinkInfo>, EbpfErro
     Ok(out)
 }
 
+/// The reverse translations in the pinned `kl_revnat` map: which sockets
+/// the programs translated, to which backend, for which Service address
+/// (diagnosis; works while keelson is stopped too).
+pub fn pinned_revnat_entries(config: &EbpfConfig) -> Result<Vec<RevNatEntry>, EbpfError> {
+    let path = config.maps_dir().join("kl_revnat");
+    let data = MapData::from_pin(&path)
+        .map_err(|e| EbpfError::bpf(format!("opening {}", path.display()), e))?;
+    let map = lru::<RevNatKeyBytes, RevNatValueBytes>(data, "kl_revnat")?;
+    Ok(map
+        .iter()
+        .filter_map(Result::ok)
+        .filter_map(|(k, v)| decode_revnat(&k, &v))
+        .collect())
+}
+
 /// Ids of every BPF link that exists in the kernel now (a detached and
 /// released link disappears from it).
 pub fn live_link_ids() -> BTreeSet<u32> {

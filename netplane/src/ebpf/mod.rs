@@ -37,7 +37,7 @@ pub use layout::{
 };
 pub use lb::{
     EbpfConfig, MIN_KERNEL, PinnedLinkInfo, SocketLb, check_support, cleanup, live_link_ids,
-    pinned_links,
+    pinned_links, pinned_revnat_entries,
 };
 pub use maps::{FakeMaps, LbMap, LbMaps, MapsError};
 pub use render::{changes_of, desired_of, frontend_of, service_of};
