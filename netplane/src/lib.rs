@@ -10,3 +10,5 @@ pub mod nftables;
 pub mod proxier;
 
 pub use backend::{Backend, BackendError, SyncOutcome};
+/// The prometheus crate keelson's metrics use (so callers can build a registry).
+pub use prometheus;

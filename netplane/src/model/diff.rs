@@ -6,6 +6,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use ipnet::IpNet;
+
 use super::state::ServicePortState;
 use super::types::{IpFamily, NamespacedName, ServicePortKey};
 
@@ -50,6 +52,8 @@ pub struct ProxyDiff {
     pub changes: Vec<ServicePortChange>,
     /// The new NodePort addresses, when they changed (full value per family).
     pub node_port_addresses: Option<BTreeMap<IpFamily, NodePortAddresses>>,
+    /// The new Service CIDRs (from ServiceCIDR objects), when they changed.
+    pub service_cidrs: Option<BTreeMap<IpFamily, Vec<IpNet>>>,
     /// Services covered by this diff, with the generation seen (for commit).
     pub(crate) covered: BTreeMap<NamespacedName, u64>,
     /// EndpointSlice trigger times of the covered services (for the
@@ -62,7 +66,9 @@ pub struct ProxyDiff {
 impl ProxyDiff {
     /// Nothing to program.
     pub fn is_empty(&self) -> bool {
-        self.changes.is_empty() && self.node_port_addresses.is_none()
+        self.changes.is_empty()
+            && self.node_port_addresses.is_none()
+            && self.service_cidrs.is_none()
     }
 
     /// Changes of one family.
@@ -79,4 +85,7 @@ pub struct ProxySnapshot {
     pub services: BTreeMap<ServicePortKey, Arc<ServicePortState>>,
     /// NodePort addresses per family.
     pub node_port_addresses: BTreeMap<IpFamily, NodePortAddresses>,
+    /// Service CIDRs per family, when known from the API (else the
+    /// backend's configured ones apply).
+    pub service_cidrs: Option<BTreeMap<IpFamily, Vec<IpNet>>>,
 }

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
@@ -47,6 +48,7 @@ pub struct ChangeTracker {
     pending_endpoint_changes: u64,
     trigger_times: HashMap<NamespacedName, Vec<SystemTime>>,
     node_port_addresses: BTreeMap<IpFamily, NodePortAddresses>,
+    service_cidrs: Option<BTreeMap<IpFamily, Vec<IpNet>>>,
     node_ports_generation: u64,
     applied_node_ports_generation: u64,
     applied: BTreeMap<ServicePortKey, Arc<ServicePortState>>,
@@ -75,6 +77,7 @@ impl ChangeTracker {
             pending_endpoint_changes: 0,
             trigger_times: HashMap::new(),
             node_port_addresses,
+            service_cidrs: None,
             // Generation 1 vs applied 0: the first diff carries the addresses.
             node_ports_generation: 1,
             applied_node_ports_generation: 0,
@@ -306,6 +309,21 @@ impl ChangeTracker {
         true
     }
 
+    /// Sets the Service CIDRs of a family (traffic to unallocated
+    /// ClusterIPs in them is dropped). Returns whether a sync is needed.
+    pub fn set_service_cidrs(&mut self, family: IpFamily, cidrs: Vec<IpNet>) -> bool {
+        if !self.families.contains(&family) {
+            return false;
+        }
+        let map = self.service_cidrs.get_or_insert_with(BTreeMap::new);
+        if map.get(&family) == Some(&cidrs) {
+            return false;
+        }
+        map.insert(family, cidrs);
+        self.node_ports_generation += 1;
+        true
+    }
+
     /// Whether a diff would carry anything.
     pub fn has_pending(&self) -> bool {
         !self.dirty.is_empty() || self.node_ports_generation != self.applied_node_ports_generation
@@ -406,12 +424,17 @@ impl ChangeTracker {
             }
         }
         changes.sort_by(|a, b| a.key.cmp(&b.key));
-        let node_port_addresses = (self.node_ports_generation
-            != self.applied_node_ports_generation)
-            .then(|| self.node_port_addresses.clone());
+        let global_changed = self.node_ports_generation != self.applied_node_ports_generation;
+        let node_port_addresses = global_changed.then(|| self.node_port_addresses.clone());
+        let service_cidrs = if global_changed {
+            self.service_cidrs.clone()
+        } else {
+            None
+        };
         ProxyDiff {
             changes,
             node_port_addresses,
+            service_cidrs,
             covered,
             trigger_times,
             node_generation: self.node_ports_generation,
@@ -437,6 +460,7 @@ impl ChangeTracker {
                 .node_port_addresses
                 .clone()
                 .unwrap_or_else(|| self.node_port_addresses.clone()),
+            service_cidrs: self.service_cidrs.clone(),
         }
     }
 

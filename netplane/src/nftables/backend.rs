@@ -64,6 +64,66 @@ fn io_err(context: &str) -> impl FnOnce(std::io::Error) -> BackendError + '_ {
 
 type PortChanges = Vec<(ServicePortKey, Option<RenderedPort>)>;
 
+fn role(config: &NftablesConfig, id: TableId) -> TableRole {
+    if config.shards() == 1 {
+        TableRole::Combined
+    } else if id.index == 0 {
+        TableRole::Main
+    } else {
+        TableRole::Services
+    }
+}
+
+fn fixed_for(
+    config: &NftablesConfig,
+    id: TableId,
+    node_ports: &BTreeMap<IpFamily, NodePortAddresses>,
+) -> FixedLayout {
+    let np = node_ports.get(&id.family).cloned().unwrap_or_default();
+    fixed_layout(id.family, role(config, id), config, &np)
+}
+
+/// The tables a service port's objects go to, with its rendering split
+/// accordingly (one table when Services are not sharded).
+fn render_parts(
+    config: &NftablesConfig,
+    key: &ServicePortKey,
+    state: Option<&ServicePortState>,
+) -> Vec<(TableId, Option<RenderedPort>)> {
+    let main = TableId {
+        family: key.family,
+        index: 0,
+    };
+    let rendered = state.map(|s| render_port(s, config));
+    if config.shards() == 1 {
+        return vec![(main, rendered)];
+    }
+    let svc = TableId {
+        family: key.family,
+        index: 1 + shard_of(&key.name, config.shards()),
+    };
+    match rendered {
+        None => vec![(main, None), (svc, None)],
+        Some(r) => {
+            let (m, s) = r.split();
+            vec![(main, Some(m)), (svc, Some(s))]
+        }
+    }
+}
+
+fn group_changes<'a>(
+    config: &NftablesConfig,
+    items: impl Iterator<Item = (&'a ServicePortKey, Option<&'a ServicePortState>)>,
+) -> BTreeMap<TableId, PortChanges> {
+    let mut by_table: BTreeMap<TableId, PortChanges> = BTreeMap::new();
+    for (key, state) in items {
+        for (id, part) in render_parts(config, key, state) {
+            by_table.entry(id).or_default().push((key.clone(), part));
+        }
+    }
+    by_table
+}
+
 impl NftablesBackend {
     /// Opens a netfilter netlink socket in the calling thread's network
     /// namespace (create the backend inside the namespace it must program).
@@ -114,66 +174,6 @@ impl NftablesBackend {
         self.tables.get(&id)
     }
 
-    fn role(&self, id: TableId) -> TableRole {
-        if self.config.shards() == 1 {
-            TableRole::Combined
-        } else if id.index == 0 {
-            TableRole::Main
-        } else {
-            TableRole::Services
-        }
-    }
-
-    fn fixed_with(
-        &self,
-        id: TableId,
-        node_ports: &BTreeMap<IpFamily, NodePortAddresses>,
-    ) -> FixedLayout {
-        let np = node_ports.get(&id.family).cloned().unwrap_or_default();
-        fixed_layout(id.family, self.role(id), &self.config, &np)
-    }
-
-    /// The tables a service port's objects go to, with its rendering split
-    /// accordingly (one table when Services are not sharded).
-    fn render_parts(
-        &self,
-        key: &ServicePortKey,
-        state: Option<&ServicePortState>,
-    ) -> Vec<(TableId, Option<RenderedPort>)> {
-        let main = TableId {
-            family: key.family,
-            index: 0,
-        };
-        let rendered = state.map(|s| render_port(s, &self.config));
-        if self.config.shards() == 1 {
-            return vec![(main, rendered)];
-        }
-        let svc = TableId {
-            family: key.family,
-            index: 1 + shard_of(&key.name, self.config.shards()),
-        };
-        match rendered {
-            None => vec![(main, None), (svc, None)],
-            Some(r) => {
-                let (m, s) = r.split();
-                vec![(main, Some(m)), (svc, Some(s))]
-            }
-        }
-    }
-
-    fn group_changes<'a>(
-        &self,
-        items: impl Iterator<Item = (&'a ServicePortKey, Option<&'a ServicePortState>)>,
-    ) -> BTreeMap<TableId, PortChanges> {
-        let mut by_table: BTreeMap<TableId, PortChanges> = BTreeMap::new();
-        for (key, state) in items {
-            for (id, part) in self.render_parts(key, state) {
-                by_table.entry(id).or_default().push((key.clone(), part));
-            }
-        }
-        by_table
-    }
-
     /// Plans the ops for a diff without sending them (what [`Backend::sync`]
     /// would send). Useful to inspect the cost of a change.
     pub fn plan_diff(&self, diff: &ProxyDiff) -> Vec<Op> {
@@ -184,17 +184,23 @@ impl NftablesBackend {
     }
 
     fn plans_for_diff(&self, diff: &ProxyDiff, now: Instant) -> Vec<(TableId, Plan)> {
+        let mut config = self.config.clone();
+        if let Some(cidrs) = &diff.service_cidrs {
+            config.service_cidrs = cidrs.clone();
+        }
         let mut node_ports = self.node_ports.clone();
         if let Some(np) = &diff.node_port_addresses {
             for (f, a) in np {
                 node_ports.insert(*f, a.clone());
             }
         }
-        let mut by_table =
-            self.group_changes(diff.changes.iter().map(|c| (&c.key, c.current.as_deref())));
+        let mut by_table = group_changes(
+            &config,
+            diff.changes.iter().map(|c| (&c.key, c.current.as_deref())),
+        );
         let mut out = Vec::new();
         for (id, table) in &self.tables {
-            let fixed = self.fixed_with(*id, &node_ports);
+            let fixed = fixed_for(&config, *id, &node_ports);
             let changes = by_table.remove(id).unwrap_or_default();
             out.push((*id, table.plan_incremental(&fixed, changes, now)));
         }
@@ -277,8 +283,10 @@ impl NftablesBackend {
         delete_first: bool,
     ) -> Result<SyncOutcome, BackendError> {
         let now = Instant::now();
-        let mut by_table =
-            self.group_changes(snapshot.services.iter().map(|(k, s)| (k, Some(&**s))));
+        let mut by_table = group_changes(
+            &self.config,
+            snapshot.services.iter().map(|(k, s)| (k, Some(&**s))),
+        );
         let ids: Vec<TableId> = self.tables.keys().copied().collect();
         let mut plans = Vec::new();
         for id in ids {
@@ -287,7 +295,7 @@ impl NftablesBackend {
             } else {
                 self.list_names(id)?
             };
-            let fixed = self.fixed_with(id, &self.node_ports.clone());
+            let fixed = fixed_for(&self.config, id, &self.node_ports);
             let desired: Vec<(ServicePortKey, RenderedPort)> = by_table
                 .remove(&id)
                 .unwrap_or_default()
@@ -413,10 +421,16 @@ impl Backend for NftablesBackend {
                 self.node_ports.insert(*f, a.clone());
             }
         }
+        if let Some(cidrs) = &diff.service_cidrs {
+            self.config.service_cidrs = cidrs.clone();
+        }
         Ok(outcome)
     }
 
     fn full_sync(&mut self, snapshot: &ProxySnapshot) -> Result<SyncOutcome, BackendError> {
+        if let Some(cidrs) = &snapshot.service_cidrs {
+            self.config.service_cidrs = cidrs.clone();
+        }
         for (f, a) in &snapshot.node_port_addresses {
             if self.config.families.contains(f) {
                 self.node_ports.insert(*f, a.clone());
@@ -433,14 +447,15 @@ impl Backend for NftablesBackend {
                     for t in self.tables.values() {
                         keys.extend(t.port_keys());
                     }
-                    let mut by_table = self.group_changes(
+                    let mut by_table = group_changes(
+                        &self.config,
                         keys.into_iter()
                             .map(|k| (k, snapshot.services.get(k).map(|s| &**s))),
                     );
                     let node_ports = self.node_ports.clone();
                     let mut plans = Vec::new();
                     for (id, table) in &self.tables {
-                        let fixed = self.fixed_with(*id, &node_ports);
+                        let fixed = fixed_for(&self.config, *id, &node_ports);
                         let changes: PortChanges = by_table
                             .remove(id)
                             .unwrap_or_default()

@@ -188,6 +188,12 @@ impl ProxyHandle {
         self.shared.changed(changed);
     }
 
+    /// The Service CIDRs of a family (from ServiceCIDR objects).
+    pub fn set_service_cidrs(&self, family: IpFamily, cidrs: Vec<ipnet::IpNet>) {
+        let changed = self.shared.tracker().set_service_cidrs(family, cidrs);
+        self.shared.changed(changed);
+    }
+
     /// The initial Service list has been delivered.
     pub fn services_synced(&self) {
         self.shared
