@@ -203,7 +203,15 @@ impl InProcessNode {
             shutdown: CancellationToken::new(),
         };
         let role_ctx = ctx.clone();
-        let overrides = opts.overrides.clone();
+        let mut overrides = opts.overrides.clone();
+        if overrides.pods_cgroups.is_none() {
+            // Pod cgroups go to a fake cgroup v2 tree, never the host's.
+            let tree = dir.path().join("cgroup");
+            std::fs::create_dir_all(&tree).map_err(|e| setup("creating a fake cgroup tree")(e.to_string()))?;
+            std::fs::write(tree.join("cgroup.controllers"), "cpuset cpu io memory pids")
+                .map_err(|e| setup("creating a fake cgroup tree")(e.to_string()))?;
+            overrides.pods_cgroups = Some(Arc::new(keelson::node::cgroups::v2::V2::new(tree)));
+        }
         let task = tokio::spawn(keelson::node::run_with(role_ctx, overrides));
         Ok(InProcessNode {
             api,

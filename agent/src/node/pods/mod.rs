@@ -14,6 +14,7 @@ pub mod events;
 pub mod housekeeping;
 pub mod lifecycle;
 pub mod metrics;
+pub mod node_wiring;
 pub mod pleg;
 pub mod podutil;
 pub mod probes;
@@ -24,6 +25,8 @@ pub mod source;
 pub mod status;
 pub mod store;
 pub mod workers;
+
+pub use node_wiring::start_for_node;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
