@@ -24,6 +24,7 @@ pub mod emptydir;
 pub mod env;
 pub mod expand;
 pub mod hostpath;
+pub mod metrics;
 pub mod mounter;
 mod mounts;
 pub mod nested;
@@ -137,6 +138,8 @@ struct PodSlot {
     pod: Mutex<Arc<Pod>>,
     registered: Mutex<bool>,
     state: tokio::sync::Mutex<PodState>,
+    /// This pod's share of `volume_manager_total_volumes`.
+    totals: Mutex<metrics::Totals>,
 }
 
 struct Inner {
@@ -149,6 +152,7 @@ struct Inner {
     allocatable: AllocatableFn,
     sync_frequency: Duration,
     pods: Mutex<HashMap<String, Arc<PodSlot>>>,
+    metrics: metrics::VolumeMetrics,
 }
 
 /// The volume manager; cheap to clone.
@@ -186,9 +190,16 @@ pub struct VolumeManagerBuilder {
     mounter: Arc<dyn Mounter>,
     requester: Arc<dyn TokenRequester>,
     clock: Arc<dyn Clock>,
+    registry: Option<prometheus::Registry>,
 }
 
 impl VolumeManagerBuilder {
+    /// Registers the volume metrics in `registry`.
+    pub fn registry(mut self, registry: prometheus::Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
     /// Records events through `recorder` (none by default).
     pub fn recorder(mut self, recorder: EventRecorder) -> Self {
         self.recorder = Some(recorder);
@@ -233,6 +244,7 @@ impl VolumeManagerBuilder {
             allocatable: self.allocatable,
             sync_frequency: sync,
             pods: Mutex::new(HashMap::new()),
+            metrics: metrics::VolumeMetrics::new(self.registry.as_ref()),
         };
         let vm = VolumeManager {
             inner: Arc::new(inner),
@@ -271,16 +283,17 @@ impl VolumeManager {
                 .map(|(k, q)| (k, ApiQuantity(q.to_string())))
                 .collect()
         });
-        VolumeManager::start(
+        VolumeManager::builder(
             VolumeManagerConfig {
                 root_dir: n.root_dir.clone(),
                 sync_frequency: n.sync_frequency.into(),
             },
             services.ctx.client.clone(),
-            services.recorder.clone(),
-            allocatable,
-            services.ctx.shutdown.clone(),
         )
+        .recorder(services.recorder.clone())
+        .allocatable(allocatable)
+        .registry(services.ctx.registry.clone())
+        .start(services.ctx.shutdown.clone())
     }
 
     /// A builder with the production parts, to replace some.
@@ -293,6 +306,7 @@ impl VolumeManager {
             allocatable: Arc::new(BTreeMap::new),
             mounter: Arc::new(LinuxMounter),
             clock: Arc::new(SystemClock),
+            registry: None,
         }
     }
 
@@ -356,6 +370,7 @@ impl VolumeManager {
                     pod: Mutex::new(Arc::new(pod.clone())),
                     registered: Mutex::new(false),
                     state: tokio::sync::Mutex::new(PodState::default()),
+                    totals: Mutex::new(metrics::Totals::new()),
                 })
             })
             .clone()
@@ -458,10 +473,17 @@ impl VolumeManager {
                 }
                 continue;
             }
-            match self
+            let started = Instant::now();
+            let result = self
                 .setup_volume(&pod, vol, plugin, was_mounted, &mut st.warned)
-                .await
-            {
+                .await;
+            self.inner.metrics.operation(
+                plugin.full_name(),
+                "volume_mount",
+                result.is_ok(),
+                started.elapsed(),
+            );
+            match result {
                 Ok(m) => {
                     let labeled = st.mounted.get(&name).is_some_and(|m| m.selinux_labeled);
                     st.mounted.insert(
@@ -497,6 +519,7 @@ impl VolumeManager {
                 }
             }
         }
+        self.record_totals(slot, &pod, &st);
         if unmounted.is_empty() && unprocessed.is_empty() {
             st.waiting_since = None;
             return Ok(());
@@ -532,6 +555,39 @@ impl VolumeManager {
             }
         }
         Err(err)
+    }
+}
+
+impl VolumeManager {
+    /// Updates this pod's share of `volume_manager_total_volumes` and
+    /// publishes the sum over all pods.
+    fn record_totals(&self, slot: &PodSlot, pod: &Pod, st: &PodState) {
+        let mut mine = metrics::Totals::new();
+        if st.active {
+            let used = plugins::used_volumes(pod);
+            for vol in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+                if let (true, Ok(p)) = (used.contains(&vol.name), Plugin::of(vol)) {
+                    *mine.entry((p.full_name(), metrics::DESIRED)).or_insert(0) += 1;
+                }
+            }
+        }
+        for m in st.mounted.values() {
+            *mine
+                .entry((m.plugin.full_name(), metrics::ACTUAL))
+                .or_insert(0) += 1;
+        }
+        *lock(&slot.totals) = mine;
+        self.publish_totals();
+    }
+
+    fn publish_totals(&self) {
+        let mut sum = metrics::Totals::new();
+        for slot in lock(&self.inner.pods).values() {
+            for (k, n) in lock(&slot.totals).iter() {
+                *sum.entry(*k).or_insert(0) += n;
+            }
+        }
+        self.inner.metrics.set_totals(&sum);
     }
 }
 

@@ -68,6 +68,18 @@ impl Plugin {
         }
     }
 
+    /// kubelet's plugin name (metrics).
+    pub fn full_name(self) -> &'static str {
+        match self {
+            Plugin::EmptyDir => "kubernetes.io/empty-dir",
+            Plugin::ConfigMap => "kubernetes.io/configmap",
+            Plugin::Secret => "kubernetes.io/secret",
+            Plugin::DownwardApi => "kubernetes.io/downward-api",
+            Plugin::Projected => "kubernetes.io/projected",
+            Plugin::HostPath => "kubernetes.io/host-path",
+        }
+    }
+
     /// Content that follows API objects is rewritten on every sync.
     pub fn requires_remount(self) -> bool {
         matches!(

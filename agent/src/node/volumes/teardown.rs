@@ -10,6 +10,7 @@ use std::io;
 use std::path::Path;
 
 use super::emptydir;
+use super::metrics::VolumeMetrics;
 use super::paths::{self, Layout};
 use super::plugins::blocking;
 use super::removal::remove_all_one_filesystem;
@@ -29,8 +30,10 @@ impl VolumeManager {
         };
         let layout = self.inner.layout.clone();
         let mounter = self.inner.mounter.clone();
+        let metrics = self.inner.metrics.clone();
         let id = uid.to_string();
-        let result = blocking(move || teardown_dirs(mounter.as_ref(), &layout, &id)).await;
+        let result =
+            blocking(move || teardown_dirs(mounter.as_ref(), &layout, &id, &metrics)).await;
         self.inner.tokens.delete_service_account_token(uid);
         if let Some(st) = guard.as_mut() {
             st.mounted.clear();
@@ -40,11 +43,13 @@ impl VolumeManager {
             st.active = false;
         }
         drop(guard);
-        if let Some(slot) = slot
-            && !*lock(&slot.registered)
-        {
-            lock(&self.inner.pods).remove(uid);
+        if let Some(slot) = slot {
+            lock(&slot.totals).clear();
+            if !*lock(&slot.registered) {
+                lock(&self.inner.pods).remove(uid);
+            }
         }
+        self.publish_totals();
         match result {
             Ok(()) => {
                 tracing::debug!(uid, "pod volumes torn down");
@@ -132,7 +137,12 @@ fn remove_if_empty(dir: &Path) {
 }
 
 /// Tears down everything under `<pod>/volumes` and `<pod>/volume-subpaths`.
-fn teardown_dirs(mounter: &dyn Mounter, layout: &Layout, uid: &str) -> Result<(), String> {
+fn teardown_dirs(
+    mounter: &dyn Mounter,
+    layout: &Layout,
+    uid: &str,
+    metrics: &VolumeMetrics,
+) -> Result<(), String> {
     let mut errors = Vec::new();
     let subpaths = layout.subpaths_dir(uid);
     for volume in dir_names(&subpaths).map_err(|e| e.to_string())? {
@@ -146,7 +156,15 @@ fn teardown_dirs(mounter: &dyn Mounter, layout: &Layout, uid: &str) -> Result<()
         for name in dir_names(&plugin_dir).map_err(|e| e.to_string())? {
             let dir = plugin_dir.join(&name);
             let meta = layout.empty_dir_meta(uid, &name);
-            match emptydir::tear_down(mounter, &dir, &meta) {
+            let started = std::time::Instant::now();
+            let result = emptydir::tear_down(mounter, &dir, &meta);
+            metrics.operation(
+                &plugin.replace('~', "/"),
+                "volume_unmount",
+                result.is_ok(),
+                started.elapsed(),
+            );
+            match result {
                 Ok(()) => tracing::debug!(volume = %name, plugin = %plugin, "volume torn down"),
                 Err(e) => errors.push(format!(
                     "UnmountVolume.TearDown failed for volume {name:?} (plugin {plugin}): {e}"
