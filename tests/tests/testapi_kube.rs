@@ -976,6 +976,27 @@ async fn token_request_and_authentication() {
             }
         }
     }
+    // A client certificate issued by the server's CA authenticates as its CN.
+    let cert_kc = dir.path().join("kc-cert");
+    api.write_kubeconfig_with_client_cert(&cert_kc, "system:node:n2", Some("system:nodes"))
+        .expect("client certificate kubeconfig");
+    let kc = kube::config::Kubeconfig::read_from(&cert_kc).expect("read");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
+    let cms: Api<ConfigMap> =
+        Api::namespaced(kube::Client::try_from(cfg).expect("client"), "kube-system");
+    api.knobs().clear_requests();
+    cms.list(&ListParams::default())
+        .await
+        .expect("client certificate accepted");
+    assert!(
+        api.knobs()
+            .requests()
+            .iter()
+            .any(|r| r.user == "system:node:n2")
+    );
+
     // OIDC discovery publishes the signing key.
     let jwks: Value = client
         .request(

@@ -162,8 +162,14 @@ fn header(h: &HeaderMap, name: http::header::HeaderName) -> String {
         .to_string()
 }
 
-/// Who is calling; 401 when tokens are configured and none matches.
-fn authenticate(state: &ApiState, headers: &HeaderMap, path: &str) -> Result<String, ApiError> {
+/// Who is calling: a bearer token, else the TLS client certificate, else
+/// anonymous; 401 when tokens are configured and none of these proves who.
+fn authenticate(
+    state: &ApiState,
+    headers: &HeaderMap,
+    path: &str,
+    cert_user: Option<&str>,
+) -> Result<String, ApiError> {
     let bearer = header(headers, http::header::AUTHORIZATION);
     let token = bearer
         .strip_prefix("Bearer ")
@@ -179,6 +185,9 @@ fn authenticate(state: &ApiState, headers: &HeaderMap, path: &str) -> Result<Str
         if !state.config.tokens.is_empty() {
             return Err(ApiError::unauthorized());
         }
+    }
+    if let Some(u) = cert_user {
+        return Ok(u.to_string());
     }
     if state.config.tokens.is_empty() {
         return Ok("system:anonymous".into());
@@ -201,6 +210,7 @@ fn authenticate(state: &ApiState, headers: &HeaderMap, path: &str) -> Result<Str
 /// Serves one request.
 async fn handle(
     state: Arc<ApiState>,
+    cert_user: Option<Arc<str>>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, std::io::Error> {
     // Simulated outage.
@@ -238,6 +248,7 @@ async fn handle(
     };
     let result = process(
         &state,
+        cert_user.as_deref(),
         &parts.headers,
         &method,
         &path,
@@ -266,8 +277,10 @@ async fn handle(
     Ok(resp)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn process(
     state: &Arc<ApiState>,
+    cert_user: Option<&str>,
     headers: &HeaderMap,
     method: &str,
     path: &str,
@@ -275,7 +288,7 @@ async fn process(
     body: Incoming,
     rec: &mut RequestRecord,
 ) -> Result<Response<Body>, ApiError> {
-    let user = authenticate(state, headers, path)?;
+    let user = authenticate(state, headers, path, cert_user)?;
     rec.user = user;
     let accept = header(headers, http::header::ACCEPT);
     let content_type = header(headers, http::header::CONTENT_TYPE);
@@ -514,18 +527,34 @@ pub fn spawn_listener(
             let tls = tls.clone();
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req| handle(state.clone(), req));
                 let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                 let served = async {
                     match tls {
                         Some(acceptor) => match acceptor.accept(stream).await {
-                            Ok(s) => builder.serve_connection(TokioIo::new(s), svc).await,
+                            Ok(s) => {
+                                let cert_user: Option<Arc<str>> = s
+                                    .get_ref()
+                                    .1
+                                    .peer_certificates()
+                                    .and_then(|c| c.first())
+                                    .and_then(|c| state.cert_user(c.as_ref()))
+                                    .map(Arc::from);
+                                let svc = hyper::service::service_fn(move |req| {
+                                    handle(state.clone(), cert_user.clone(), req)
+                                });
+                                builder.serve_connection(TokioIo::new(s), svc).await
+                            }
                             Err(e) => {
                                 tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
                                 Ok(())
                             }
                         },
-                        None => builder.serve_connection(TokioIo::new(stream), svc).await,
+                        None => {
+                            let svc = hyper::service::service_fn(move |req| {
+                                handle(state.clone(), None, req)
+                            });
+                            builder.serve_connection(TokioIo::new(stream), svc).await
+                        }
                     }
                 };
                 tokio::select! {

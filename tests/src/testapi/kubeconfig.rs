@@ -24,13 +24,19 @@ pub fn render(server: &str, ca_pem: &str, token: Option<&str>) -> String {
     )
 }
 
-/// Writes a kubeconfig file (mode 0600).
-pub fn write(
-    path: &Path,
-    server: &str,
-    ca_pem: &str,
-    token: Option<&str>,
-) -> Result<(), TestApiError> {
+/// Renders a kubeconfig authenticating with a client certificate.
+pub fn render_with_cert(server: &str, ca_pem: &str, cert_pem: &str, key_pem: &str) -> String {
+    let b = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: keelson-testapi\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\nusers:\n- name: keelson-testapi-user\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: keelson-testapi\n  context:\n    cluster: keelson-testapi\n    user: keelson-testapi-user\n    namespace: default\ncurrent-context: keelson-testapi\npreferences: {{}}\n",
+        b(ca_pem),
+        b(cert_pem),
+        b(key_pem)
+    )
+}
+
+/// Writes text to a file with mode 0600, creating the directory.
+pub fn write_text(path: &Path, text: &str) -> Result<(), TestApiError> {
     let werr = |source| TestApiError::Write {
         path: path.display().to_string(),
         source,
@@ -40,10 +46,20 @@ pub fn write(
     {
         std::fs::create_dir_all(dir).map_err(werr)?;
     }
-    std::fs::write(path, render(server, ca_pem, token)).map_err(werr)?;
+    std::fs::write(path, text).map_err(werr)?;
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(werr)?;
     Ok(())
+}
+
+/// Writes a kubeconfig file (mode 0600).
+pub fn write(
+    path: &Path,
+    server: &str,
+    ca_pem: &str,
+    token: Option<&str>,
+) -> Result<(), TestApiError> {
+    write_text(path, &render(server, ca_pem, token))
 }
 
 #[cfg(test)]

@@ -129,6 +129,7 @@ impl Default for TestApiOptions {
 /// A running test API server. Dropping it stops it.
 pub struct TestApiServer {
     state: Arc<ApiState>,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
     http_addr: SocketAddr,
     https_addr: SocketAddr,
     kubeconfig: PathBuf,
@@ -243,6 +244,7 @@ impl TestApiServer {
                 bookmark_interval: opts.bookmark_interval,
             },
             https_url: https_url.clone(),
+            client_certs: Mutex::new(std::collections::HashMap::new()),
         });
         seed(&state, https_host, https_addr.port()).map_err(|e| TestApiError::Option {
             option: "seed",
@@ -281,6 +283,7 @@ impl TestApiServer {
         tracing::info!(http = %http_addr, https = %https_addr, "test API server started");
         Ok(TestApiServer {
             state,
+            issuer: tls.issuer,
             http_addr,
             https_addr,
             kubeconfig,
@@ -348,6 +351,40 @@ impl TestApiServer {
     ) -> Result<(), TestApiError> {
         let token = user_token.or(Some(UNAUTHENTICATED_TOKEN));
         kubeconfig::write(path, server, &self.state.config.ca_pem, token)
+    }
+
+    /// Issues a client certificate signed by the server's CA with CN =
+    /// `user` and O = `group` (e.g. `system:node:n1` in `system:nodes`);
+    /// the server authenticates TLS connections presenting it as `user`.
+    /// Returns (certificate PEM, private key PEM).
+    pub fn issue_client_certificate(
+        &self,
+        user: &str,
+        group: Option<&str>,
+    ) -> Result<(String, String), TestApiError> {
+        let c = tls::issue_client(&self.issuer, user, group)?;
+        self.state.register_cert(&c.der, user);
+        Ok((c.cert_pem, c.key_pem))
+    }
+
+    /// Writes a kubeconfig authenticating with a fresh client certificate
+    /// for `user` (and `group`), as a kubelet's or kube-proxy's kubeconfig.
+    pub fn write_kubeconfig_with_client_cert(
+        &self,
+        path: &Path,
+        user: &str,
+        group: Option<&str>,
+    ) -> Result<(), TestApiError> {
+        let (cert, key) = self.issue_client_certificate(user, group)?;
+        kubeconfig::write_text(
+            path,
+            &kubeconfig::render_with_cert(
+                &self.https_url(),
+                &self.state.config.ca_pem,
+                &cert,
+                &key,
+            ),
+        )
     }
 
     /// A kube client using the written kubeconfig.

@@ -1,6 +1,8 @@
 //! TLS material generated at start: a CA and a serving certificate for
-//! loopback and the in-cluster names of the API, and the rustls config
-//! offering HTTP/2 and HTTP/1.1.
+//! loopback and the in-cluster names of the API, the rustls config
+//! offering HTTP/2 and HTTP/1.1 and accepting (optional) client
+//! certificates signed by the CA, and client certificates issued on demand
+//! (CN = user, O = group, as kube-apiserver's x509 authenticator reads them).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -18,6 +20,41 @@ pub struct TlsMaterial {
     pub ca_pem: String,
     /// Server config for the TLS listener.
     pub server_config: Arc<rustls::ServerConfig>,
+    /// The CA, for issuing client certificates.
+    pub issuer: Issuer<'static, KeyPair>,
+}
+
+/// A client certificate issued by the CA.
+pub struct ClientCert {
+    /// Certificate, PEM.
+    pub cert_pem: String,
+    /// Private key, PEM (PKCS#8).
+    pub key_pem: String,
+    /// Certificate, DER (what the server sees in the handshake).
+    pub der: Vec<u8>,
+}
+
+/// Issues a client certificate with CN = `user` and O = `group`.
+pub fn issue_client(
+    issuer: &Issuer<'static, KeyPair>,
+    user: &str,
+    group: Option<&str>,
+) -> Result<ClientCert, TestApiError> {
+    let key = KeyPair::generate().map_err(err)?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, user);
+    if let Some(g) = group {
+        dn.push(DnType::OrganizationName, g);
+    }
+    params.distinguished_name = dn;
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, issuer).map_err(err)?;
+    Ok(ClientCert {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        der: cert.der().to_vec(),
+    })
 }
 
 fn err(e: impl std::fmt::Display) -> TestApiError {
@@ -55,15 +92,25 @@ pub fn generate(names: &[String], ips: &[IpAddr]) -> Result<TlsMaterial, TestApi
         vec![server_cert.der().clone(), ca_cert.der().clone()];
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(server_key.serialize_der()));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca_cert.der().clone()).map_err(err)?;
+    let client_verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .allow_unauthenticated()
+    .build()
+    .map_err(err)?;
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(err)?
-        .with_no_client_auth()
+        .with_client_cert_verifier(client_verifier)
         .with_single_cert(chain, key)
         .map_err(err)?;
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsMaterial {
         ca_pem: ca_cert.pem(),
         server_config: Arc::new(cfg),
+        issuer,
     })
 }
