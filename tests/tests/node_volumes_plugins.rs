@@ -135,8 +135,27 @@ async fn config_map_and_secret_volumes() {
     .await
     .unwrap();
 
+    // kubelet's metric names.
+    let text = (w.metrics)();
+    for line in [
+        "volume_manager_total_volumes{plugin_name=\"kubernetes.io/configmap\",state=\"actual_state_of_world\"} 1",
+        "volume_manager_total_volumes{plugin_name=\"kubernetes.io/secret\",state=\"desired_state_of_world\"} 1",
+        "storage_operation_duration_seconds_count{migrated=\"false\",operation_name=\"volume_mount\",status=\"success\",volume_plugin=\"kubernetes.io/secret\"}",
+    ] {
+        assert!(text.contains(line), "{line} missing in\n{text}");
+    }
+
     w.vm.teardown_pod(&uid(&pod)).await.unwrap();
     assert!(mounts_below(w.root()).is_empty(), "tmpfs unmounted");
+    let text = (w.metrics)();
+    assert!(
+        text.contains("storage_operation_duration_seconds_count{migrated=\"false\",operation_name=\"volume_unmount\",status=\"success\",volume_plugin=\"kubernetes.io/configmap\"} 1"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("volume_manager_total_volumes{plugin_name=\"kubernetes.io/configmap\""),
+        "{text}"
+    );
     assert!(!cfg.exists() && !sec.exists());
 }
 

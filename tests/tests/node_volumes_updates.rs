@@ -373,3 +373,60 @@ async fn api_server_unreachable_then_back() {
     assert!(Path::new(&dir).is_dir());
     w.vm.teardown_pod(&uid(&pod)).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_watches_pause_and_resume_on_read() {
+    if !require_root("idle_watches_pause_and_resume_on_read") {
+        return;
+    }
+    let w = World::with(Duration::from_secs(30), |b| {
+        b.watch_idle_limit(Duration::from_millis(200))
+    })
+    .await;
+    w.create_config_map("env-only", &[("k", "v1")]).await;
+    let pod = w
+        .pod(
+            "idle",
+            json!({
+                "automountServiceAccountToken": false,
+                "containers": [{"name": "app", "image": "busybox",
+                    "env": [{"name": "K", "valueFrom": {"configMapKeyRef": {"name": "env-only", "key": "k"}}}]}]
+            }),
+        )
+        .await;
+    w.vm.register_pod(&pod);
+    let sel = serde_json::from_value(json!({"name": "env-only", "key": "k"})).unwrap();
+    assert_eq!(
+        w.vm.env_config_map_key("default", &sel).await.unwrap(),
+        Some("v1".into())
+    );
+    assert_eq!(w.vm.open_watches(), (1, 0));
+
+    // Not read for the idle limit: the watch pauses.
+    let vm = w.vm.clone();
+    wait_for(
+        "idle watch paused",
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        || {
+            let vm = vm.clone();
+            async move {
+                vm.recycle_idle_watches();
+                match vm.open_watches() {
+                    (0, 0) => Ok(()),
+                    other => Err(format!("{other:?} watches open")),
+                }
+            }
+        },
+    )
+    .await
+    .unwrap();
+
+    // Changed while paused; the next read lists it afresh.
+    w.set_config_map("env-only", &[("k", "v2")]).await;
+    assert_eq!(
+        w.vm.env_config_map_key("default", &sel).await.unwrap(),
+        Some("v2".into())
+    );
+    assert_eq!(w.vm.open_watches(), (1, 0));
+}

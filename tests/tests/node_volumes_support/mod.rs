@@ -56,6 +56,8 @@ pub struct World {
     pub api: TestApiServer,
     pub guard: MountGuard,
     pub root: tempfile::TempDir,
+    /// Renders the metrics the manager registered.
+    pub metrics: Box<dyn Fn() -> String + Send + Sync>,
 }
 
 impl Drop for World {
@@ -103,6 +105,7 @@ impl World {
             client.clone(),
         )
         .recorder(recorder)
+        .registry(registry.clone())
         .allocatable(Arc::new(allocatable));
         let vm = f(builder).start(shutdown.clone());
         World {
@@ -112,6 +115,7 @@ impl World {
             api,
             guard,
             root,
+            metrics: Box::new(move || keelson::observability::metrics::render(&registry)),
         }
     }
 

@@ -191,9 +191,17 @@ pub struct VolumeManagerBuilder {
     requester: Arc<dyn TokenRequester>,
     clock: Arc<dyn Clock>,
     registry: Option<prometheus::Registry>,
+    idle_limit: Option<Duration>,
 }
 
 impl VolumeManagerBuilder {
+    /// How long an object watch may go unread before it pauses (default
+    /// five sync periods, at least a minute).
+    pub fn watch_idle_limit(mut self, limit: Duration) -> Self {
+        self.idle_limit = Some(limit);
+        self
+    }
+
     /// Registers the volume metrics in `registry`.
     pub fn registry(mut self, registry: prometheus::Registry) -> Self {
         self.registry = Some(registry);
@@ -234,11 +242,18 @@ impl VolumeManagerBuilder {
     pub fn start(self, shutdown: CancellationToken) -> VolumeManager {
         let (tx, rx) = mpsc::unbounded_channel::<Changed>();
         let sync = self.config.sync_frequency.max(Duration::from_secs(1));
+        let mut config_maps =
+            ObjectCache::new(self.client.clone(), tx.clone(), sync, shutdown.clone());
+        let mut secrets = ObjectCache::new(self.client.clone(), tx, sync, shutdown.clone());
+        if let Some(limit) = self.idle_limit {
+            config_maps.set_idle_limit(limit);
+            secrets.set_idle_limit(limit);
+        }
         let inner = Inner {
             layout: Layout::new(self.config.root_dir.clone()),
             mounter: self.mounter,
-            config_maps: ObjectCache::new(self.client.clone(), tx.clone(), sync, shutdown.clone()),
-            secrets: ObjectCache::new(self.client.clone(), tx, sync, shutdown.clone()),
+            config_maps,
+            secrets,
             tokens: TokenManager::new(self.requester, self.clock),
             recorder: self.recorder,
             allocatable: self.allocatable,
@@ -307,6 +322,7 @@ impl VolumeManager {
             mounter: Arc::new(LinuxMounter),
             clock: Arc::new(SystemClock),
             registry: None,
+            idle_limit: None,
         }
     }
 
@@ -406,6 +422,13 @@ impl VolumeManager {
     /// must reference it; `imagePullSecrets` are included).
     pub async fn secret(&self, namespace: &str, name: &str) -> Result<Arc<Secret>, ObjectError> {
         self.inner.secrets.get(namespace, name).await
+    }
+
+    /// Pauses object watches not read for the idle limit (the manager does
+    /// this every minute on its own).
+    pub fn recycle_idle_watches(&self) {
+        self.inner.config_maps.recycle_idle();
+        self.inner.secrets.recycle_idle();
     }
 
     /// Watches currently open (ConfigMaps, Secrets).

@@ -361,6 +361,11 @@ impl<K: CachedObject> ObjectCache<K> {
         }
     }
 
+    /// Replaces the idle limit (tests; production uses five sync periods).
+    pub fn set_idle_limit(&mut self, limit: Duration) {
+        self.max_idle = limit;
+    }
+
     /// Stops every watch (shutdown).
     pub fn stop_all(&self) {
         let mut inner = lock(&self.inner);

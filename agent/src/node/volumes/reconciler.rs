@@ -53,8 +53,7 @@ pub(super) async fn run(
             }
             _ = gc.tick() => {
                 vm.inner.tokens.cleanup();
-                vm.inner.config_maps.recycle_idle();
-                vm.inner.secrets.recycle_idle();
+                vm.recycle_idle_watches();
             }
         }
     }
