@@ -13,7 +13,7 @@ use crate::backend::{Backend, BackendError, SyncOutcome};
 use crate::model::{ProxyDiff, ProxySnapshot};
 
 use super::error::EbpfError;
-use super::lb::{EbpfConfig, SocketLb, cleanup};
+use super::lb::{EbpfConfig, SocketLb, check_support, cleanup};
 use super::render::{changes_of, desired_of};
 use super::sync::{SyncErrors, SyncStats};
 
@@ -50,6 +50,30 @@ impl EbpfBackend {
     /// The socket LB (diagnostics: affinity and reverse-translation entries).
     pub fn socket_lb(&self) -> &SocketLb {
         &self.lb
+    }
+}
+
+/// The backend of `proxy.mode: ebpf` as the wiring builds it: checks that
+/// the kernel and node support the socket LB, then pairs it with
+/// `north_south` (the nftables backend). When they do not, and
+/// `fallback_to_nftables` (`proxy.ebpf.fallbackToNftables`) is set, the
+/// reason is logged and `north_south` alone is returned (plain nftables
+/// mode); otherwise the `Unsupported` error says what is missing.
+pub fn ebpf_mode_backend(
+    config: &EbpfConfig,
+    north_south: Box<dyn Backend>,
+    fallback_to_nftables: bool,
+) -> Result<Box<dyn Backend>, EbpfError> {
+    match check_support(config) {
+        Ok(()) => Ok(Box::new(EbpfBackend::new(config, north_south)?)),
+        Err(EbpfError::Unsupported { reason }) if fallback_to_nftables => {
+            tracing::warn!(
+                %reason,
+                "eBPF socket LB unsupported here; falling back to nftables for all Service traffic"
+            );
+            Ok(north_south)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -132,5 +156,67 @@ impl From<EbpfError> for BackendError {
                 errno: None,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nft;
+
+    impl Backend for Nft {
+        fn name(&self) -> &'static str {
+            "nftables"
+        }
+        fn sync(&mut self, _: &ProxyDiff) -> Result<SyncOutcome, BackendError> {
+            Ok(SyncOutcome::default())
+        }
+        fn full_sync(&mut self, _: &ProxySnapshot) -> Result<SyncOutcome, BackendError> {
+            Ok(SyncOutcome::default())
+        }
+        fn cleanup(&mut self) -> Result<(), BackendError> {
+            Ok(())
+        }
+    }
+
+    fn not_a_cgroup() -> (tempfile::TempDir, EbpfConfig) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = EbpfConfig {
+            cgroup_path: Some(dir.path().to_path_buf()),
+            bpffs_path: dir.path().join("bpf/keelson"),
+        };
+        (dir, config)
+    }
+
+    #[test]
+    fn unsupported_node_falls_back_to_nftables_when_configured() {
+        let (_dir, config) = not_a_cgroup();
+        let b = ebpf_mode_backend(&config, Box::new(Nft), true).expect("fallback");
+        assert_eq!(b.name(), "nftables");
+    }
+
+    #[test]
+    fn unsupported_node_is_an_error_naming_the_reason_otherwise() {
+        let (dir, config) = not_a_cgroup();
+        match ebpf_mode_backend(&config, Box::new(Nft), false) {
+            Err(EbpfError::Unsupported { reason }) => {
+                assert!(
+                    reason.contains(&dir.path().display().to_string()),
+                    "{reason}"
+                );
+            }
+            Err(e) => panic!("expected Unsupported, got {e}"),
+            Ok(b) => panic!("expected Unsupported, got backend {}", b.name()),
+        }
+    }
+
+    #[test]
+    fn unsupported_maps_to_the_backend_error_of_the_same_name() {
+        let e: BackendError = EbpfError::Unsupported {
+            reason: "kernel 5.4".into(),
+        }
+        .into();
+        assert_eq!(e.reason(), "Unsupported");
     }
 }

@@ -10,6 +10,8 @@
 //!
 //! - [`check_support`]: can this kernel/node run it (for the fallback
 //!   decision at start).
+//! - [`ebpf_mode_backend`]: what the wiring calls for `proxy.mode: ebpf`
+//!   (support check, fallback to nftables when configured).
 //! - [`EbpfBackend`]: the [`crate::Backend`] of `proxy.mode: ebpf` (socket
 //!   LB + the nftables backend for north-south).
 //! - [`SocketLb`]: the socket LB alone (start, apply, diagnostics).
@@ -29,7 +31,7 @@ mod object;
 mod render;
 mod sync;
 
-pub use backend::EbpfBackend;
+pub use backend::{EbpfBackend, ebpf_mode_backend};
 pub use error::EbpfError;
 pub use fs::{cgroup2_root, ensure_bpffs, is_bpffs, is_cgroup2};
 pub use layout::{
