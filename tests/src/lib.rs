@@ -5,6 +5,7 @@
 //! Nothing here is meant for production use: the test API server is a
 //! stand-in for kube-apiserver on machines where none can be installed.
 
+pub mod bench;
 pub mod containerd;
 pub mod images;
 pub mod netns;

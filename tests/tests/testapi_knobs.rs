@@ -244,6 +244,36 @@ async fn negotiation_discovery_and_extra_listener() {
     .await;
     assert_eq!(code, 404);
 
+    // h2c (HTTP/2 with prior knowledge on the plain listener).
+    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Empty<Bytes>>();
+    let resp = h2
+        .request(
+            http::Request::get(format!("{base}/version"))
+                .body(Empty::new())
+                .expect("request"),
+        )
+        .await
+        .expect("h2c response");
+    assert_eq!(
+        (resp.status().as_u16(), resp.version()),
+        (200, http::Version::HTTP_2)
+    );
+
+    // A protobuf body is refused with 415.
+    let http1 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<Bytes>>();
+    let req = http::Request::post(&pods)
+        .header(
+            http::header::CONTENT_TYPE,
+            "application/vnd.kubernetes.protobuf",
+        )
+        .body(http_body_util::Full::new(Bytes::from_static(b"k8s\0")))
+        .expect("request");
+    let resp = http1.request(req).await.expect("response");
+    assert_eq!(resp.status().as_u16(), 415);
+
     // An extra plain-HTTP listener serves the same API.
     let extra = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -1,0 +1,451 @@
+//! The contestants: the real `keelson run --proxy-only` binary in nftables
+//! and eBPF mode, and (when given) the real kube-proxy binary in nftables
+//! and iptables mode, each started with `nsenter --net` in its own node
+//! namespace and stopped by PID.
+
+use std::fmt;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use keelson::config::{Config, KubeDuration, ProxyMode};
+use keelson_netplane::ebpf::{EbpfConfig, cgroup2_root, cleanup, ensure_bpffs};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+use super::error::{BenchError, Result};
+use super::procstat::{self, ProcSample};
+use crate::netns::{NetNs, unique_suffix};
+
+/// Where a contestant serves `/metrics` inside its namespace (both
+/// keelson's and kube-proxy's default `metricsBindAddress`).
+pub const METRICS_ADDR: &str = "127.0.0.1:10249";
+
+/// Which proxy, in which mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContestantKind {
+    /// `keelson run --proxy-only`, `proxy.mode: nftables`.
+    KeelsonNftables,
+    /// `keelson run --proxy-only`, `proxy.mode: ebpf`.
+    KeelsonEbpf,
+    /// `kube-proxy --proxy-mode=nftables`.
+    KubeProxyNftables,
+    /// `kube-proxy --proxy-mode=iptables`.
+    KubeProxyIptables,
+}
+
+impl ContestantKind {
+    /// Every kind, in report order.
+    pub const ALL: [ContestantKind; 4] = [
+        ContestantKind::KeelsonNftables,
+        ContestantKind::KeelsonEbpf,
+        ContestantKind::KubeProxyNftables,
+        ContestantKind::KubeProxyIptables,
+    ];
+
+    /// Name used on the command line and in file names.
+    pub fn slug(self) -> &'static str {
+        match self {
+            ContestantKind::KeelsonNftables => "keelson-nftables",
+            ContestantKind::KeelsonEbpf => "keelson-ebpf",
+            ContestantKind::KubeProxyNftables => "kube-proxy-nftables",
+            ContestantKind::KubeProxyIptables => "kube-proxy-iptables",
+        }
+    }
+
+    /// Name used in reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            ContestantKind::KeelsonNftables => "keelson nftables",
+            ContestantKind::KeelsonEbpf => "keelson eBPF",
+            ContestantKind::KubeProxyNftables => "kube-proxy nftables",
+            ContestantKind::KubeProxyIptables => "kube-proxy iptables",
+        }
+    }
+
+    /// Parses a [`ContestantKind::slug`].
+    pub fn from_slug(s: &str) -> Option<ContestantKind> {
+        Self::ALL.into_iter().find(|k| k.slug() == s)
+    }
+
+    /// keelson or kube-proxy.
+    pub fn is_kube_proxy(self) -> bool {
+        matches!(
+            self,
+            ContestantKind::KubeProxyNftables | ContestantKind::KubeProxyIptables
+        )
+    }
+}
+
+impl fmt::Display for ContestantKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// How contestants are started (the same for all where they share a knob).
+#[derive(Debug, Clone)]
+pub struct ContestantSettings {
+    /// The `keelson` binary.
+    pub keelson_bin: PathBuf,
+    /// The `kube-proxy` binary, if kube-proxy takes part.
+    pub kube_proxy_bin: Option<PathBuf>,
+    /// `minSyncPeriod` / `--min-sync-period` for every contestant.
+    pub min_sync_period: KubeDuration,
+    /// The API server speaks JSON only (the test API server): kube-proxy
+    /// gets `--kube-api-content-type=application/json`.
+    pub json_only_api: bool,
+}
+
+/// The cgroup and bpffs of one eBPF run; removed on drop (stop the
+/// contestant and the agent first: the cgroup must be empty).
+#[derive(Debug)]
+pub struct EbpfEnv {
+    cgroup: PathBuf,
+    mount: PathBuf,
+    config: EbpfConfig,
+}
+
+impl EbpfEnv {
+    /// Creates a cgroup v2 child for the socket hooks (the probe agent
+    /// joins it) and mounts a private bpffs for keelson's pins.
+    pub fn create() -> Result<EbpfEnv> {
+        let root = cgroup2_root()
+            .map_err(|e| BenchError::Invalid(format!("eBPF mode needs cgroup v2: {e}")))?;
+        let sfx = unique_suffix();
+        let cgroup = root.join(format!("keelson-bench-{sfx}"));
+        std::fs::create_dir(&cgroup)
+            .map_err(|e| BenchError::io(format!("creating cgroup {}", cgroup.display()), e))?;
+        let mount = PathBuf::from(format!("/tmp/keelson-bench-bpffs-{sfx}"));
+        let env = EbpfEnv {
+            config: EbpfConfig {
+                cgroup_path: Some(cgroup.clone()),
+                bpffs_path: mount.join("keelson"),
+            },
+            cgroup,
+            mount,
+        };
+        std::fs::create_dir_all(&env.mount)
+            .map_err(|e| BenchError::io(format!("creating {}", env.mount.display()), e))?;
+        ensure_bpffs(&env.mount)
+            .map_err(|e| BenchError::Invalid(format!("mounting bpffs: {e}")))?;
+        Ok(env)
+    }
+
+    /// The cgroup whose sockets are load-balanced.
+    pub fn cgroup(&self) -> &Path {
+        &self.cgroup
+    }
+
+    /// keelson's `proxy.ebpf.bpffsPath`.
+    pub fn bpffs_path(&self) -> &Path {
+        &self.config.bpffs_path
+    }
+
+    /// Where keelson pins its maps.
+    pub fn maps_dir(&self) -> PathBuf {
+        self.config.bpffs_path.join("maps")
+    }
+}
+
+impl Drop for EbpfEnv {
+    fn drop(&mut self) {
+        if let Err(e) = cleanup(&self.config) {
+            eprintln!("warning: removing eBPF pins: {e}");
+        }
+        if let Err(e) = nix::mount::umount2(&self.mount, nix::mount::MntFlags::MNT_DETACH) {
+            eprintln!("warning: umount {}: {e}", self.mount.display());
+        }
+        let _ = std::fs::remove_dir(&self.mount);
+        // A process that just exited may take a moment to leave the cgroup.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match std::fs::remove_dir(&self.cgroup) {
+                Ok(()) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => {
+                    eprintln!("warning: removing cgroup {}: {e}", self.cgroup.display());
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The keelson configuration of a contestant.
+pub fn keelson_config(
+    kind: ContestantKind,
+    settings: &ContestantSettings,
+    node_name: &str,
+    kubeconfig: &Path,
+    ebpf: Option<&EbpfEnv>,
+) -> Result<Config> {
+    let mut cfg = Config {
+        node_name: Some(node_name.to_string()),
+        shutdown_timeout: KubeDuration::from_secs(5),
+        ..Config::default()
+    };
+    cfg.node.enabled = false;
+    cfg.proxy.client_connection.kubeconfig = Some(kubeconfig.to_path_buf());
+    cfg.proxy.min_sync_period = settings.min_sync_period;
+    cfg.proxy.mode = match kind {
+        ContestantKind::KeelsonNftables => ProxyMode::Nftables,
+        ContestantKind::KeelsonEbpf => ProxyMode::Ebpf,
+        other => {
+            return Err(BenchError::Invalid(format!("{other} is not keelson")));
+        }
+    };
+    if kind == ContestantKind::KeelsonEbpf {
+        let env = ebpf.ok_or_else(|| BenchError::Invalid("eBPF run without its cgroup".into()))?;
+        cfg.proxy.ebpf.cgroup_path = Some(env.cgroup().to_path_buf());
+        cfg.proxy.ebpf.bpffs_path = env.bpffs_path().to_path_buf();
+    }
+    if let Err(errs) = cfg.validate() {
+        return Err(BenchError::Invalid(format!(
+            "generated keelson config is invalid: {errs:?}"
+        )));
+    }
+    Ok(cfg)
+}
+
+/// kube-proxy's flags for a contestant.
+pub fn kube_proxy_args(
+    kind: ContestantKind,
+    settings: &ContestantSettings,
+    node_name: &str,
+    kubeconfig: &Path,
+) -> Result<Vec<String>> {
+    let mode = match kind {
+        ContestantKind::KubeProxyNftables => "nftables",
+        ContestantKind::KubeProxyIptables => "iptables",
+        other => return Err(BenchError::Invalid(format!("{other} is not kube-proxy"))),
+    };
+    let mut args = vec![
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--hostname-override={node_name}"),
+        format!("--proxy-mode={mode}"),
+        format!("--min-sync-period={}", settings.min_sync_period),
+        // nf_conntrack_max is host-wide: leave it alone.
+        "--conntrack-max-per-core=0".to_string(),
+        format!("--metrics-bind-address={METRICS_ADDR}"),
+        "--healthz-bind-address=0.0.0.0:10256".to_string(),
+    ];
+    if settings.json_only_api {
+        args.push("--kube-api-content-type=application/json".to_string());
+    }
+    Ok(args)
+}
+
+/// A running contestant. Dropping it kills the process.
+#[derive(Debug)]
+pub struct ProxyProcess {
+    kind: ContestantKind,
+    child: Child,
+    log: PathBuf,
+    last: Option<ProcSample>,
+}
+
+impl ProxyProcess {
+    /// Starts `kind` in `ns` (writing its config into `work_dir`, its
+    /// output to `log`).
+    pub fn start(
+        kind: ContestantKind,
+        settings: &ContestantSettings,
+        ns: &NetNs,
+        node_name: &str,
+        kubeconfig: &Path,
+        ebpf: Option<&EbpfEnv>,
+        work_dir: &Path,
+        log: &Path,
+    ) -> Result<ProxyProcess> {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net={}", ns.path().display())).arg("--");
+        if kind.is_kube_proxy() {
+            let bin = settings.kube_proxy_bin.as_ref().ok_or_else(|| {
+                BenchError::Invalid(format!("{kind} needs --kube-proxy PATH"))
+            })?;
+            cmd.arg(bin)
+                .args(kube_proxy_args(kind, settings, node_name, kubeconfig)?);
+        } else {
+            let cfg = keelson_config(kind, settings, node_name, kubeconfig, ebpf)?;
+            let path = work_dir.join(format!("{}.yaml", kind.slug()));
+            std::fs::write(&path, cfg.to_yaml())
+                .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
+            cmd.arg(&settings.keelson_bin)
+                .arg("run")
+                .arg("--proxy-only")
+                .arg("--config")
+                .arg(&path);
+        }
+        let out = File::create(log)
+            .map_err(|e| BenchError::io(format!("creating {}", log.display()), e))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| BenchError::io("duplicating the log file", e))?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| BenchError::Contestant {
+                name: kind.label().into(),
+                message: format!("starting: {e}"),
+            })?;
+        Ok(ProxyProcess {
+            kind,
+            child,
+            log: log.to_path_buf(),
+            last: None,
+        })
+    }
+
+    /// The process id (nsenter execs the proxy, so it is the proxy's).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// CPU and memory now (the last known sample once it exited).
+    pub fn sample(&mut self) -> Option<ProcSample> {
+        if let Some(s) = procstat::sample(self.pid()) {
+            self.last = Some(s);
+        }
+        self.last
+    }
+
+    /// An error with the end of the log if the process has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(BenchError::Contestant {
+                name: self.kind.label().into(),
+                message: format!("exited ({status}); last log lines:\n{}", self.log_tail(20)),
+            }),
+            Err(e) => Err(BenchError::io("checking a contestant", e)),
+        }
+    }
+
+    /// The last `n` lines of the contestant's output.
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`; returns the last sample taken
+    /// before it exited.
+    pub fn stop(mut self, grace: Duration) -> Option<ProcSample> {
+        let last = self.sample();
+        self.terminate(grace);
+        last
+    }
+
+    fn terminate(&mut self, grace: Duration) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let pid = Pid::from_raw(self.child.id() as i32);
+        let _ = kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        self.terminate(Duration::from_secs(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> ContestantSettings {
+        ContestantSettings {
+            keelson_bin: "/bin/keelson".into(),
+            kube_proxy_bin: Some("/bin/kube-proxy".into()),
+            min_sync_period: KubeDuration::from_millis(0),
+            json_only_api: true,
+        }
+    }
+
+    #[test]
+    fn slugs_round_trip() {
+        for k in ContestantKind::ALL {
+            assert_eq!(ContestantKind::from_slug(k.slug()), Some(k));
+        }
+        assert_eq!(ContestantKind::from_slug("ipvs"), None);
+        assert!(ContestantKind::KubeProxyIptables.is_kube_proxy());
+        assert!(!ContestantKind::KeelsonEbpf.is_kube_proxy());
+    }
+
+    #[test]
+    fn keelson_nftables_config() {
+        let cfg = keelson_config(
+            ContestantKind::KeelsonNftables,
+            &settings(),
+            "kb-node",
+            Path::new("/tmp/kc"),
+            None,
+        )
+        .expect("config");
+        let yaml = cfg.to_yaml();
+        let back = Config::from_yaml_str(&yaml).expect("valid keelson config");
+        assert_eq!(back.proxy.mode, ProxyMode::Nftables);
+        assert_eq!(back.node_name.as_deref(), Some("kb-node"));
+        assert_eq!(back.proxy.min_sync_period, KubeDuration::from_millis(0));
+        assert!(!back.node.enabled);
+        assert_eq!(
+            back.proxy.client_connection.kubeconfig.as_deref(),
+            Some(Path::new("/tmp/kc"))
+        );
+        assert!(
+            keelson_config(
+                ContestantKind::KeelsonEbpf,
+                &settings(),
+                "n",
+                Path::new("/kc"),
+                None
+            )
+            .is_err(),
+            "eBPF needs its cgroup"
+        );
+    }
+
+    #[test]
+    fn kube_proxy_flags() {
+        let args = kube_proxy_args(
+            ContestantKind::KubeProxyIptables,
+            &settings(),
+            "kb-node",
+            Path::new("/tmp/kc"),
+        )
+        .expect("args");
+        assert!(args.contains(&"--proxy-mode=iptables".to_string()));
+        assert!(args.contains(&"--hostname-override=kb-node".to_string()));
+        assert!(args.contains(&"--min-sync-period=0s".to_string()));
+        assert!(args.contains(&"--kube-api-content-type=application/json".to_string()));
+        assert!(args.contains(&"--conntrack-max-per-core=0".to_string()));
+        assert!(
+            kube_proxy_args(
+                ContestantKind::KeelsonNftables,
+                &settings(),
+                "n",
+                Path::new("/kc")
+            )
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,81 @@
+//! Smoke test of the benchmark: `keelson-bench --quick` runs every keelson
+//! contestant (and kube-proxy when `KEELSON_BENCH_KUBE_PROXY` names a
+//! binary) on a few dozen Services and must find that each one programmed
+//! the scenario correctly: every VIP lands on its own endpoints, every
+//! endpoint answers, after the cold sync and again after the churn, and
+//! every timed change was seen. A behaviour check only: no timing is
+//! asserted (the figures are the benchmark's business).
+
+use std::process::Command;
+
+use keelson_tests::bench::{BenchReport, ContestantKind};
+use keelson_tests::node_harness::keelson_bin;
+use keelson_tests::support::require_root;
+
+#[test]
+fn quick_bench_programs_every_contestant_correctly() {
+    if !require_root("quick_bench_programs_every_contestant_correctly") {
+        return;
+    }
+    let keelson = keelson_bin().expect("keelson binary (cargo build -p keelson)");
+    let out = tempfile::tempdir().expect("output dir");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_keelson-bench"));
+    cmd.arg("--quick")
+        .arg("--keelson")
+        .arg(&keelson)
+        .arg("--out")
+        .arg(out.path());
+    let kube_proxy = std::env::var_os("KEELSON_BENCH_KUBE_PROXY");
+    if let Some(kp) = &kube_proxy {
+        cmd.arg("--kube-proxy").arg(kp);
+    }
+    let status = cmd.status().expect("running keelson-bench");
+
+    let text = std::fs::read_to_string(out.path().join("results.json"))
+        .unwrap_or_else(|e| panic!("keelson-bench ({status}) wrote no results.json: {e}"));
+    let report: BenchReport = serde_json::from_str(&text).expect("results.json");
+    let mut expected = vec![ContestantKind::KeelsonNftables, ContestantKind::KeelsonEbpf];
+    if kube_proxy.is_some() {
+        expected.extend([
+            ContestantKind::KubeProxyNftables,
+            ContestantKind::KubeProxyIptables,
+        ]);
+    }
+    let ran: Vec<ContestantKind> = report.runs.iter().map(|r| r.contestant).collect();
+    assert_eq!(ran, expected, "every contestant ran once");
+    for r in &report.runs {
+        assert!(
+            r.programmed_correctly(),
+            "{} did not program the scenario correctly: after sync {:?}, after churn {:?}, errors {:?}",
+            r.contestant,
+            r.correct_after_sync,
+            r.correct_after_churn,
+            r.errors
+        );
+        assert_eq!(r.correct_after_sync.checked, r.services);
+        assert!(r.connect.n > 0, "{}: no connection through a VIP was timed", r.contestant);
+        assert_eq!(r.service_add.n, report.config.service_adds, "{}", r.contestant);
+        assert_eq!(r.programming_idle.n, report.config.idle_probes, "{}", r.contestant);
+        assert!(r.programming_churn.n > 0, "{}: no change probed under churn", r.contestant);
+    }
+    // eBPF mode balances at the socket: the VIP never reaches netfilter,
+    // so no conntrack entry has a Service address as its destination.
+    let ebpf = report
+        .runs
+        .iter()
+        .find(|r| r.contestant == ContestantKind::KeelsonEbpf)
+        .expect("eBPF run");
+    let (all, from_vip) = ebpf.conntrack_after_sweep.expect("conntrack read");
+    assert_eq!(from_vip, 0, "eBPF run: {from_vip} of {all} flows were NATed by netfilter");
+    let nft = report
+        .runs
+        .iter()
+        .find(|r| r.contestant == ContestantKind::KeelsonNftables)
+        .expect("nftables run");
+    let (_, nat_from_vip) = nft.conntrack_after_sweep.expect("conntrack read");
+    assert!(nat_from_vip > 0, "nftables run: the sweep's flows are NATed from VIPs");
+    assert!(status.success(), "keelson-bench exited with {status}");
+    for f in ["report.md", "latency.svg", "latency.png"] {
+        assert!(out.path().join(f).is_file(), "{f} written");
+    }
+}
