@@ -1,47 +1,259 @@
-//! The proxy role: kube-proxy's replacement. Watches Services and
-//! EndpointSlices and programs Service routing (nftables or eBPF).
+//! The proxy role: kube-proxy's replacement. Watches Services,
+//! EndpointSlices, its Node and ServiceCIDRs, and programs Service routing
+//! through keelson-netplane's [`Proxier`] with the nftables backend (or the
+//! eBPF socket LB plus nftables for north-south traffic).
 //!
-//! (Foundation: the role connects to the API server and keeps retrying with
-//! backoff when it is unreachable; the data plane is wired in by the
-//! netplane work.)
+//! Start-up, like kube-proxy: read the Node (its IPs decide the families and
+//! the `primary` NodePort addresses), open the data plane, serve
+//! `healthzBindAddress` (`/healthz`, `/livez`), then sync once the initial
+//! Service and EndpointSlice lists are in; the previous instance's rules stay
+//! in place (and keep serving) until that first sync replaces them
+//! atomically.
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Service;
+pub mod events;
+pub mod settings;
+pub mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
+use keelson_netplane::Backend;
+use keelson_netplane::ebpf::{EbpfBackend, EbpfConfig as NetplaneEbpfConfig, check_support};
+use keelson_netplane::nftables::{NftablesBackend, NftablesConfig};
+use keelson_netplane::proxier::{
+    ConntrackCleaner, Proxier, ProxierConfig, ServiceHealthServer, StdListen,
+};
 use kube::Api;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
 
+use crate::config::proxy::{ProxyConfig, ProxyMode};
+use crate::events::EventRecorder;
 use crate::observability::ProbeKind;
 use crate::role::RoleContext;
 
+use self::events::KubeEvents;
+use self::settings::SettingError;
+
 /// Why the proxy role stopped.
 #[derive(Debug, thiserror::Error)]
-pub enum ProxyError {}
+pub enum ProxyError {
+    /// A `proxy:` setting cannot be used.
+    #[error(transparent)]
+    Config(#[from] SettingError),
+    /// The data plane could not be opened.
+    #[error("opening the {mode} data plane: {message}")]
+    DataPlane {
+        /// `nftables` or `ebpf`.
+        mode: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// The metrics could not be registered.
+    #[error("registering proxy metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// `healthzBindAddress` could not be served.
+    #[error("proxy.healthzBindAddress {address}: {source}")]
+    Healthz {
+        /// The address.
+        address: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn nftables_config(
+    cfg: &ProxyConfig,
+    families: &[keelson_netplane::model::IpFamily],
+    node_ips: &std::collections::BTreeMap<keelson_netplane::model::IpFamily, std::net::IpAddr>,
+) -> Result<NftablesConfig, ProxyError> {
+    let bit = u32::try_from(cfg.nftables.masquerade_bit)
+        .ok()
+        .filter(|b| *b <= 31)
+        .ok_or_else(|| SettingError {
+            field: "nftables.masqueradeBit",
+            message: format!("{} is not in [0, 31]", cfg.nftables.masquerade_bit),
+        })?;
+    Ok(NftablesConfig {
+        families: families.to_vec(),
+        masquerade_bit: bit,
+        masquerade_all: cfg.nftables.masquerade_all,
+        local_traffic: settings::local_traffic(&cfg.cluster_cidr)?,
+        node_ips: node_ips.clone(),
+        ..NftablesConfig::default()
+    })
+}
+
+fn open_backend(cfg: &ProxyConfig, nft: NftablesConfig) -> Result<Box<dyn Backend>, ProxyError> {
+    let nftables = |nft| -> Result<Box<dyn Backend>, ProxyError> {
+        NftablesBackend::new(nft)
+            .map(|b| Box::new(b) as Box<dyn Backend>)
+            .map_err(|e| ProxyError::DataPlane {
+                mode: "nftables",
+                message: e.to_string(),
+            })
+    };
+    match cfg.mode {
+        ProxyMode::Nftables => nftables(nft),
+        ProxyMode::Ebpf => {
+            let ebpf = NetplaneEbpfConfig {
+                cgroup_path: cfg.ebpf.cgroup_path.clone(),
+                bpffs_path: cfg.ebpf.bpffs_path.clone(),
+            };
+            if let Err(e) = check_support(&ebpf) {
+                if cfg.ebpf.fallback_to_nftables {
+                    tracing::warn!(error = %e, "eBPF socket LB unsupported here; using the nftables data plane (proxy.ebpf.fallbackToNftables)");
+                    return nftables(nft);
+                }
+                return Err(ProxyError::DataPlane {
+                    mode: "ebpf",
+                    message: e.to_string(),
+                });
+            }
+            let north_south = nftables(nft)?;
+            EbpfBackend::new(&ebpf, north_south)
+                .map(|b| Box::new(b) as Box<dyn Backend>)
+                .map_err(|e| ProxyError::DataPlane {
+                    mode: "ebpf",
+                    message: e.to_string(),
+                })
+        }
+    }
+}
+
+/// Reads the Node, retrying with backoff until it exists (kube-proxy waits
+/// for it too). `None` on shutdown.
+async fn wait_for_node(api: &Api<Node>, ctx: &RoleContext) -> Option<Node> {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match api.get_opt(&ctx.node_name).await {
+            Ok(Some(n)) => return Some(n),
+            Ok(None) => tracing::info!(node = %ctx.node_name, "waiting for the Node object"),
+            Err(e) => {
+                tracing::warn!(error = %crate::error_chain::error_chain(&e), "reading the Node failed; retrying")
+            }
+        }
+        tokio::select! {
+            _ = ctx.shutdown.cancelled() => return None,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(10));
+    }
+}
 
 /// Runs the proxy role until `ctx.shutdown` is cancelled.
 pub async fn run(ctx: RoleContext) -> Result<(), ProxyError> {
+    let cfg = ctx.config.proxy.clone();
     let synced = ctx.health.register_flag(
         "proxy-services-synced",
         ProbeKind::Readiness,
         Some("services not listed yet"),
     );
-    let api: Api<Service> = Api::all(ctx.client.clone());
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
-    futures::pin_mut!(stream);
-    loop {
-        tokio::select! {
-            _ = ctx.shutdown.cancelled() => return Ok(()),
-            item = stream.next() => match item {
-                Some(Ok(Event::InitDone)) => {
-                    synced.set_ok();
-                    tracing::info!("services listed");
-                }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => {
-                    tracing::warn!(error = %crate::error_chain::error_chain(&e), "watching services failed; retrying with backoff");
-                }
-                None => return Ok(()),
-            }
+    let spec = settings::node_port_spec(&cfg.node_port_addresses)?;
+    // Validate before touching anything.
+    settings::local_traffic(&cfg.cluster_cidr)?;
+
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let Some(node) = wait_for_node(&nodes, &ctx).await else {
+        return Ok(());
+    };
+    let node_ips = settings::node_ips(&node);
+    let families = settings::families(&node_ips);
+    tracing::info!(node = %ctx.node_name, ?families, mode = ?cfg.mode, "starting the proxy role");
+
+    let nft = nftables_config(&cfg, &families, &node_ips)?;
+    let backend = open_backend(&cfg, nft)?;
+    let (proxier, handle) = Proxier::new(
+        ProxierConfig {
+            node_name: ctx.node_name.clone(),
+            families: families.clone(),
+            min_sync_period: cfg.min_sync_period.into(),
+            sync_period: cfg.sync_period.into(),
+        },
+        backend,
+        &ctx.registry,
+    )?;
+    // Health-check node ports listen where NodePorts do.
+    let local = settings::local_addresses();
+    let mut hc_addresses = Vec::new();
+    for f in &families {
+        if let keelson_netplane::model::NodePortAddresses::Ips(ips) =
+            settings::node_port_addresses(&spec, *f, &node_ips, &local)
+        {
+            hc_addresses.extend(ips);
+        } else {
+            hc_addresses.clear();
+            break;
         }
     }
+    let health_checks =
+        ServiceHealthServer::new(Box::new(StdListen), hc_addresses, handle.health());
+    let recorder = EventRecorder::start(
+        ctx.client.clone(),
+        "kube-proxy",
+        &ctx.node_name,
+        &ctx.registry,
+    );
+    let mut proxier = proxier
+        .with_health_checks(health_checks)
+        .with_events(Arc::new(KubeEvents::new(recorder, &ctx.node_name)));
+    match ConntrackCleaner::open() {
+        Ok(ct) => proxier = proxier.with_conntrack(ct),
+        Err(e) => {
+            tracing::warn!(error = %e, "no conntrack cleanup for UDP Services (ctnetlink unavailable)")
+        }
+    }
+
+    let _healthz = if cfg.healthz_bind_address.is_empty() {
+        None
+    } else {
+        let listener = tokio::net::TcpListener::bind(&cfg.healthz_bind_address)
+            .await
+            .map_err(|source| ProxyError::Healthz {
+                address: cfg.healthz_bind_address.clone(),
+                source,
+            })?;
+        Some(handle.health().serve(listener))
+    };
+
+    watch::apply_node(&node, &handle, &families, &spec);
+    let shutdown = ctx.shutdown.clone();
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(watch::services(
+        Api::<Service>::all(ctx.client.clone()),
+        handle.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(watch::endpoint_slices(
+        Api::<EndpointSlice>::all(ctx.client.clone()),
+        handle.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(watch::node(
+        nodes,
+        ctx.node_name.clone(),
+        handle.clone(),
+        families.clone(),
+        spec,
+        shutdown.clone(),
+    ));
+    tasks.spawn(watch::service_cidrs(
+        Api::<ServiceCIDR>::all(ctx.client.clone()),
+        handle.clone(),
+        families,
+        shutdown.clone(),
+    ));
+    let readiness = handle.clone();
+    tasks.spawn(async move {
+        // Ready once the first full sync programmed the initial lists.
+        let start = tokio::time::Instant::now();
+        readiness.programmed().await;
+        synced.set_ok();
+        tracing::info!(after = ?start.elapsed(), "proxy rules programmed");
+    });
+    proxier.run(shutdown).await;
+    tasks.abort_all();
+    Ok(())
 }

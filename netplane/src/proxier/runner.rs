@@ -79,6 +79,7 @@ struct Shared {
     health: ProxyHealth,
     synced: Mutex<(bool, bool)>,
     families: Vec<IpFamily>,
+    programmed: tokio::sync::watch::Sender<bool>,
 }
 
 impl Shared {
@@ -224,6 +225,12 @@ impl ProxyHandle {
         &self.shared.metrics
     }
 
+    /// Waits until the first sync programmed the data plane.
+    pub async fn programmed(&self) {
+        let mut rx = self.shared.programmed.subscribe();
+        let _ = rx.wait_for(|p| *p).await;
+    }
+
     /// Whether changes are waiting for a sync.
     pub fn has_pending(&self) -> bool {
         self.shared.tracker().has_pending()
@@ -289,6 +296,7 @@ impl Proxier {
             health,
             synced: Mutex::new((false, false)),
             families: config.families.clone(),
+            programmed: tokio::sync::watch::channel(false).0,
         });
         let handle = ProxyHandle {
             shared: shared.clone(),
@@ -373,6 +381,7 @@ impl Proxier {
         };
         self.initialized = true;
         self.shared.tracker().commit(&diff);
+        self.shared.programmed.send_replace(true);
         self.after_sync(&diff, full, elapsed, &outcome);
         let conntrack_deleted = self.clean_conntrack(&diff);
         self.sync_health_checks(&diff, full);

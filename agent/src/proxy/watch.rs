@@ -1,0 +1,222 @@
+//! List-watch of the objects the proxy role needs, feeding the proxier:
+//! Services and EndpointSlices (without those another proxy owns and, for
+//! slices, those of headless Services, like kube-proxy's informers), this
+//! Node (zone, addresses, taints, deletion) and ServiceCIDRs.
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
+use keelson_netplane::model::IpFamily;
+use keelson_netplane::proxier::ProxyHandle;
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio_util::sync::CancellationToken;
+
+use super::settings::{self, NodePortSpec};
+
+/// kube-proxy's Service informer selector.
+pub const SERVICE_SELECTOR: &str = "!service.kubernetes.io/service-proxy-name";
+/// kube-proxy's EndpointSlice informer selector.
+pub const SLICE_SELECTOR: &str =
+    "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
+/// The zone label.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// Watches Services until shutdown.
+pub async fn services(api: Api<Service>, handle: ProxyHandle, shutdown: CancellationToken) {
+    let cfg = watcher::Config::default().labels(SERVICE_SELECTOR);
+    let stream = watcher::watcher(api, cfg).default_backoff();
+    futures::pin_mut!(stream);
+    let mut init: Vec<Service> = Vec::new();
+    loop {
+        let item = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            item = stream.next() => item,
+        };
+        match item {
+            None => return,
+            Some(Err(e)) => {
+                tracing::warn!(error = %crate::error_chain::error_chain(&e), "watching Services failed; retrying")
+            }
+            Some(Ok(Event::Init)) => init.clear(),
+            Some(Ok(Event::InitApply(s))) => init.push(s),
+            Some(Ok(Event::InitDone)) => {
+                handle.replace_services(&std::mem::take(&mut init));
+                handle.services_synced();
+            }
+            Some(Ok(Event::Apply(s))) => handle.update_service(&s),
+            Some(Ok(Event::Delete(s))) => handle.delete_service(
+                s.metadata.namespace.as_deref().unwrap_or_default(),
+                s.metadata.name.as_deref().unwrap_or_default(),
+            ),
+        }
+    }
+}
+
+/// Watches EndpointSlices until shutdown.
+pub async fn endpoint_slices(
+    api: Api<EndpointSlice>,
+    handle: ProxyHandle,
+    shutdown: CancellationToken,
+) {
+    let cfg = watcher::Config::default().labels(SLICE_SELECTOR);
+    let stream = watcher::watcher(api, cfg).default_backoff();
+    futures::pin_mut!(stream);
+    let mut init: Vec<EndpointSlice> = Vec::new();
+    loop {
+        let item = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            item = stream.next() => item,
+        };
+        match item {
+            None => return,
+            Some(Err(e)) => {
+                tracing::warn!(error = %crate::error_chain::error_chain(&e), "watching EndpointSlices failed; retrying")
+            }
+            Some(Ok(Event::Init)) => init.clear(),
+            Some(Ok(Event::InitApply(s))) => init.push(s),
+            Some(Ok(Event::InitDone)) => {
+                handle.replace_endpoint_slices(&std::mem::take(&mut init));
+                handle.endpoint_slices_synced();
+            }
+            Some(Ok(Event::Apply(s))) => handle.update_endpoint_slice(&s),
+            Some(Ok(Event::Delete(s))) => handle.delete_endpoint_slice(&s),
+        }
+    }
+}
+
+/// Applies what the proxy uses of its Node.
+pub fn apply_node(node: &Node, handle: &ProxyHandle, families: &[IpFamily], spec: &NodePortSpec) {
+    let zone = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(ZONE_LABEL))
+        .cloned();
+    handle.set_node_zone(zone);
+    let taints: Vec<String> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|t| t.key.clone())
+        .collect();
+    handle.sync_node(node.metadata.deletion_timestamp.is_some(), &taints);
+    let ips = settings::node_ips(node);
+    let local = settings::local_addresses();
+    for f in families {
+        handle.set_node_port_addresses(*f, settings::node_port_addresses(spec, *f, &ips, &local));
+    }
+}
+
+/// Watches this Node until shutdown.
+pub async fn node(
+    api: Api<Node>,
+    name: String,
+    handle: ProxyHandle,
+    families: Vec<IpFamily>,
+    spec: NodePortSpec,
+    shutdown: CancellationToken,
+) {
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let stream = watcher::watcher(api, cfg).default_backoff();
+    futures::pin_mut!(stream);
+    loop {
+        let item = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            item = stream.next() => item,
+        };
+        match item {
+            None => return,
+            Some(Err(e)) => {
+                tracing::warn!(error = %crate::error_chain::error_chain(&e), "watching the Node failed; retrying")
+            }
+            Some(Ok(Event::Apply(n) | Event::InitApply(n))) => {
+                apply_node(&n, &handle, &families, &spec)
+            }
+            Some(Ok(Event::Delete(_))) => handle.sync_node(true, &[]),
+            Some(Ok(_)) => {}
+        }
+    }
+}
+
+/// Watches ServiceCIDRs (networking.k8s.io/v1) until shutdown; stops
+/// quietly when the API server does not serve them.
+pub async fn service_cidrs(
+    api: Api<ServiceCIDR>,
+    handle: ProxyHandle,
+    families: Vec<IpFamily>,
+    shutdown: CancellationToken,
+) {
+    if let Err(e) = api.list(&Default::default()).await {
+        tracing::info!(error = %crate::error_chain::error_chain(&e), "ServiceCIDRs not available; traffic to unallocated ClusterIPs is not dropped");
+        return;
+    }
+    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    futures::pin_mut!(stream);
+    let mut all: BTreeMap<String, ServiceCIDR> = BTreeMap::new();
+    let mut init: Vec<ServiceCIDR> = Vec::new();
+    loop {
+        let item = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            item = stream.next() => item,
+        };
+        match item {
+            None => return,
+            Some(Err(e)) => {
+                tracing::warn!(error = %crate::error_chain::error_chain(&e), "watching ServiceCIDRs failed; retrying");
+                continue;
+            }
+            Some(Ok(Event::Init)) => {
+                init.clear();
+                continue;
+            }
+            Some(Ok(Event::InitApply(c))) => {
+                init.push(c);
+                continue;
+            }
+            Some(Ok(Event::InitDone)) => {
+                all = std::mem::take(&mut init)
+                    .into_iter()
+                    .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
+                    .collect();
+            }
+            Some(Ok(Event::Apply(c))) => {
+                all.insert(c.metadata.name.clone().unwrap_or_default(), c);
+            }
+            Some(Ok(Event::Delete(c))) => {
+                all.remove(c.metadata.name.as_deref().unwrap_or_default());
+            }
+        }
+        let mut by_family: BTreeMap<IpFamily, Vec<ipnet::IpNet>> =
+            families.iter().map(|f| (*f, Vec::new())).collect();
+        for c in all.values() {
+            for s in c
+                .spec
+                .as_ref()
+                .and_then(|s| s.cidrs.as_ref())
+                .into_iter()
+                .flatten()
+            {
+                match s.parse::<ipnet::IpNet>() {
+                    Ok(net) => {
+                        if let Some(v) = by_family.get_mut(&IpFamily::of(&net.addr())) {
+                            v.push(net);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(cidr = %s, error = %e, "ignoring unparsable ServiceCIDR")
+                    }
+                }
+            }
+        }
+        for (f, cidrs) in by_family {
+            handle.set_service_cidrs(f, cidrs);
+        }
+    }
+}
