@@ -239,9 +239,16 @@ async fn reconcile_slices(
                 .unwrap_or_default(),
         );
         if !wanted.contains_key(&key) {
-            Api::<EndpointSlice>::namespaced(client.clone(), &key.0)
+            let deleted = Api::<EndpointSlice>::namespaced(client.clone(), &key.0)
                 .delete(&slice.name_any(), &DeleteParams::default())
-                .await?;
+                .await;
+            match deleted {
+                // Already gone: the store has not seen the deletion yet.
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                other => {
+                    other?;
+                }
+            }
         }
     }
     for ((ns, name), svc) in wanted {

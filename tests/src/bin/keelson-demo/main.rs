@@ -36,7 +36,6 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use keelson::apiclient::{ClientSettings, build_client};
 use keelson::config::Config;
 use keelson_tests::containerd::Containerd;
-use keelson_tests::images::HOST_BUSYBOX;
 use keelson_tests::support::wait_for;
 use keelson_tests::testapi::{StaticToken, TestApiOptions, TestApiServer};
 use kube::Api;
@@ -539,7 +538,7 @@ async fn show_workload(
         .context("routing the Service CIDR in the node namespace")?;
     let url = format!("http://{cluster_ip}:{port}/");
     println!(
-        "    $ nsenter --net={} busybox wget -qO- {url}",
+        "    $ nsenter --net={} curl -sS {url}",
         run.ctrd.netns().path().display()
     );
     let body = wait_for(
@@ -550,7 +549,7 @@ async fn show_workload(
             let cmd = run
                 .ctrd
                 .netns()
-                .exec(HOST_BUSYBOX, &["wget", "-q", "-T", "2", "-O", "-", &url]);
+                .exec("curl", &["-sS", "--max-time", "2", &url]);
             async move {
                 let body = cmd.map_err(|e| e.to_string())?;
                 if body.contains("hello from pod hello") {
@@ -588,7 +587,7 @@ fn try_it(run: &Running, svc: &Shown) {
     println!("    kubectl get pods,services,endpointslices -o wide");
     println!("    kubectl get events");
     println!(
-        "    nsenter --net={} busybox wget -qO- http://{}:{}/",
+        "    nsenter --net={} curl http://{}:{}/",
         run.ctrd.netns().path().display(),
         svc.cluster_ip,
         svc.port
@@ -639,6 +638,7 @@ async fn teardown(mut run: Running, manifests: &Path) {
         .await
     {
         Ok(_) => {
+            let deleting = Instant::now();
             let pods: Api<Pod> = Api::namespaced(run.admin.clone(), "default");
             let gone = wait_for(
                 "pod default/hello to be gone",
@@ -657,7 +657,8 @@ async fn teardown(mut run: Running, manifests: &Path) {
             .await;
             match gone {
                 Ok(()) => println!(
-                    "    workload deleted; keelson stopped the Pod and removed it from the API"
+                    "    workload deleted; keelson stopped the Pod and removed it from the API ({:.1?})",
+                    deleting.elapsed()
                 ),
                 Err(e) => println!("    {e}"),
             }
