@@ -98,6 +98,10 @@ pub struct NodeConfig {
     pub eviction_max_pod_grace_period: i32,
     /// Extra reclaim beyond a threshold (`evictionMinimumReclaim`).
     pub eviction_minimum_reclaim: BTreeMap<String, String>,
+    /// Let the kernel signal crossed memory eviction thresholds (cgroup v1
+    /// `cgroup.event_control`) instead of waiting for the next 10 s check
+    /// (`kernelMemcgNotification`).
+    pub kernel_memcg_notification: bool,
     /// Image GC starts above this disk usage percentage (`imageGCHighThresholdPercent`).
     #[serde(rename = "imageGCHighThresholdPercent")]
     pub image_gc_high_threshold_percent: i32,
@@ -172,6 +176,7 @@ impl Default for NodeConfig {
             eviction_pressure_transition_period: KubeDuration::from_secs(300),
             eviction_max_pod_grace_period: 0,
             eviction_minimum_reclaim: BTreeMap::new(),
+            kernel_memcg_notification: false,
             image_gc_high_threshold_percent: 85,
             image_gc_low_threshold_percent: 80,
             image_minimum_gc_age: KubeDuration::from_secs(120),

@@ -13,6 +13,8 @@
 
 pub mod cgroups;
 pub mod downward;
+pub mod eviction;
+pub mod gc;
 pub mod lease;
 pub mod pods;
 pub mod status;
@@ -25,7 +27,7 @@ use tokio::task::JoinSet;
 
 use crate::events::{EventRecorder, EventType, node_ref};
 use crate::role::RoleContext;
-use status::{Host, NoPressure, NodeStatusHandle, PressureSource, RealHost, RuntimeState};
+use status::{Host, NodeStatusHandle, PressureSource, RealHost, RuntimeState};
 
 /// Why the node role stopped.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +60,9 @@ pub struct NodeServices {
     pub runtime: RuntimeState,
     /// The node status manager's read side (allocatable, the Node).
     pub status: NodeStatusHandle,
+    /// The eviction manager's read side: pressure conditions and the
+    /// admission check for new pods (`eviction.admit(&pod)`).
+    pub eviction: eviction::EvictionHandle,
 }
 
 impl std::fmt::Debug for NodeServices {
@@ -132,10 +137,11 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
         .host
         .clone()
         .unwrap_or_else(|| Arc::new(RealHost::default()));
+    let eviction_handle = eviction::EvictionHandle::default();
     let pressure: Arc<dyn PressureSource> = overrides
         .pressure
         .clone()
-        .unwrap_or_else(|| Arc::new(NoPressure));
+        .unwrap_or_else(|| Arc::new(eviction_handle.clone()));
 
     let mut tasks: JoinSet<&'static str> = JoinSet::new();
     let shutdown = ctx.shutdown.clone();
@@ -199,6 +205,7 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
         recorder,
         runtime,
         status: status_handle,
+        eviction: eviction_handle,
     };
     // Pods, volumes, eviction and garbage collection start here from `services`.
     let _ = &services;
