@@ -152,7 +152,8 @@ fn triples(list: &[(&str, &str, &[&str])]) -> BTreeSet<(String, String, String)>
 /// Upstream's `system:node-proxier` (plugin/pkg/auth/authorizer/rbac/
 /// bootstrappolicy/policy.go): list/watch services and endpoints,
 /// get/list/watch nodes, events (core and events.k8s.io) create/update/patch,
-/// list/watch endpointslices.
+/// list/watch endpointslices, and list/watch servicecidrs (behind
+/// MultiCIDRServiceAllocator, on by default since it went GA in 1.33).
 fn upstream_node_proxier() -> BTreeSet<(String, String, String)> {
     triples(&[
         ("", "services", &["list", "watch"]),
@@ -161,6 +162,7 @@ fn upstream_node_proxier() -> BTreeSet<(String, String, String)> {
         ("", "events", &["create", "update", "patch"]),
         ("events.k8s.io", "events", &["create", "update", "patch"]),
         ("discovery.k8s.io", "endpointslices", &["list", "watch"]),
+        ("networking.k8s.io", "servicecidrs", &["list", "watch"]),
     ])
 }
 

@@ -42,7 +42,49 @@ fn allows(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool
     })
 }
 
-/// What `user` did, as distinct "verb group/resource" strings, and those of
+/// (group, resource with subresource, verb) of a resource request the
+/// server did not route (a resource it does not serve answers 404 with no
+/// verb recorded, but a real API server would have authorized it first).
+fn parse_unrouted(method: &str, path: &str, query: &str) -> Option<(String, String, String)> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => (String::new(), rest),
+        ["apis", g, _v, rest @ ..] => (g.to_string(), rest),
+        _ => return None,
+    };
+    let (watch_path, rest) = match rest {
+        ["watch", r @ ..] => (true, r),
+        r => (false, r),
+    };
+    let rest = match rest {
+        ["namespaces", _ns, r @ ..] if !r.is_empty() => r,
+        r => r,
+    };
+    let (resource, named) = match rest {
+        [res] => (res.to_string(), false),
+        [res, _name] => (res.to_string(), true),
+        [res, _name, sub] => (format!("{res}/{sub}"), true),
+        _ => return None,
+    };
+    let watch = watch_path
+        || query
+            .split('&')
+            .any(|kv| kv == "watch=true" || kv == "watch=1");
+    let verb = match (method, named) {
+        ("GET", _) if watch => "watch",
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => return None,
+    };
+    Some((group, resource, verb.to_string()))
+}
+
+/// What `user` did, as distinct "verb resource.group" strings, and those of
 /// them `rules` do not allow. Discovery and other non-resource requests
 /// (allowed to every authenticated user upstream) are left out.
 pub fn audit(
@@ -52,25 +94,89 @@ pub fn audit(
 ) -> (BTreeSet<String>, BTreeSet<String>) {
     let mut seen = BTreeSet::new();
     let mut denied = BTreeSet::new();
-    for r in requests
-        .iter()
-        .filter(|r| r.user == user && !r.verb.is_empty())
-    {
-        let group = group_of(&r.path);
-        let resource = if r.subresource.is_empty() {
-            r.resource.clone()
+    for r in requests.iter().filter(|r| r.user == user) {
+        let (group, resource, verb) = if r.verb.is_empty() {
+            match parse_unrouted(&r.method, &r.path, &r.query) {
+                Some(x) => x,
+                None => continue,
+            }
+        } else if r.subresource.is_empty() {
+            (group_of(&r.path), r.resource.clone(), r.verb.clone())
         } else {
-            format!("{}/{}", r.resource, r.subresource)
+            (
+                group_of(&r.path),
+                format!("{}/{}", r.resource, r.subresource),
+                r.verb.clone(),
+            )
         };
         let shown = if group.is_empty() {
-            format!("{} {resource}", r.verb)
+            format!("{verb} {resource}")
         } else {
-            format!("{} {resource}.{group}", r.verb)
+            format!("{verb} {resource}.{group}")
         };
-        if !allows(rules, &group, &resource, &r.verb) {
+        if !allows(rules, &group, &resource, &verb) {
             denied.insert(shown.clone());
         }
         seen.insert(shown);
     }
     (seen, denied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unrouted_paths() {
+        let p = |m, path, q| parse_unrouted(m, path, q);
+        let t = |g: &str, r: &str, v: &str| Some((g.to_string(), r.to_string(), v.to_string()));
+        assert_eq!(
+            p(
+                "GET",
+                "/apis/networking.k8s.io/v1/servicecidrs",
+                "limit=500"
+            ),
+            t("networking.k8s.io", "servicecidrs", "list")
+        );
+        assert_eq!(
+            p(
+                "GET",
+                "/apis/networking.k8s.io/v1/servicecidrs",
+                "watch=true&resourceVersion=5"
+            ),
+            t("networking.k8s.io", "servicecidrs", "watch")
+        );
+        assert_eq!(
+            p("GET", "/api/v1/watch/namespaces/default/pods", ""),
+            t("", "pods", "watch")
+        );
+        assert_eq!(
+            p("GET", "/api/v1/namespaces/kube-system", ""),
+            t("", "namespaces", "get")
+        );
+        assert_eq!(
+            p("PATCH", "/api/v1/namespaces/d/pods/x/status", ""),
+            t("", "pods/status", "patch")
+        );
+        assert_eq!(
+            p("DELETE", "/apis/apps/v1/namespaces/d/deployments", ""),
+            t("apps", "deployments", "deletecollection")
+        );
+        assert_eq!(p("GET", "/apis", ""), None);
+        assert_eq!(p("GET", "/version", ""), None);
+    }
+
+    #[test]
+    fn shipped_role_allows_what_kube_proxy_does() {
+        let rules = proxy_rules().expect("shipped role");
+        assert!(allows(
+            &rules,
+            "discovery.k8s.io",
+            "endpointslices",
+            "watch"
+        ));
+        assert!(allows(&rules, "events.k8s.io", "events", "patch"));
+        assert!(!allows(&rules, "", "endpoints", "list"));
+        assert!(!allows(&rules, "", "secrets", "get"));
+    }
 }
