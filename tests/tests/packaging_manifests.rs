@@ -362,13 +362,14 @@ fn daemon_set_runs_the_proxy_role_beside_kubelet() {
         );
     }
 
-    // Liveness on the proxy health server's /healthz.
+    // Liveness on the proxy health server's /livez (its /healthz also fails
+    // while the node is being deleted, which must not restart the proxy).
     let probe = c
         .liveness_probe
         .as_ref()
         .and_then(|p| p.http_get.as_ref())
         .expect("liveness httpGet");
-    assert_eq!(probe.path.as_deref(), Some("/healthz"));
+    assert_eq!(probe.path.as_deref(), Some("/livez"));
     let port = cfg
         .proxy
         .healthz_bind_address
