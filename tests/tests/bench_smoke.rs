@@ -53,10 +53,26 @@ fn quick_bench_programs_every_contestant_correctly() {
             r.errors
         );
         assert_eq!(r.correct_after_sync.checked, r.services);
-        assert!(r.connect.n > 0, "{}: no connection through a VIP was timed", r.contestant);
-        assert_eq!(r.service_add.n, report.config.service_adds, "{}", r.contestant);
-        assert_eq!(r.programming_idle.n, report.config.idle_probes, "{}", r.contestant);
-        assert!(r.programming_churn.n > 0, "{}: no change probed under churn", r.contestant);
+        assert!(
+            r.connect.n > 0,
+            "{}: no connection through a VIP was timed",
+            r.contestant
+        );
+        assert_eq!(
+            r.service_add.n, report.config.service_adds,
+            "{}",
+            r.contestant
+        );
+        assert_eq!(
+            r.programming_idle.n, report.config.idle_probes,
+            "{}",
+            r.contestant
+        );
+        assert!(
+            r.programming_churn.n > 0,
+            "{}: no change probed under churn",
+            r.contestant
+        );
     }
     // eBPF mode balances at the socket: the VIP never reaches netfilter,
     // so no conntrack entry has a Service address as its destination.
@@ -66,14 +82,20 @@ fn quick_bench_programs_every_contestant_correctly() {
         .find(|r| r.contestant == ContestantKind::KeelsonEbpf)
         .expect("eBPF run");
     let (all, from_vip) = ebpf.conntrack_after_sweep.expect("conntrack read");
-    assert_eq!(from_vip, 0, "eBPF run: {from_vip} of {all} flows were NATed by netfilter");
+    assert_eq!(
+        from_vip, 0,
+        "eBPF run: {from_vip} of {all} flows were NATed by netfilter"
+    );
     let nft = report
         .runs
         .iter()
         .find(|r| r.contestant == ContestantKind::KeelsonNftables)
         .expect("nftables run");
     let (_, nat_from_vip) = nft.conntrack_after_sweep.expect("conntrack read");
-    assert!(nat_from_vip > 0, "nftables run: the sweep's flows are NATed from VIPs");
+    assert!(
+        nat_from_vip > 0,
+        "nftables run: the sweep's flows are NATed from VIPs"
+    );
     assert!(status.success(), "keelson-bench exited with {status}");
     for f in ["report.md", "latency.svg", "latency.png"] {
         assert!(out.path().join(f).is_file(), "{f} written");

@@ -189,7 +189,10 @@ impl ApiTarget {
         match api.create(&PostParams::default(), &ns).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(BenchError::api(format!("creating namespace {}", self.namespace), e)),
+            Err(e) => Err(BenchError::api(
+                format!("creating namespace {}", self.namespace),
+                e,
+            )),
         }
     }
 
@@ -248,7 +251,10 @@ impl ApiTarget {
     pub async fn create_service(&self, svc: &ServiceEntry) -> Result<Ipv4Addr> {
         let created = self
             .services()
-            .create(&PostParams::default(), &service_object(svc, &self.namespace)?)
+            .create(
+                &PostParams::default(),
+                &service_object(svc, &self.namespace)?,
+            )
             .await
             .map_err(|e| BenchError::api(format!("creating Service {}", svc.name), e))?;
         created
@@ -268,7 +274,9 @@ impl ApiTarget {
                 &slice_object(svc, &self.namespace, &now_rfc3339())?,
             )
             .await
-            .map_err(|e| BenchError::api(format!("creating EndpointSlice {}", svc.slice_name()), e))?;
+            .map_err(|e| {
+                BenchError::api(format!("creating EndpointSlice {}", svc.slice_name()), e)
+            })?;
         Ok(())
     }
 
@@ -276,9 +284,15 @@ impl ApiTarget {
     pub async fn set_endpoints(&self, svc: &ServiceEntry) -> Result<()> {
         let patch = endpoints_patch(&svc.endpoints, &now_rfc3339());
         self.slices()
-            .patch(&svc.slice_name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                &svc.slice_name(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await
-            .map_err(|e| BenchError::api(format!("updating EndpointSlice {}", svc.slice_name()), e))?;
+            .map_err(|e| {
+                BenchError::api(format!("updating EndpointSlice {}", svc.slice_name()), e)
+            })?;
         Ok(())
     }
 
@@ -286,7 +300,10 @@ impl ApiTarget {
     pub async fn delete_service(&self, svc: &ServiceEntry) -> Result<()> {
         let dp = DeleteParams::default();
         for r in [
-            self.slices().delete(&svc.slice_name(), &dp).await.map(|_| ()),
+            self.slices()
+                .delete(&svc.slice_name(), &dp)
+                .await
+                .map(|_| ()),
             self.services().delete(&svc.name, &dp).await.map(|_| ()),
         ] {
             match r {

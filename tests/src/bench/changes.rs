@@ -24,7 +24,10 @@ pub struct ChangeOutcome {
 
 /// Replaces every endpoint of Service `i` in the scenario (the probed
 /// change) and returns the Service as it must now be routed.
-pub fn prepare_endpoint_change(scenario: &mut Scenario, i: usize) -> Result<(ServiceEntry, Target)> {
+pub fn prepare_endpoint_change(
+    scenario: &mut Scenario,
+    i: usize,
+) -> Result<(ServiceEntry, Target)> {
     scenario.replace_all(i)?;
     let svc = scenario
         .service(i)
@@ -52,7 +55,12 @@ pub async fn timed_endpoint_change(
     write.0?;
     let reach = reach?;
     Ok(ChangeOutcome {
-        latency: reach.reached_ns.first().copied().flatten().map(|t| since(t0, t)),
+        latency: reach
+            .reached_ns
+            .first()
+            .copied()
+            .flatten()
+            .map(|t| since(t0, t)),
         write: since(t0, write.1),
         last_error: reach.last_error.first().cloned().flatten(),
     })
@@ -80,7 +88,12 @@ pub async fn timed_service_add(
     let reach = reach?;
     Ok((
         ChangeOutcome {
-            latency: reach.reached_ns.first().copied().flatten().map(|t| since(t0, t)),
+            latency: reach
+                .reached_ns
+                .first()
+                .copied()
+                .flatten()
+                .map(|t| since(t0, t)),
             write: since(t0, slice.1),
             last_error: reach.last_error.first().cloned().flatten(),
         },

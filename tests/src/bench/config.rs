@@ -146,10 +146,9 @@ impl BenchConfig {
         if self.churn_rate < 0.0 || self.probe_rate <= 0.0 {
             return bad("--churn-rate must be ≥ 0 and --probe-rate > 0".into());
         }
-        let cidr: ipnet::IpNet = self
-            .service_cidr
-            .parse()
-            .map_err(|e| BenchError::Invalid(format!("--service-cidr {}: {e}", self.service_cidr)))?;
+        let cidr: ipnet::IpNet = self.service_cidr.parse().map_err(|e| {
+            BenchError::Invalid(format!("--service-cidr {}: {e}", self.service_cidr))
+        })?;
         if !matches!(cidr, ipnet::IpNet::V4(_)) {
             return bad("--service-cidr must be IPv4 (the scenario is single-stack IPv4)".into());
         }
@@ -178,7 +177,12 @@ mod tests {
         assert!(c.validate().is_err());
         let mut c = ok.clone();
         c.contestants = vec![ContestantKind::KubeProxyNftables];
-        assert!(c.validate().expect_err("no kube-proxy").to_string().contains("--kube-proxy"));
+        assert!(
+            c.validate()
+                .expect_err("no kube-proxy")
+                .to_string()
+                .contains("--kube-proxy")
+        );
         let mut c = ok.clone();
         c.keelson_bin = "/nonexistent/keelson".into();
         assert!(c.validate().is_err());

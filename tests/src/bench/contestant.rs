@@ -241,6 +241,27 @@ pub fn kube_proxy_args(
     Ok(args)
 }
 
+/// What [`ProxyProcess::start`] needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Launch<'a> {
+    /// Which contestant.
+    pub kind: ContestantKind,
+    /// Shared settings.
+    pub settings: &'a ContestantSettings,
+    /// Its node namespace.
+    pub ns: &'a NetNs,
+    /// Its Node name.
+    pub node_name: &'a str,
+    /// Kubeconfig reaching the API server from the namespace.
+    pub kubeconfig: &'a Path,
+    /// eBPF mode's cgroup and bpffs.
+    pub ebpf: Option<&'a EbpfEnv>,
+    /// Where its config file goes.
+    pub work_dir: &'a Path,
+    /// Where its output goes.
+    pub log: &'a Path,
+}
+
 /// A running contestant. Dropping it kills the process.
 #[derive(Debug)]
 pub struct ProxyProcess {
@@ -251,24 +272,25 @@ pub struct ProxyProcess {
 }
 
 impl ProxyProcess {
-    /// Starts `kind` in `ns` (writing its config into `work_dir`, its
-    /// output to `log`).
-    pub fn start(
-        kind: ContestantKind,
-        settings: &ContestantSettings,
-        ns: &NetNs,
-        node_name: &str,
-        kubeconfig: &Path,
-        ebpf: Option<&EbpfEnv>,
-        work_dir: &Path,
-        log: &Path,
-    ) -> Result<ProxyProcess> {
+    /// Starts a contestant as `launch` says.
+    pub fn start(launch: &Launch<'_>) -> Result<ProxyProcess> {
+        let Launch {
+            kind,
+            settings,
+            ns,
+            node_name,
+            kubeconfig,
+            ebpf,
+            work_dir,
+            log,
+        } = *launch;
         let mut cmd = Command::new("nsenter");
         cmd.arg(format!("--net={}", ns.path().display())).arg("--");
         if kind.is_kube_proxy() {
-            let bin = settings.kube_proxy_bin.as_ref().ok_or_else(|| {
-                BenchError::Invalid(format!("{kind} needs --kube-proxy PATH"))
-            })?;
+            let bin = settings
+                .kube_proxy_bin
+                .as_ref()
+                .ok_or_else(|| BenchError::Invalid(format!("{kind} needs --kube-proxy PATH")))?;
             cmd.arg(bin)
                 .args(kube_proxy_args(kind, settings, node_name, kubeconfig)?);
         } else {

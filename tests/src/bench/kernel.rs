@@ -89,8 +89,9 @@ pub fn bpf_map_entries(maps_dir: &Path) -> Result<BTreeMap<String, usize>> {
             "bpftool",
             &["-j", "map", "dump", "pinned", &path.display().to_string()],
         )?;
-        let doc: Value = serde_json::from_str(&text)
-            .map_err(|e| BenchError::Invalid(format!("bpftool output for {}: {e}", path.display())))?;
+        let doc: Value = serde_json::from_str(&text).map_err(|e| {
+            BenchError::Invalid(format!("bpftool output for {}: {e}", path.display()))
+        })?;
         out.insert(
             entry.file_name().to_string_lossy().into_owned(),
             doc.as_array().map_or(0, Vec::len),
@@ -106,10 +107,7 @@ pub fn parse_conntrack(text: &str, cidr: &ipnet::IpNet) -> (usize, usize) {
     let mut total = 0;
     let mut to_cidr = 0;
     for line in text.lines() {
-        let Some(dst) = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("dst="))
-        else {
+        let Some(dst) = line.split_whitespace().find_map(|w| w.strip_prefix("dst=")) else {
             continue;
         };
         total += 1;

@@ -27,7 +27,11 @@ pub fn histogram_totals(text: &str, name: &str) -> Option<(f64, f64)> {
                 continue;
             }
             let value = rest.rsplit_once('}').map_or(rest, |(_, v)| v);
-            if let Some(v) = value.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()) {
+            if let Some(v) = value
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+            {
                 total = Some(total.unwrap_or(0.0) + v);
             }
         }

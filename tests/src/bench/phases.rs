@@ -14,7 +14,7 @@ use super::churn::{self, ChurnPlan, probe_pool};
 use super::clock::{mono_ns, since};
 use super::config::BenchConfig;
 use super::contestant::{
-    ContestantKind, ContestantSettings, EbpfEnv, METRICS_ADDR, ProxyProcess,
+    ContestantKind, ContestantSettings, EbpfEnv, Launch, METRICS_ADDR, ProxyProcess,
 };
 use super::error::{BenchError, Result};
 use super::kernel;
@@ -124,7 +124,10 @@ async fn phases(
 
     // Nothing may answer on a VIP before the contestant runs.
     let pre = agent.sweep(sample_targets[..1].to_vec(), false, 1).await?;
-    if pre.first().is_some_and(|s| !s.seen.is_empty() || !s.wrong.is_empty()) {
+    if pre
+        .first()
+        .is_some_and(|s| !s.seen.is_empty() || !s.wrong.is_empty())
+    {
         return Err(BenchError::Invalid(
             "a VIP answered before the contestant started (leftover rules?)".into(),
         ));
@@ -134,17 +137,21 @@ async fn phases(
     let log = logs.join(format!("{}-n{n}.log", kind.slug()));
     tracing::info!(contestant = %kind, services = n, log = %log.display(), "starting");
     let t0 = mono_ns();
-    let mut proc = ProxyProcess::start(
+    let mut proc = ProxyProcess::start(&Launch {
         kind,
         settings,
-        &node.node.ns,
-        &node.name,
-        &node.kubeconfig,
+        ns: &node.node.ns,
+        node_name: &node.name,
+        kubeconfig: &node.kubeconfig,
         ebpf,
-        work,
-        &log,
-    )?;
-    let reach = guarded(&mut proc, agent.reach(sample_targets.clone(), cfg.cold_sync_timeout)).await?;
+        work_dir: work,
+        log: &log,
+    })?;
+    let reach = guarded(
+        &mut proc,
+        agent.reach(sample_targets.clone(), cfg.cold_sync_timeout),
+    )
+    .await?;
     let missing: Vec<String> = reach
         .reached_ns
         .iter()
@@ -161,12 +168,23 @@ async fn phases(
                 missing.len(),
                 sample_targets.len(),
                 cfg.cold_sync_timeout,
-                missing.iter().take(3).cloned().collect::<Vec<_>>().join("; "),
+                missing
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; "),
                 proc.log_tail(15)
             ),
         });
     }
-    let done = reach.reached_ns.iter().flatten().copied().max().unwrap_or(t0);
+    let done = reach
+        .reached_ns
+        .iter()
+        .flatten()
+        .copied()
+        .max()
+        .unwrap_or(t0);
     r.cold_sync_ms = Some(since(t0, done).as_secs_f64() * 1000.0);
     r.cold_sync_cpu_s = proc.sample().map(|s| s.cpu.as_secs_f64());
     tracing::info!(contestant = %kind, cold_sync_ms = r.cold_sync_ms, "cold sync done");
@@ -181,7 +199,9 @@ async fn phases(
 
     // Data path: connect() through VIPs.
     let lat_idx = scenario.sample(n, 500.min(n));
-    let lat = agent.latency(targets(scenario, &lat_idx), cfg.latency_samples).await?;
+    let lat = agent
+        .latency(targets(scenario, &lat_idx), cfg.latency_samples)
+        .await?;
     r.connect = Summary::of(&durations(&lat.connect_ns));
     r.connect_failures = lat.wrong + lat.failed;
     if r.connect_failures > 0 {
@@ -246,7 +266,10 @@ async fn phases(
     r.api_write = Summary::of(&writes);
     r.churn = churned.stats;
     if let Some(e) = churned.first_write_error {
-        r.errors.push(format!("churn: {} API writes failed, first: {e}", r.churn.write_errors));
+        r.errors.push(format!(
+            "churn: {} API writes failed, first: {e}",
+            r.churn.write_errors
+        ));
     }
 
     // Still right after all that?
@@ -322,11 +345,20 @@ async fn verify(
 ) -> Result<Correctness> {
     let n = scenario.services().len();
     let m = cfg.endpoints;
-    let deadline = Instant::now() + if cfg.quick { Duration::from_secs(20) } else { Duration::from_secs(120) };
+    let deadline = Instant::now()
+        + if cfg.quick {
+            Duration::from_secs(20)
+        } else {
+            Duration::from_secs(120)
+        };
     let mut pending: Vec<usize> = (0..n).collect();
     loop {
         let results = agent
-            .sweep(targets(scenario, &pending), cfg.all_endpoints_check, 30 * m as u32)
+            .sweep(
+                targets(scenario, &pending),
+                cfg.all_endpoints_check,
+                30 * m as u32,
+            )
             .await?;
         let failed: Vec<(usize, SweepResult)> = pending
             .iter()

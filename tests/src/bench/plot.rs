@@ -98,7 +98,11 @@ pub fn lines(report: &BenchReport) -> (Vec<Line>, Vec<Line>) {
                 .baselines
                 .iter()
                 .filter_map(|b| {
-                    let v = if pick == 0 { b.connect.p50_ms } else { b.connect.p99_ms };
+                    let v = if pick == 0 {
+                        b.connect.p50_ms
+                    } else {
+                        b.connect.p99_ms
+                    };
                     Some((b.services as f64, v?))
                 })
                 .collect(),
@@ -174,7 +178,10 @@ fn panel<DB: DrawingBackend>(
     Ok(())
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, report: &BenchReport) -> Result<(), String> {
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    report: &BenchReport,
+) -> Result<(), String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let (left, right) = lines(report);
     let (a, b) = root.split_horizontally(root.dim_in_pixel().0 / 2);
@@ -184,7 +191,11 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, report: &BenchReport) 
 }
 
 /// Writes `<stem>.svg` and `<stem>.png` into `dir`; returns the paths.
-pub fn write(report: &BenchReport, dir: &Path, stem: &str) -> Result<Vec<std::path::PathBuf>, String> {
+pub fn write(
+    report: &BenchReport,
+    dir: &Path,
+    stem: &str,
+) -> Result<Vec<std::path::PathBuf>, String> {
     let size = (1400, 560);
     let svg = dir.join(format!("{stem}.svg"));
     draw(SVGBackend::new(&svg, size).into_drawing_area(), report)?;
@@ -237,7 +248,12 @@ mod tests {
         let labels: Vec<&str> = left.iter().map(|l| l.label.as_str()).collect();
         assert_eq!(
             labels,
-            ["keelson nftables p50", "keelson nftables p99", "no proxy p50", "no proxy p99"]
+            [
+                "keelson nftables p50",
+                "keelson nftables p99",
+                "no proxy p50",
+                "no proxy p99"
+            ]
         );
         assert_eq!(left[0].points, vec![(100.0, 0.05), (1000.0, 0.05)]);
         // No churn probes: only the new-Service line remains.

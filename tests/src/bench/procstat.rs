@@ -71,11 +71,9 @@ mod tests {
 
     #[test]
     fn stat_cpu_with_spaces_in_the_name() {
-        let stat = "1234 (kube proxy) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 7 3 20 0 12 0 555 0 0";
-        assert_eq!(
-            parse_stat_cpu(stat, 100),
-            Some(Duration::from_millis(3100))
-        );
+        let stat =
+            "1234 (kube proxy) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 7 3 20 0 12 0 555 0 0";
+        assert_eq!(parse_stat_cpu(stat, 100), Some(Duration::from_millis(3100)));
         assert_eq!(parse_stat_cpu("garbage", 100), None);
         assert_eq!(parse_stat_cpu(stat, 0), None);
     }

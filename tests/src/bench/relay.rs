@@ -30,7 +30,9 @@ pub fn start(ns: &NetNs, upstream: SocketAddr) -> Result<(u16, JoinHandle<()>)> 
                     Ok(mut outbound) => {
                         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                     }
-                    Err(e) => tracing::warn!(%upstream, error = %e, "relay: cannot reach the API server"),
+                    Err(e) => {
+                        tracing::warn!(%upstream, error = %e, "relay: cannot reach the API server")
+                    }
                 }
             });
         }
@@ -102,7 +104,10 @@ pub fn rewrite_for_relay(kubeconfig: &Value, dir: &Path, port: u16) -> Result<Va
     let (server, host, _) = current_server(kubeconfig)?;
     let scheme = server.split("://").next().unwrap_or("https");
     let mut doc = kubeconfig.clone();
-    let ctx_name = doc["current-context"].as_str().unwrap_or_default().to_string();
+    let ctx_name = doc["current-context"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let cluster_name = named(&doc, "contexts", &ctx_name)?["context"]["cluster"]
         .as_str()
         .unwrap_or_default()
@@ -173,8 +178,14 @@ users:
             host_port("https://api.example.test:6443/x").expect("url"),
             ("api.example.test".into(), 6443)
         );
-        assert_eq!(host_port("https://10.0.0.1").expect("url"), ("10.0.0.1".into(), 443));
-        assert_eq!(host_port("https://[fd00::1]:8443").expect("url"), ("fd00::1".into(), 8443));
+        assert_eq!(
+            host_port("https://10.0.0.1").expect("url"),
+            ("10.0.0.1".into(), 443)
+        );
+        assert_eq!(
+            host_port("https://[fd00::1]:8443").expect("url"),
+            ("fd00::1".into(), 8443)
+        );
         assert_eq!(host_port("http://h").expect("url"), ("h".into(), 80));
         assert!(host_port("ftp://h").is_err());
         assert!(host_port("https://").is_err());
@@ -186,16 +197,29 @@ users:
         let doc: Value = serde_yaml::from_str(KC).expect("yaml");
         assert_eq!(
             current_server(&doc).expect("server"),
-            ("https://api.example.test:6443".into(), "api.example.test".into(), 6443)
+            (
+                "https://api.example.test:6443".into(),
+                "api.example.test".into(),
+                6443
+            )
         );
         let out = rewrite_for_relay(&doc, Path::new("/home/me/.kube"), 4000).expect("rewrite");
         let c1 = &out["clusters"][0]["cluster"];
         assert_eq!(c1["server"].as_str(), Some("https://127.0.0.1:4000"));
         assert_eq!(c1["tls-server-name"].as_str(), Some("api.example.test"));
-        assert_eq!(c1["certificate-authority"].as_str(), Some("/home/me/.kube/ca.crt"));
-        assert_eq!(out["clusters"][1]["cluster"]["server"].as_str(), Some("https://10.0.0.1"));
+        assert_eq!(
+            c1["certificate-authority"].as_str(),
+            Some("/home/me/.kube/ca.crt")
+        );
+        assert_eq!(
+            out["clusters"][1]["cluster"]["server"].as_str(),
+            Some("https://10.0.0.1")
+        );
         let u = &out["users"][0]["user"];
-        assert_eq!(u["client-certificate"].as_str(), Some("/home/me/.kube/certs/u.crt"));
+        assert_eq!(
+            u["client-certificate"].as_str(),
+            Some("/home/me/.kube/certs/u.crt")
+        );
         assert_eq!(u["client-key"].as_str(), Some("/abs/u.key"));
         let text = serde_yaml::to_string(&out).expect("yaml");
         kube::config::Kubeconfig::from_yaml(&text).expect("still a kubeconfig");
@@ -203,7 +227,8 @@ users:
 
     #[test]
     fn missing_context_is_an_error() {
-        let doc: Value = serde_yaml::from_str("current-context: nope\ncontexts: []\n").expect("yaml");
+        let doc: Value =
+            serde_yaml::from_str("current-context: nope\ncontexts: []\n").expect("yaml");
         assert!(current_server(&doc).is_err());
     }
 }

@@ -76,7 +76,10 @@ fn reference<'a>(runs: &[&'a RunResult]) -> Option<&'a RunResult> {
         ContestantKind::KubeProxyIptables,
     ]
     .iter()
-    .find_map(|k| runs.iter().find(|r| r.contestant == *k && r.errors.is_empty()))
+    .find_map(|k| {
+        runs.iter()
+            .find(|r| r.contestant == *k && r.errors.is_empty())
+    })
     .copied()
 }
 
@@ -84,13 +87,27 @@ fn summary_pair(s: &Summary) -> (Option<f64>, Option<f64>) {
     (s.p50_ms, s.p99_ms)
 }
 
-fn table(out: &mut String, n: usize, runs: &[&RunResult], baseline: Option<&Baseline>, report: &BenchReport) {
+fn table(
+    out: &mut String,
+    n: usize,
+    runs: &[&RunResult],
+    baseline: Option<&Baseline>,
+    report: &BenchReport,
+) {
     let reference = reference(runs);
     let refv = |f: &dyn Fn(&RunResult) -> Option<f64>| reference.and_then(f);
-    let _ = writeln!(out, "\n### N = {n} Services × M = {} endpoints\n", report.config.endpoints);
+    let _ = writeln!(
+        out,
+        "\n### N = {n} Services × M = {} endpoints\n",
+        report.config.endpoints
+    );
     match reference {
         Some(r) => {
-            let _ = writeln!(out, "Ratios: against {} at the same N (×1 = same; below 1 = better).\n", r.contestant);
+            let _ = writeln!(
+                out,
+                "Ratios: against {} at the same N (×1 = same; below 1 = better).\n",
+                r.contestant
+            );
         }
         None => {
             let _ = writeln!(
@@ -118,7 +135,11 @@ fn table(out: &mut String, n: usize, runs: &[&RunResult], baseline: Option<&Base
         "programmed correctly (VIPs right after sync · after churn)",
         runs.iter()
             .map(|r| {
-                let mark = if r.programmed_correctly() { "yes" } else { "**NO**" };
+                let mark = if r.programmed_correctly() {
+                    "yes"
+                } else {
+                    "**NO**"
+                };
                 format!(
                     "{mark}: {}/{} · {}/{}",
                     r.correct_after_sync.ok,
@@ -133,10 +154,14 @@ fn table(out: &mut String, n: usize, runs: &[&RunResult], baseline: Option<&Base
     let cold_ref = refv(&|r| r.cold_sync_ms);
     row(
         "cold sync: start → every sampled VIP answers",
-        runs.iter().map(|r| ms_cell(r.cold_sync_ms, cold_ref)).collect(),
+        runs.iter()
+            .map(|r| ms_cell(r.cold_sync_ms, cold_ref))
+            .collect(),
         dash(),
     );
-    let (ra, rb) = reference.map_or((None, None), |r| (r.service_add.p50_ms, r.service_add.max_ms));
+    let (ra, rb) = reference.map_or((None, None), |r| {
+        (r.service_add.p50_ms, r.service_add.max_ms)
+    });
     row(
         "one new Service among N (p50 / max)",
         runs.iter()
@@ -190,7 +215,12 @@ fn table(out: &mut String, n: usize, runs: &[&RunResult], baseline: Option<&Base
         runs.iter()
             .map(|r| {
                 with_ratio(
-                    format!("{} / {} / {}", secs(r.cold_sync_cpu_s), secs(r.churn_cpu_s), secs(r.total_cpu_s)),
+                    format!(
+                        "{} / {} / {}",
+                        secs(r.cold_sync_cpu_s),
+                        secs(r.churn_cpu_s),
+                        secs(r.total_cpu_s)
+                    ),
                     r.total_cpu_s,
                     cpu_ref,
                 )
@@ -292,7 +322,10 @@ pub fn markdown(report: &BenchReport) -> String {
     let _ = writeln!(
         out,
         "- machine: Linux {}, {} CPUs, load at start {}, {}",
-        report.machine.kernel, report.machine.cpus, report.machine.load_at_start, report.machine.nft
+        report.machine.kernel,
+        report.machine.cpus,
+        report.machine.load_at_start,
+        report.machine.nft
     );
     if let Some(kp) = &report.machine.kube_proxy {
         let _ = writeln!(out, "- kube-proxy: {kp}");
@@ -328,7 +361,7 @@ mod tests {
     #[test]
     fn units_and_ratios() {
         assert_eq!(fmt_ms(0.0625), "62 µs");
-        assert_eq!(fmt_ms(3.14159), "3.14 ms");
+        assert_eq!(fmt_ms(3.25), "3.25 ms");
         assert_eq!(fmt_ms(141.0), "141.0 ms");
         assert_eq!(fmt_ms(65_000.0), "65.00 s");
         assert_eq!(fmt_mib(3 * 1024 * 1024), "3.0 MiB");
@@ -396,6 +429,9 @@ mod tests {
         let md = markdown(&report(vec![k]));
         assert!(md.contains("against the no-proxy baseline"), "{md}");
         assert!(md.contains("60 µs (×1.20) / 200 µs (×2.00)"), "{md}");
-        assert!(md.contains("**NO**"), "a run without sweeps is not correct: {md}");
+        assert!(
+            md.contains("**NO**"),
+            "a run without sweeps is not correct: {md}"
+        );
     }
 }

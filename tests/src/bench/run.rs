@@ -176,7 +176,11 @@ async fn measure_all(
 }
 
 /// Direct connections to endpoints from a namespace with no proxy at all.
-async fn measure_baseline(cfg: &BenchConfig, scenario: &mut Scenario, agent: &Agent) -> Result<Baseline> {
+async fn measure_baseline(
+    cfg: &BenchConfig,
+    scenario: &mut Scenario,
+    agent: &Agent,
+) -> Result<Baseline> {
     let n = scenario.services().len();
     let idx = scenario.sample(n, 500.min(n));
     let targets: Vec<Target> = idx
@@ -195,7 +199,11 @@ async fn measure_baseline(cfg: &BenchConfig, scenario: &mut Scenario, agent: &Ag
             r.last_error.unwrap_or_default()
         )));
     }
-    let d: Vec<Duration> = r.connect_ns.iter().map(|n| Duration::from_nanos(*n)).collect();
+    let d: Vec<Duration> = r
+        .connect_ns
+        .iter()
+        .map(|n| Duration::from_nanos(*n))
+        .collect();
     Ok(Baseline {
         services: n,
         connect: Summary::of(&d),
@@ -203,12 +211,20 @@ async fn measure_baseline(cfg: &BenchConfig, scenario: &mut Scenario, agent: &Ag
 }
 
 fn machine(cfg: &BenchConfig) -> Machine {
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default().trim().to_string();
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
     Machine {
         kernel: read("/proc/sys/kernel/osrelease"),
         cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
         load_at_start: read("/proc/loadavg"),
-        nft: run_cmd("nft", &["--version"]).unwrap_or_default().trim().to_string(),
+        nft: run_cmd("nft", &["--version"])
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
         kube_proxy: cfg.kube_proxy_bin.as_ref().map(|p| {
             let p: &PathBuf = p;
             run_cmd(&p.display().to_string(), &["--version"])

@@ -107,7 +107,9 @@ impl EndpointAddrs {
 pub fn backends_needed(endpoints: u64, at_least: u8) -> u8 {
     let with_headroom = endpoints + endpoints / 4 + 1000;
     let needed = with_headroom.div_ceil(u64::from(ADDRS_PER_BACKEND));
-    (needed.min(u64::from(MAX_BACKENDS)) as u8).max(at_least).max(1)
+    (needed.min(u64::from(MAX_BACKENDS)) as u8)
+        .max(at_least)
+        .max(1)
 }
 
 /// One Service of the scenario and its endpoints as last written.
@@ -182,7 +184,11 @@ fn endpoints_json(endpoints: &[Ipv4Addr]) -> Value {
 }
 
 /// The Service's EndpointSlice with its current endpoints.
-pub fn slice_object(svc: &ServiceEntry, namespace: &str, trigger_time: &str) -> Result<EndpointSlice> {
+pub fn slice_object(
+    svc: &ServiceEntry,
+    namespace: &str,
+    trigger_time: &str,
+) -> Result<EndpointSlice> {
     serde_json::from_value(json!({
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -238,7 +244,9 @@ impl Scenario {
     /// An empty scenario.
     pub fn new(config: ScenarioConfig) -> Result<Scenario> {
         if config.endpoints_per_service == 0 {
-            return Err(BenchError::Invalid("endpoints per Service must be ≥ 1".into()));
+            return Err(BenchError::Invalid(
+                "endpoints per Service must be ≥ 1".into(),
+            ));
         }
         Ok(Scenario {
             addrs: EndpointAddrs::new(config.backends)?,

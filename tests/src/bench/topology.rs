@@ -87,7 +87,14 @@ impl Topology {
             "br0",
         ])?;
         fabric.ip(&["link", "set", "br0", "up"])?;
-        fabric.ip(&["route", "add", "local", &service_cidr.to_string(), "dev", "lo"])?;
+        fabric.ip(&[
+            "route",
+            "add",
+            "local",
+            &service_cidr.to_string(),
+            "dev",
+            "lo",
+        ])?;
         let mut topo = Topology {
             fabric,
             backends: Vec::new(),
@@ -97,7 +104,14 @@ impl Topology {
             let ns = NetNs::create("kbb")?;
             let port = format!("b{b}");
             topo.attach(&ns, &port, backend_addr(b))?;
-            ns.ip(&["route", "add", "local", &backend_block(b).to_string(), "dev", "lo"])?;
+            ns.ip(&[
+                "route",
+                "add",
+                "local",
+                &backend_block(b).to_string(),
+                "dev",
+                "lo",
+            ])?;
             let listener = backends::bind_in(&ns, TARGET_PORT)?;
             let server = tokio::spawn(backends::serve(listener, format!("b{b}")));
             topo.backends.push(Backend { _ns: ns, server });
@@ -127,8 +141,8 @@ impl Topology {
     /// a route to each backend's block.
     pub fn add_node(&mut self, prefix: &str) -> Result<NodeNs> {
         let i = self.next_node;
-        let addr = node_addr(i)
-            .ok_or_else(|| BenchError::Invalid("too many node namespaces".into()))?;
+        let addr =
+            node_addr(i).ok_or_else(|| BenchError::Invalid("too many node namespaces".into()))?;
         self.next_node += 1;
         let ns = NetNs::create(prefix)?;
         self.attach(&ns, &format!("n{i}"), addr)?;

@@ -115,8 +115,9 @@ struct Opts {
 fn config(opts: &Opts) -> Result<BenchConfig> {
     let keelson = match &opts.keelson {
         Some(p) => p.clone(),
-        None => keelson_tests::node_harness::keelson_bin()
-            .unwrap_or_else(|_| PathBuf::from("keelson")),
+        None => {
+            keelson_tests::node_harness::keelson_bin().unwrap_or_else(|_| PathBuf::from("keelson"))
+        }
     };
     let mut c = if opts.quick {
         BenchConfig::quick(keelson)
@@ -209,7 +210,9 @@ fn main() -> ExitCode {
     match bench(&cli.opts) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
-            eprintln!("error: not every contestant programmed the scenario correctly (see the report)");
+            eprintln!(
+                "error: not every contestant programmed the scenario correctly (see the report)"
+            );
             ExitCode::FAILURE
         }
         Err(e) => {

@@ -13,7 +13,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::oneshot;
 
-use super::protocol::{Envelope, LatencyResult, ReachResult, Request, Response, SweepResult, Target};
+use super::protocol::{
+    Envelope, LatencyResult, ReachResult, Request, Response, SweepResult, Target,
+};
 use crate::bench::error::{BenchError, Result};
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Response>>>>;
@@ -45,9 +47,9 @@ impl Agent {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| BenchError::io(format!("starting {} {AGENT_SUBCOMMAND}", exe.display()), e))?;
+        let mut child = cmd.spawn().map_err(|e| {
+            BenchError::io(format!("starting {} {AGENT_SUBCOMMAND}", exe.display()), e)
+        })?;
         let stdin = child
             .stdin
             .take()
@@ -142,7 +144,9 @@ impl Agent {
         match rx.await {
             Ok(Response::Error { message }) => Err(BenchError::Agent(message)),
             Ok(r) => Ok(r),
-            Err(_) => Err(BenchError::Agent("exited while a request was pending".into())),
+            Err(_) => Err(BenchError::Agent(
+                "exited while a request was pending".into(),
+            )),
         }
     }
 

@@ -55,13 +55,12 @@ fn reset_on_close(fd: &impl AsFd) {
 
 /// One connection: connect within `connect_timeout`, read the identity.
 pub async fn attempt(addr: SocketAddr, connect_timeout: Duration) -> Result<IpAddr, String> {
-    let stream = match tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(addr))
-        .await
-    {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(format!("connect {addr}: {e}")),
-        Err(_) => return Err(format!("connect {addr}: timed out")),
-    };
+    let stream =
+        match tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(format!("connect {addr}: {e}")),
+            Err(_) => return Err(format!("connect {addr}: timed out")),
+        };
     reset_on_close(&stream);
     let mut line = String::new();
     let mut reader = tokio::io::BufReader::new(stream);
@@ -276,7 +275,7 @@ pub async fn scrape(addr: SocketAddr, path: &str) -> Result<String, String> {
         .split_once("\r\n\r\n")
         .ok_or_else(|| format!("GET http://{addr}{path}: malformed answer"))?;
     let status = head.lines().next().unwrap_or_default();
-    if !status.split_whitespace().nth(1).is_some_and(|c| c == "200") {
+    if status.split_whitespace().nth(1) != Some("200") {
         return Err(format!("GET http://{addr}{path}: {status}"));
     }
     Ok(body.to_string())

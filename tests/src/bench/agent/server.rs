@@ -36,9 +36,8 @@ pub fn run(args: &AgentArgs) -> Result<()> {
     }
     let ns = std::fs::File::open(&args.netns)
         .map_err(|e| BenchError::io(format!("opening {}", args.netns.display()), e))?;
-    setns(&ns, CloneFlags::CLONE_NEWNET).map_err(|e| {
-        BenchError::Agent(format!("setns into {}: {e}", args.netns.display()))
-    })?;
+    setns(&ns, CloneFlags::CLONE_NEWNET)
+        .map_err(|e| BenchError::Agent(format!("setns into {}: {e}", args.netns.display())))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -52,8 +51,7 @@ async fn serve() {
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
         while let Some(line) = out_rx.recv().await {
-            if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err()
-            {
+            if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
                 return;
             }
         }
