@@ -64,13 +64,13 @@ fn compile(clang: &str, source: &Path, include: &Path, arch_include: Option<&Pat
     cmd.arg("-c").arg(source).arg("-o").arg(object);
     let output = match cmd.output() {
         Ok(output) => output,
-        Err(e) if e.kind() == ErrorKind::NotFound => panic!(
-            "\n\nkeelson-netplane: `{clang}` was not found. Building keelson's eBPF programs \
-             ({}) needs clang with the bpf target and libbpf's headers ({PACKAGES_HINT}); \
-             set KEELSON_CLANG to use another clang binary.\n\n",
+        Err(e) if e.kind() == ErrorKind::NotFound => fail(&format!(
+            "`{clang}` was not found. Building keelson's eBPF programs ({}) needs clang with \
+             the bpf target and libbpf's headers ({PACKAGES_HINT}); set KEELSON_CLANG to use \
+             another clang binary.",
             source.display()
-        ),
-        Err(e) => panic!("keelson-netplane: running `{clang}`: {e}"),
+        )),
+        Err(e) => fail(&format!("running `{clang}`: {e}")),
     };
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -83,9 +83,15 @@ fn compile(clang: &str, source: &Path, include: &Path, arch_include: Option<&Pat
         } else {
             String::new()
         };
-        panic!(
-            "\n\nkeelson-netplane: compiling the eBPF program {} failed:\n{stderr}{hint}\n\n",
+        fail(&format!(
+            "compiling the eBPF program {} failed:\n{stderr}{hint}",
             source.display()
-        );
+        ));
     }
+}
+
+/// Stops the build with `message` (no panic backtrace).
+fn fail(message: &str) -> ! {
+    eprintln!("\nkeelson-netplane: {message}\n");
+    std::process::exit(1)
 }
