@@ -194,6 +194,18 @@ async fn status_subresource_and_generation() {
     );
     assert_eq!(main.metadata.generation, Some(2));
 
+    // A status update may not change qosClass.
+    let e = api_error(
+        pods.patch_status(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"qosClass": "Guaranteed"}})),
+        )
+        .await
+        .expect_err("qosClass is immutable"),
+    );
+    assert_eq!(e.code, 422);
+
     // Forbidden pod spec change.
     let mut bad = main.clone();
     if let Some(spec) = bad.spec.as_mut() {
@@ -742,6 +754,34 @@ async fn graceful_delete_binding_eviction_finalizers() {
     assert_eq!(
         api_error(pods.get("bound").await.expect_err("gone")).code,
         404
+    );
+
+    // restartPolicy Never: a terminated container may not run again.
+    let mut never = pod("never", json!({}));
+    if let Some(s) = never.spec.as_mut() {
+        s.restart_policy = Some("Never".into());
+        s.node_name = Some("n1".into());
+    }
+    pods.create(&PostParams::default(), &never)
+        .await
+        .expect("create");
+    let pp = PatchParams::default();
+    pods.patch_status("never", &pp, &Patch::Merge(json!({"status": {"containerStatuses": [
+        {"name": "c", "ready": false, "restartCount": 0, "image": "busybox", "imageID": "", "state": {"terminated": {"exitCode": 1}}}]}})))
+        .await
+        .expect("terminated");
+    let e = api_error(
+        pods.patch_status("never", &pp, &Patch::Merge(json!({"status": {"containerStatuses": [
+            {"name": "c", "ready": true, "restartCount": 1, "image": "busybox", "imageID": "", "state": {"running": {}}}]}})))
+            .await
+            .expect_err("may not run again"),
+    );
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message
+            .contains("may not be transitioned to non-terminated state"),
+        "{}",
+        e.message
     );
 
     // Eviction of a bound pod is a graceful delete with its options.

@@ -698,6 +698,25 @@ pub fn update_in(
     invalid(kind, &name, validation::object(kind, &new))?;
     if kind == "Pod" {
         invalid(kind, &name, validation::pod_spec_update(&old, &new))?;
+        if mode == UpdateMode::Status {
+            // An omitted qosClass is backfilled (old kubelets dropped it).
+            let missing = new
+                .pointer("/status/qosClass")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .is_empty();
+            if missing
+                && let Some(q) = old.pointer("/status/qosClass").cloned()
+                && let Some(o) = new.as_object_mut()
+                && let Some(st) = o
+                    .entry("status")
+                    .or_insert_with(|| json!({}))
+                    .as_object_mut()
+            {
+                st.insert("qosClass".into(), q);
+            }
+            invalid(kind, &name, validation::pod_status_update(&old, &new))?;
+        }
     }
     if kind == "Service" {
         services::allocate(txn, Some(&old), &mut new)?;

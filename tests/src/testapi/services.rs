@@ -162,6 +162,23 @@ pub fn allocate(txn: &mut Txn<'_>, old: Option<&Value>, new: &mut Value) -> Resu
                 .to_string();
             let given = pm.get("nodePort").and_then(Value::as_u64).unwrap_or(0) as u16;
             if ty == "ClusterIP" || ty == "ExternalName" {
+                // Retyping away from NodePort drops the allocated ports (as
+                // upstream's strategy does); asking for one is an error.
+                let old_type = old
+                    .and_then(|o| o.pointer("/spec/type"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("ClusterIP");
+                let retyped = old_type == "NodePort" || old_type == "LoadBalancer";
+                if given != 0 && ty == "ClusterIP" && !retyped {
+                    return Err(fail(
+                        &name,
+                        vec![Cause {
+                            reason: "FieldValueForbidden",
+                            message: "Forbidden: may not be used when `type` is 'ClusterIP'".into(),
+                            field: format!("spec.ports[{i}].nodePort"),
+                        }],
+                    ));
+                }
                 pm.remove("nodePort");
                 continue;
             }

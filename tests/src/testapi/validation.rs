@@ -304,3 +304,165 @@ mod tests {
         assert!(!pod_spec_update(&old, &node).is_empty());
     }
 }
+
+fn statuses<'a>(pod: &'a Value, list: &str) -> Vec<&'a Value> {
+    pod.pointer(&format!("/status/{list}"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().collect())
+        .unwrap_or_default()
+}
+
+/// Terminated containers that may not run again must stay terminated:
+/// restartPolicy Never, OnFailure after exit code 0 (init containers that
+/// are restartable sidecars are exempt). Ephemeral containers never restart.
+fn state_transitions(
+    old: &Value,
+    new: &Value,
+    list: &str,
+    policy: &str,
+    restartable: &[String],
+) -> Vec<Cause> {
+    let mut out = Vec::new();
+    if policy == "Always" {
+        return out;
+    }
+    let new_list = statuses(new, list);
+    for (i, o) in statuses(old, list).iter().enumerate() {
+        let Some(term) = o.pointer("/state/terminated").filter(|t| t.is_object()) else {
+            continue;
+        };
+        let exit = term.get("exitCode").and_then(Value::as_i64).unwrap_or(0);
+        if exit != 0 && policy == "OnFailure" {
+            continue;
+        }
+        let name = o.get("name").and_then(Value::as_str).unwrap_or_default();
+        if restartable.iter().any(|r| r == name) {
+            continue;
+        }
+        let back = new_list.iter().any(|n| {
+            n.get("name").and_then(Value::as_str) == Some(name)
+                && n.pointer("/state/terminated")
+                    .is_none_or(|t| !t.is_object())
+        });
+        if back {
+            out.push(Cause {
+                reason: "FieldValueForbidden",
+                message: "Forbidden: may not be transitioned to non-terminated state".into(),
+                field: format!("status.{list}[{i}].state"),
+            });
+        }
+    }
+    out
+}
+
+/// Checks a pod status update as upstream does for what a node agent
+/// writes: qosClass is immutable, terminated containers that will not be
+/// restarted stay terminated, pod and host IPs are IP addresses.
+pub fn pod_status_update(old: &Value, new: &Value) -> Vec<Cause> {
+    let mut out = Vec::new();
+    let old_qos = old
+        .pointer("/status/qosClass")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let new_qos = new
+        .pointer("/status/qosClass")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if old_qos != new_qos {
+        out.push(invalid_value(
+            "status.qosClass",
+            new_qos,
+            "field is immutable",
+        ));
+    }
+    let policy = old
+        .pointer("/spec/restartPolicy")
+        .and_then(Value::as_str)
+        .unwrap_or("Always");
+    let restartable: Vec<String> = old
+        .pointer("/spec/initContainers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter(|c| c.get("restartPolicy").and_then(Value::as_str) == Some("Always"))
+                .filter_map(|c| c.get("name").and_then(Value::as_str).map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.extend(state_transitions(
+        old,
+        new,
+        "containerStatuses",
+        policy,
+        &[],
+    ));
+    out.extend(state_transitions(
+        old,
+        new,
+        "initContainerStatuses",
+        policy,
+        &restartable,
+    ));
+    out.extend(state_transitions(
+        old,
+        new,
+        "ephemeralContainerStatuses",
+        "Never",
+        &[],
+    ));
+    if let Some(ip) = new.pointer("/status/podIP").and_then(Value::as_str)
+        && !ip.is_empty()
+        && ip.parse::<std::net::IpAddr>().is_err()
+    {
+        out.push(invalid_value(
+            "status.podIP",
+            ip,
+            "must be a valid IP address",
+        ));
+    }
+    for list in ["podIPs", "hostIPs"] {
+        for (i, e) in statuses(new, list).iter().enumerate() {
+            let ip = e.get("ip").and_then(Value::as_str).unwrap_or_default();
+            if ip.parse::<std::net::IpAddr>().is_err() {
+                out.push(invalid_value(
+                    &format!("status.{list}[{i}].ip"),
+                    ip,
+                    "must be a valid IP address",
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn terminated_containers_stay_terminated_unless_restarted_by_policy() {
+        let old = |policy: &str, exit: i64| {
+            json!({"spec": {"restartPolicy": policy}, "status": {"qosClass": "BestEffort",
+                "containerStatuses": [{"name": "c", "state": {"terminated": {"exitCode": exit}}}]}})
+        };
+        let running = json!({"status": {"qosClass": "BestEffort", "containerStatuses": [{"name": "c", "state": {"running": {}}}]}});
+        assert_eq!(
+            pod_status_update(&old("Never", 1), &running)[0].field,
+            "status.containerStatuses[0].state"
+        );
+        assert!(!pod_status_update(&old("OnFailure", 0), &running).is_empty());
+        assert!(pod_status_update(&old("OnFailure", 1), &running).is_empty());
+        assert!(pod_status_update(&old("Always", 0), &running).is_empty());
+        let qos = json!({"status": {"qosClass": "Guaranteed"}});
+        assert_eq!(
+            pod_status_update(&old("Always", 0), &qos)[0].field,
+            "status.qosClass"
+        );
+        let bad_ip = json!({"status": {"qosClass": "BestEffort", "podIP": "nope"}});
+        assert_eq!(
+            pod_status_update(&old("Always", 0), &bad_ip)[0].field,
+            "status.podIP"
+        );
+    }
+}
