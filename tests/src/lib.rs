@@ -10,5 +10,6 @@ pub mod containerd;
 pub mod images;
 pub mod netns;
 pub mod node_harness;
+pub mod proxy_cases;
 pub mod support;
 pub mod testapi;
