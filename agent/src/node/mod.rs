@@ -226,3 +226,59 @@ async fn drain(tasks: &mut JoinSet<&'static str>) {
         }
     }
 }
+
+/// Runs what needs the pod lifecycle until shutdown: the eviction manager
+/// (kubelet starts it once the runtime is up) and garbage collection of
+/// dead containers, sandboxes, pod logs and unused images (which also
+/// serves the eviction manager's disk reclaim).
+pub async fn run_pod_consumers<P>(services: &NodeServices, pods: P)
+where
+    P: eviction::EvictionPods + gc::PodState + Clone,
+{
+    let ctx = &services.ctx;
+    let n = &ctx.config.node;
+    let pods = Arc::new(pods);
+    let collectors = gc::Collectors {
+        containers: gc::ContainerGc::new(
+            services.cri.clone(),
+            pods.clone(),
+            gc::ContainerGcPolicy::default(),
+            n.pod_logs_dir.clone(),
+            n.pod_logs_dir.parent().map(|p| p.join("containers")),
+        ),
+        images: gc::ImageGc::new(
+            services.cri.clone(),
+            gc::ImageGcPolicy {
+                high_threshold_percent: n.image_gc_high_threshold_percent,
+                low_threshold_percent: n.image_gc_low_threshold_percent,
+                min_age: n.image_minimum_gc_age.get(),
+                max_age: n.image_maximum_gc_age.get(),
+            },
+            Some(services.recorder.clone()),
+            &ctx.node_name,
+            gc::ImageGcMetrics::new(&ctx.registry),
+        ),
+    };
+    let mut tasks: JoinSet<&'static str> = JoinSet::new();
+    eviction::start(
+        services,
+        pods.clone(),
+        Some(Arc::new(collectors.clone())),
+        None,
+        &mut tasks,
+    );
+    {
+        let (recorder, name, stop) = (
+            Some(services.recorder.clone()),
+            ctx.node_name.clone(),
+            ctx.shutdown.clone(),
+        );
+        let enabled = n.image_gc_high_threshold_percent < 100;
+        tasks.spawn(async move {
+            gc::run(collectors, enabled, recorder, name, stop).await;
+            "garbage-collection"
+        });
+    }
+    ctx.shutdown.cancelled().await;
+    drain(&mut tasks).await;
+}
