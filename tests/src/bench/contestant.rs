@@ -310,6 +310,7 @@ impl ProxyProcess {
             .try_clone()
             .map_err(|e| BenchError::io("duplicating the log file", e))?;
         let child = cmd
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

@@ -30,11 +30,24 @@ pub struct KernelCounts {
     pub bpf_map_entries: BTreeMap<String, usize>,
 }
 
+/// eBPF maps holding per-connection state (not Service state): left out
+/// of [`KernelCounts::bpf_service_entries`].
+pub const PER_CONNECTION_MAPS: [&str; 2] = ["kl_revnat", "kl_affinity"];
+
 impl KernelCounts {
-    /// Rules + set/map elements + eBPF map entries: the kernel objects a
-    /// contestant keeps for its Services.
+    /// Entries of the eBPF maps that describe Services and endpoints.
+    pub fn bpf_service_entries(&self) -> usize {
+        self.bpf_map_entries
+            .iter()
+            .filter(|(name, _)| !PER_CONNECTION_MAPS.contains(&name.as_str()))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Rules + set/map elements + Service eBPF map entries: the kernel
+    /// objects a contestant keeps for its Services.
     pub fn objects(&self) -> usize {
-        self.rules + self.elements + self.bpf_map_entries.values().sum::<usize>()
+        self.rules + self.elements + self.bpf_service_entries()
     }
 }
 
@@ -146,6 +159,13 @@ mod tests {
         assert_eq!(c.tables, vec!["ip keelson"]);
         assert_eq!((c.chains, c.rules, c.sets, c.elements), (2, 3, 3, 3));
         assert_eq!(c.objects(), 6);
+        let mut e = c.clone();
+        e.bpf_map_entries = [("kl_services", 2), ("kl_backends", 4), ("kl_revnat", 90)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        assert_eq!(e.bpf_service_entries(), 6);
+        assert_eq!(e.objects(), 12);
         assert!(parse_nft_json("{}").is_err());
         assert!(parse_nft_json("not json").is_err());
     }

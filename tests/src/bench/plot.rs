@@ -123,7 +123,22 @@ pub fn log_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
     if lo > hi {
         return (0.1, 10.0);
     }
+    if lo == hi {
+        // One point: a decade each side, so the axis has labelled ticks.
+        return (lo / 10.0, hi * 10.0);
+    }
     (lo / 2.0, hi * 2.0)
+}
+
+/// An axis label: at most three decimals, no trailing zeros.
+pub fn short_number(v: f64) -> String {
+    let s = format!("{v:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s.is_empty() {
+        "0".into()
+    } else {
+        s.to_string()
+    }
 }
 
 fn panel<DB: DrawingBackend>(
@@ -145,24 +160,29 @@ fn panel<DB: DrawingBackend>(
         .configure_mesh()
         .x_desc("Services (N)")
         .y_desc("milliseconds")
+        .x_label_formatter(&|x| format!("{}", x.round() as u64))
+        .y_label_formatter(&|y| short_number(*y))
         .draw()
         .map_err(e)?;
     for l in lines {
         let color = palette(l.color);
         let style = ShapeStyle::from(color).stroke_width(2);
-        let legend = move |(x, y): (i32, i32)| PathElement::new(vec![(x, y), (x + 20, y)], style);
         if l.dashed {
             chart
                 .draw_series(DashedLineSeries::new(l.points.clone(), 6, 4, style))
                 .map_err(e)?
                 .label(l.label.clone())
-                .legend(legend);
+                .legend(move |(x, y)| {
+                    EmptyElement::at((x, y))
+                        + PathElement::new(vec![(0, 0), (7, 0)], style)
+                        + PathElement::new(vec![(12, 0), (19, 0)], style)
+                });
         } else {
             chart
                 .draw_series(LineSeries::new(l.points.clone(), style))
                 .map_err(e)?
                 .label(l.label.clone())
-                .legend(legend);
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
         }
         chart
             .draw_series(l.points.iter().map(|p| Circle::new(*p, 3, color.filled())))
@@ -258,8 +278,17 @@ mod tests {
         assert_eq!(left[0].points, vec![(100.0, 0.05), (1000.0, 0.05)]);
         // No churn probes: only the new-Service line remains.
         assert_eq!(right.len(), 1);
-        assert_eq!(log_range([5.0].into_iter()), (2.5, 10.0));
+        assert_eq!(log_range([5.0].into_iter()), (0.5, 50.0));
+        assert_eq!(log_range([5.0, 50.0].into_iter()), (2.5, 100.0));
         assert_eq!(log_range(std::iter::empty()), (0.1, 10.0));
+    }
+
+    #[test]
+    fn axis_labels() {
+        assert_eq!(short_number(0.4000000000004), "0.4");
+        assert_eq!(short_number(20.0), "20");
+        assert_eq!(short_number(0.0125), "0.013");
+        assert_eq!(short_number(0.0), "0");
     }
 
     #[test]

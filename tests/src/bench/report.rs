@@ -241,16 +241,11 @@ fn table(
     );
     let obj_ref = refv(&|r| r.kernel.as_ref().map(|k| k.objects() as f64));
     row(
-        "kernel: nft rules / set+map elements / BPF map entries",
+        "kernel: nft rules / set+map elements / eBPF Service map entries",
         runs.iter()
             .map(|r| match &r.kernel {
                 Some(k) => with_ratio(
-                    format!(
-                        "{} / {} / {}",
-                        k.rules,
-                        k.elements,
-                        k.bpf_map_entries.values().sum::<usize>()
-                    ),
+                    format!("{} / {} / {}", k.rules, k.elements, k.bpf_service_entries()),
                     Some(k.objects() as f64),
                     obj_ref,
                 ),
