@@ -117,6 +117,34 @@ async fn crud_conflict_and_noop_updates() {
         404
     );
 
+    // EndpointSlice addressType is immutable.
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::default_namespaced(cms.clone().into_client());
+    let es: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "es", "labels": {"kubernetes.io/service-name": "s"}},
+        "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}], "ports": [{"port": 80}]}))
+    .expect("slice");
+    let es = slices
+        .create(&PostParams::default(), &es)
+        .await
+        .expect("create slice");
+    assert_eq!(
+        es.ports
+            .as_ref()
+            .and_then(|p| p[0].protocol.clone())
+            .as_deref(),
+        Some("TCP")
+    );
+    let mut v6 = es.clone();
+    v6.address_type = "IPv6".into();
+    let e = api_error(
+        slices
+            .replace("es", &PostParams::default(), &v6)
+            .await
+            .expect_err("immutable"),
+    );
+    assert_eq!(e.code, 422);
+
     // generateName and validation.
     let generated: ConfigMap =
         serde_json::from_value(json!({"metadata": {"generateName": "gen-"}})).expect("cm");

@@ -527,7 +527,10 @@ pub fn spawn_listener(
             let tls = tls.clone();
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
-                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let mut builder =
+                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                // kube-apiserver's --http2-max-streams-per-connection default.
+                builder.http2().max_concurrent_streams(1000);
                 let served = async {
                     match tls {
                         Some(acceptor) => match acceptor.accept(stream).await {

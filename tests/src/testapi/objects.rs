@@ -721,6 +721,21 @@ pub fn update_in(
     if kind == "Service" {
         services::allocate(txn, Some(&old), &mut new)?;
     }
+    if kind == "EndpointSlice" && old.get("addressType") != new.get("addressType") {
+        let v = new
+            .get("addressType")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        invalid(
+            kind,
+            &name,
+            vec![super::error::invalid_value(
+                "addressType",
+                v,
+                "field is immutable",
+            )],
+        )?;
+    }
     if res.tracks_generation && spec_part(&old) != spec_part(&new) {
         let g = old
             .pointer("/metadata/generation")
