@@ -271,6 +271,14 @@ async fn downward_api_volume_follows_the_pod() {
     w.vm.setup_pod(&pod).await.unwrap();
     let d = volume_dir(&w, &pod, "kubernetes.io~downward-api", "info");
     assert_eq!(
+        mounts_below(w.root())
+            .iter()
+            .find(|m| m.path == d)
+            .map(|m| m.fstype.clone()),
+        Some("tmpfs".to_string()),
+        "downwardAPI volumes live on tmpfs, as kubelet's"
+    );
+    assert_eq!(
         read(&d.join("labels")).unwrap(),
         "app=\"web\"\ntier=\"front\""
     );

@@ -222,7 +222,7 @@ impl VolumeManager {
                 )?;
                 let t = AtomicTarget {
                     plugin,
-                    medium: Medium::Default,
+                    medium: Medium::Memory,
                 };
                 self.write_atomic(pod, &vol.name, t, payload, was_mounted)
                     .await
