@@ -33,6 +33,7 @@ pub async fn run(client: kube::Client, node: String, shutdown: CancellationToken
     let pods = reflect::<Pod>(client.clone(), changed.clone(), shutdown.clone());
     let services = reflect::<Service>(client.clone(), changed.clone(), shutdown.clone());
     let slices = reflect::<EndpointSlice>(client.clone(), changed.clone(), shutdown.clone());
+    let mut created = Created::new();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -43,7 +44,7 @@ pub async fn run(client: kube::Client, node: String, shutdown: CancellationToken
         if let Err(e) = schedule(&client, &pods, &node).await {
             eprintln!("  [scheduler stand-in] {e}");
         }
-        if let Err(e) = reconcile_slices(&client, &pods, &services, &slices).await {
+        if let Err(e) = reconcile_slices(&client, &pods, &services, &slices, &mut created).await {
             eprintln!("  [endpointslice stand-in] {e}");
         }
     }
@@ -204,11 +205,16 @@ fn desired(svc: &Service, pods: &[Arc<Pod>]) -> (Vec<Endpoint>, Vec<EndpointPort
     (endpoints, ports.unwrap_or_default())
 }
 
+/// Slices created but not seen in the store yet, by (namespace, service):
+/// until the watch delivers one, creating another would duplicate it.
+type Created = std::collections::HashMap<(String, String), String>;
+
 async fn reconcile_slices(
     client: &kube::Client,
     pods: &Store<Pod>,
     services: &Store<Service>,
     slices: &Store<EndpointSlice>,
+    created: &mut Created,
 ) -> Result<(), kube::Error> {
     let pods = pods.state();
     let services = services.state();
@@ -251,19 +257,39 @@ async fn reconcile_slices(
             }
         }
     }
+    created.retain(|_, name| !ours.iter().any(|s| s.name_any() == *name));
     for ((ns, name), svc) in wanted {
         let (endpoints, ports) = desired(svc, &pods);
         let api = Api::<EndpointSlice>::namespaced(client.clone(), &ns);
-        let existing = ours.iter().find(|s| {
-            s.namespace().as_deref() == Some(ns.as_str())
-                && s.labels().get(SERVICE_NAME_LABEL) == Some(&name)
-        });
-        match existing {
+        let mut mine: Vec<&Arc<EndpointSlice>> = ours
+            .iter()
+            .filter(|s| {
+                s.namespace().as_deref() == Some(ns.as_str())
+                    && s.labels().get(SERVICE_NAME_LABEL) == Some(&name)
+            })
+            .collect();
+        mine.sort_by_key(|s| s.name_any());
+        // One slice per Service here: extras (from a lost race) go.
+        for extra in mine.iter().skip(1) {
+            match api
+                .delete(&extra.name_any(), &DeleteParams::default())
+                .await
+            {
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                other => {
+                    other?;
+                }
+            }
+        }
+        if mine.is_empty() && created.contains_key(&(ns.clone(), name.clone())) {
+            continue;
+        }
+        match mine.first() {
             Some(cur)
                 if cur.endpoints.as_ref() == Some(&endpoints)
                     && cur.ports.as_ref() == Some(&ports) => {}
             Some(cur) => {
-                let mut next = (**cur).clone();
+                let mut next = (***cur).clone();
                 next.endpoints = Some(endpoints);
                 next.ports = Some(ports);
                 api.replace(&cur.name_any(), &PostParams::default(), &next)
@@ -292,7 +318,8 @@ async fn reconcile_slices(
                     endpoints: Some(endpoints),
                     ports: Some(ports),
                 };
-                api.create(&PostParams::default(), &slice).await?;
+                let made = api.create(&PostParams::default(), &slice).await?;
+                created.insert((ns.clone(), name.clone()), made.name_any());
             }
         }
     }
