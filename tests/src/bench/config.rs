@@ -30,6 +30,10 @@ pub struct BenchConfig {
     pub service_cidr: String,
     /// `minSyncPeriod` of every contestant.
     pub min_sync_period: Duration,
+    /// Client-side API QPS of every contestant (`None`: upstream's 5).
+    pub api_qps: Option<f32>,
+    /// Client-side API burst of every contestant (`None`: upstream's 10).
+    pub api_burst: Option<u32>,
     /// Background endpoint changes per second during churn (K).
     pub churn_rate: f64,
     /// Length of the churn phase.
@@ -71,6 +75,8 @@ impl BenchConfig {
             kubeconfig: None,
             service_cidr: "10.96.0.0/12".into(),
             min_sync_period: Duration::ZERO,
+            api_qps: None,
+            api_burst: None,
             churn_rate: 100.0,
             churn_duration: Duration::from_secs(30),
             probe_rate: 4.0,
@@ -142,6 +148,9 @@ impl BenchConfig {
             && !kp.is_file()
         {
             return bad(format!("kube-proxy binary {} not found", kp.display()));
+        }
+        if self.api_qps.is_some_and(|q| !(q.is_finite() && q > 0.0)) {
+            return bad("--api-qps must be > 0".into());
         }
         if self.churn_rate < 0.0 || self.probe_rate <= 0.0 {
             return bad("--churn-rate must be ≥ 0 and --probe-rate > 0".into());

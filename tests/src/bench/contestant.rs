@@ -98,6 +98,12 @@ pub struct ContestantSettings {
     /// The API server speaks JSON only (the test API server): kube-proxy
     /// gets `--kube-api-content-type=application/json`.
     pub json_only_api: bool,
+    /// Client-side API rate for every contestant (`clientConnection.qps`,
+    /// `--kube-api-qps`); `None`: their default (5, as upstream).
+    pub api_qps: Option<f32>,
+    /// Client-side API burst (`clientConnection.burst`,
+    /// `--kube-api-burst`); `None`: their default (10).
+    pub api_burst: Option<u32>,
 }
 
 /// The cgroup and bpffs of one eBPF run; removed on drop (stop the
@@ -193,6 +199,12 @@ pub fn keelson_config(
     cfg.node.enabled = false;
     cfg.proxy.client_connection.kubeconfig = Some(kubeconfig.to_path_buf());
     cfg.proxy.min_sync_period = settings.min_sync_period;
+    if let Some(q) = settings.api_qps {
+        cfg.proxy.client_connection.qps = q;
+    }
+    if let Some(b) = settings.api_burst {
+        cfg.proxy.client_connection.burst = i32::try_from(b).unwrap_or(i32::MAX);
+    }
     cfg.proxy.mode = match kind {
         ContestantKind::KeelsonNftables => ProxyMode::Nftables,
         ContestantKind::KeelsonEbpf => ProxyMode::Ebpf,
@@ -237,6 +249,12 @@ pub fn kube_proxy_args(
     ];
     if settings.json_only_api {
         args.push("--kube-api-content-type=application/json".to_string());
+    }
+    if let Some(q) = settings.api_qps {
+        args.push(format!("--kube-api-qps={q}"));
+    }
+    if let Some(b) = settings.api_burst {
+        args.push(format!("--kube-api-burst={b}"));
     }
     Ok(args)
 }
@@ -401,6 +419,8 @@ mod tests {
             kube_proxy_bin: Some("/bin/kube-proxy".into()),
             min_sync_period: KubeDuration::from_millis(0),
             json_only_api: true,
+            api_qps: Some(50.0),
+            api_burst: Some(100),
         }
     }
 
@@ -430,6 +450,8 @@ mod tests {
         assert_eq!(back.node_name.as_deref(), Some("kb-node"));
         assert_eq!(back.proxy.min_sync_period, KubeDuration::from_millis(0));
         assert!(!back.node.enabled);
+        assert_eq!(back.proxy.client_connection.qps, 50.0);
+        assert_eq!(back.proxy.client_connection.burst, 100);
         assert_eq!(
             back.proxy.client_connection.kubeconfig.as_deref(),
             Some(Path::new("/tmp/kc"))
@@ -461,6 +483,8 @@ mod tests {
         assert!(args.contains(&"--min-sync-period=0s".to_string()));
         assert!(args.contains(&"--kube-api-content-type=application/json".to_string()));
         assert!(args.contains(&"--conntrack-max-per-core=0".to_string()));
+        assert!(args.contains(&"--kube-api-qps=50".to_string()));
+        assert!(args.contains(&"--kube-api-burst=100".to_string()));
         assert!(
             kube_proxy_args(
                 ContestantKind::KeelsonNftables,

@@ -328,10 +328,18 @@ pub fn markdown(report: &BenchReport) -> String {
     let _ = writeln!(out, "- API server: {}", report.api_server);
     let _ = writeln!(
         out,
-        "- scenario: N = {:?} Services × M = {} endpoints (real backends in network namespaces); minSyncPeriod {:?} for every contestant; churn {} endpoint changes/s for {:?} with {} probed changes/s; {} Services added one by one; {} idle probed changes; {} timed connections",
+        "- scenario: N = {:?} Services × M = {} endpoints (real backends in network namespaces); minSyncPeriod {:?} and API client QPS/burst {} for every contestant; churn {} endpoint changes/s for {:?} with {} probed changes/s; {} Services added one by one; {} idle probed changes; {} timed connections",
         c.services,
         c.endpoints,
         c.min_sync_period,
+        match (c.api_qps, c.api_burst) {
+            (None, None) => "5/10 (upstream default)".to_string(),
+            (q, b) => format!(
+                "{}/{}",
+                q.map_or("5".to_string(), |q| q.to_string()),
+                b.map_or("10".to_string(), |b| b.to_string())
+            ),
+        },
         c.churn_rate,
         c.churn_duration,
         c.probe_rate,

@@ -70,6 +70,8 @@ pub async fn run(cfg: BenchConfig, exe: &Path, command: String) -> Result<BenchR
         kube_proxy_bin: cfg.kube_proxy_bin.clone(),
         min_sync_period: cfg.min_sync_period_kube(),
         json_only_api: api.is_test_server(),
+        api_qps: cfg.api_qps,
+        api_burst: cfg.api_burst,
     };
     let mut nodes: BTreeMap<ContestantKind, ContestantNode> = BTreeMap::new();
     for kind in &cfg.contestants {

@@ -80,6 +80,13 @@ struct Opts {
     /// minSyncPeriod of every contestant (Go duration; default 0s).
     #[arg(long)]
     min_sync_period: Option<String>,
+    /// Client-side API QPS of every contestant (keelson
+    /// `clientConnection.qps`, kube-proxy `--kube-api-qps`; default 5).
+    #[arg(long)]
+    api_qps: Option<f32>,
+    /// Client-side API burst of every contestant (default 10).
+    #[arg(long)]
+    api_burst: Option<u32>,
     /// Background endpoint changes per second during churn (K).
     #[arg(long)]
     churn_rate: Option<f64>,
@@ -143,6 +150,8 @@ fn config(opts: &Opts) -> Result<BenchConfig> {
             .with_context(|| format!("--min-sync-period {v}"))?
             .get();
     }
+    c.api_qps = opts.api_qps;
+    c.api_burst = opts.api_burst;
     if let Some(v) = opts.churn_rate {
         c.churn_rate = v;
     }
