@@ -462,6 +462,16 @@ async fn empty_dir_media_and_fs_group() {
     let mem = fs(&dir("mem")).expect("tmpfs");
     assert_eq!(mem.fstype, "tmpfs");
     assert!(mem.options.contains("size=65536k"), "{}", mem.options);
+    // Memory-backed volumes never swap (tmpfs noswap, kernel 6.4+).
+    let release = nix::sys::utsname::uname()
+        .unwrap()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    let mut v = release.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    if (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (6, 4) {
+        assert!(mem.options.contains("noswap"), "{}", mem.options);
+    }
     let small = fs(&dir("small")).expect("tmpfs");
     assert!(small.options.contains("size=16384k"), "{}", small.options);
     let huge = fs(&dir("huge")).expect("hugetlbfs");

@@ -104,11 +104,14 @@ pub fn set_up(mounter: &dyn Mounter, v: &EmptyDir<'_>) -> io::Result<()> {
         Medium::Default => {}
         Medium::Memory => {
             if mounted.as_deref() != Some("tmpfs") {
-                let options: Vec<String> = v
+                let mut options: Vec<String> = v
                     .size_bytes
                     .filter(|s| *s > 0)
                     .map(|s| vec![format!("size={s}")])
                     .unwrap_or_default();
+                if noswap_supported(mounter, v.meta_dir) {
+                    options.push("noswap".to_string());
+                }
                 mounter.mount_fs("tmpfs", v.dir, "tmpfs", &options)?;
             }
         }
@@ -127,6 +130,47 @@ pub fn set_up(mounter: &dyn Mounter, v: &EmptyDir<'_>) -> io::Result<()> {
     std::fs::create_dir_all(v.meta_dir)?;
     std::fs::write(&ready, b"")?;
     Ok(())
+}
+
+/// Whether tmpfs takes `noswap` (kernel 6.4+; older kernels are asked
+/// once with a test mount), as kubelet checks before mounting memory-backed
+/// volumes: their content must never reach swap.
+fn noswap_supported(mounter: &dyn Mounter, near: &Path) -> bool {
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SUPPORTED.get_or_init(|| {
+        if kernel_at_least(6, 4) {
+            return true;
+        }
+        // Probe beside the volume's metadata (never in the volume itself).
+        let base = near.parent().unwrap_or(near);
+        let probe = base.join(format!("tmpfs-noswap-test-{}", std::process::id()));
+        if std::fs::create_dir_all(&probe).is_err() {
+            return false;
+        }
+        let ok = mounter
+            .mount_fs("tmpfs", &probe, "tmpfs", &["noswap".to_string()])
+            .is_ok();
+        if ok && let Err(e) = mounter.unmount(&probe) {
+            tracing::warn!(dir = %probe.display(), error = %e, "could not unmount the tmpfs noswap probe");
+            return ok;
+        }
+        let _ = std::fs::remove_dir(&probe);
+        ok
+    })
+}
+
+/// True when the running kernel's release is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let Ok(uts) = nix::sys::utsname::uname() else {
+        return false;
+    };
+    let release = uts.release().to_string_lossy().into_owned();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (ma, mi) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (ma, mi) >= (major, minor)
 }
 
 /// Creates `dir` with mode 0777 whatever the umask.
