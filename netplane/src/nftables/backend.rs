@@ -177,13 +177,13 @@ impl NftablesBackend {
     /// Plans the ops for a diff without sending them (what [`Backend::sync`]
     /// would send). Useful to inspect the cost of a change.
     pub fn plan_diff(&self, diff: &ProxyDiff) -> Vec<Op> {
-        self.plans_for_diff(diff, Instant::now())
+        self.plans_for_diff(diff)
             .into_iter()
             .flat_map(|(_, p)| p.ops)
             .collect()
     }
 
-    fn plans_for_diff(&self, diff: &ProxyDiff, now: Instant) -> Vec<(TableId, Plan)> {
+    fn plans_for_diff(&self, diff: &ProxyDiff) -> Vec<(TableId, Plan)> {
         let mut config = self.config.clone();
         if let Some(cidrs) = &diff.service_cidrs {
             config.service_cidrs = cidrs.clone();
@@ -202,7 +202,7 @@ impl NftablesBackend {
         for (id, table) in &self.tables {
             let fixed = fixed_for(&config, *id, &node_ports);
             let changes = by_table.remove(id).unwrap_or_default();
-            out.push((*id, table.plan_incremental(&fixed, changes, now)));
+            out.push((*id, table.plan_incremental(&fixed, changes)));
         }
         out
     }
@@ -334,6 +334,22 @@ impl NftablesBackend {
         })
     }
 
+    /// Deletes chains that went stale at least a second ago, in a
+    /// transaction of their own; failures are logged and retried later.
+    fn delete_stale_chains(&mut self, now: Instant) {
+        let plans: Vec<(TableId, Plan)> = self
+            .tables
+            .iter()
+            .filter_map(|(id, t)| t.plan_stale_deletion(now).map(|p| (*id, p)))
+            .collect();
+        if plans.is_empty() {
+            return;
+        }
+        if let Err(e) = self.run(plans, now) {
+            tracing::warn!(error = %e, "could not delete stale chains; will retry");
+        }
+    }
+
     /// Cheap consistency check of the kernel table against the record.
     /// Returns a description of the first difference found.
     pub fn verify(&mut self) -> Result<Option<String>, BackendError> {
@@ -414,8 +430,9 @@ impl Backend for NftablesBackend {
             ));
         }
         let now = Instant::now();
-        let plans = self.plans_for_diff(diff, now);
+        let plans = self.plans_for_diff(diff);
         let outcome = self.run(plans, now)?;
+        self.delete_stale_chains(now);
         if let Some(np) = &diff.node_port_addresses {
             for (f, a) in np {
                 self.node_ports.insert(*f, a.clone());
@@ -462,9 +479,11 @@ impl Backend for NftablesBackend {
                             .into_iter()
                             .filter(|(k, p)| table.port(k) != p.as_ref())
                             .collect();
-                        plans.push((*id, table.plan_incremental(&fixed, changes, now)));
+                        plans.push((*id, table.plan_incremental(&fixed, changes)));
                     }
-                    return self.run(plans, now);
+                    let outcome = self.run(plans, now)?;
+                    self.delete_stale_chains(now);
+                    return Ok(outcome);
                 }
                 Some(reason) => {
                     tracing::warn!(%reason, "nftables table differs from what keelson wrote; rewriting it");

@@ -17,6 +17,7 @@ pub mod config;
 pub mod encode;
 pub mod expr;
 pub mod layout;
+pub mod listing;
 pub mod names;
 pub mod netlink;
 pub mod objects;
@@ -24,6 +25,9 @@ pub mod render;
 pub mod rule;
 pub mod table;
 pub mod wire;
+
+#[cfg(test)]
+mod tests;
 
 pub use backend::{NftablesBackend, TABLE_COMMENT};
 pub use config::{LocalTraffic, NftablesConfig};

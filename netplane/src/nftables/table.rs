@@ -182,7 +182,6 @@ impl FamilyTable {
         &self,
         fixed: &FixedLayout,
         changes: Vec<(ServicePortKey, Option<RenderedPort>)>,
-        now: Instant,
     ) -> Plan {
         let table = self.id;
         let mut g = Groups::default();
@@ -420,20 +419,6 @@ impl FamilyTable {
             }
         }
 
-        // Stale chains old enough to delete (not revived by this plan).
-        for (name, since) in &self.stale_chains {
-            if revived.contains(name) {
-                continue;
-            }
-            if now.duration_since(*since) >= STALE_CHAIN_DELAY {
-                g.del_chains.push(Op::DelChain {
-                    table,
-                    name: name.clone(),
-                });
-                plan.deleted_stale.push(name.clone());
-            }
-        }
-
         let mut ops = g.into_ops(table, Vec::new());
         // Re-created affinity sets go right after their deletion.
         if !readd.is_empty() {
@@ -455,6 +440,25 @@ impl FamilyTable {
         plan.revived = revived.into_iter().collect();
         plan.newly_stale = newly_stale.into_iter().collect();
         plan
+    }
+
+    /// Plans the deletion of chains flushed at least [`STALE_CHAIN_DELAY`]
+    /// ago (sent as a transaction of its own, like kube-proxy: a chain that
+    /// cannot be deleted, e.g. because someone else jumps to it, must not
+    /// block Service updates).
+    pub fn plan_stale_deletion(&self, now: Instant) -> Option<Plan> {
+        let table = self.id;
+        let mut plan = Plan::default();
+        for (name, since) in &self.stale_chains {
+            if now.duration_since(*since) >= STALE_CHAIN_DELAY {
+                plan.ops.push(Op::DelChain {
+                    table,
+                    name: name.clone(),
+                });
+                plan.deleted_stale.push(name.clone());
+            }
+        }
+        (!plan.ops.is_empty()).then_some(plan)
     }
 
     /// Plans a full rewrite to `desired` (start, repair): every fixed and
