@@ -421,9 +421,11 @@ impl PodLifecycle {
         if let Some(p) = &self.probes {
             p.add_pod(pod);
         }
-        let result = self
-            .runtime
-            .sync_pod(pod, rt, &secrets, self.probe_results(), &active)
+        let result =
+            Box::pin(
+                self.runtime
+                    .sync_pod(pod, rt, &secrets, self.probe_results(), &active),
+            )
             .await;
         self.update_reasons(&uid, &result);
         if result.created_sandbox {
@@ -468,9 +470,11 @@ impl PodLifecycle {
             p.stop_liveness_and_startup(&uid);
         }
         let mut result = super::runtime::PodSyncResult::default();
-        self.runtime
-            .kill_pod(Some(pod), rt, Some(grace), &mut result)
-            .await?;
+        Box::pin(
+            self.runtime
+                .kill_pod(Some(pod), rt, Some(grace), &mut result),
+        )
+        .await?;
         if let Some(p) = &self.probes {
             p.remove_pod(&uid);
         }

@@ -339,7 +339,7 @@ impl PodWorkers {
                     w.lock().in_flight = Some(token.clone());
                     let outcome = tokio::select! {
                         _ = token.cancelled() => None,
-                        r = self.sync_once(&pod, kind, newer_than) => Some(r),
+                        r = Box::pin(self.sync_once(&pod, kind, newer_than)) => Some(r),
                     };
                     w.lock().in_flight = None;
                     self.lifecycle
@@ -385,12 +385,16 @@ impl PodWorkers {
                 }
                 Phase::Terminating => {
                     let grace = grace.unwrap_or_else(|| effective_grace(&pod, None));
-                    let result = async {
+                    let result = Box::pin(async {
                         let rt = self.lifecycle.runtime_status(&pod, newer_than).await?;
-                        self.lifecycle
-                            .sync_terminating_pod(&pod, &rt, grace, final_status.as_ref())
-                            .await
-                    }
+                        Box::pin(self.lifecycle.sync_terminating_pod(
+                            &pod,
+                            &rt,
+                            grace,
+                            final_status.as_ref(),
+                        ))
+                        .await
+                    })
                     .await;
                     match result {
                         Ok(()) => {
@@ -405,10 +409,10 @@ impl PodWorkers {
                     }
                 }
                 Phase::Terminated => {
-                    let result = async {
+                    let result = Box::pin(async {
                         let rt = self.lifecycle.runtime_status(&pod, newer_than).await?;
-                        self.lifecycle.sync_terminated_pod(&pod, &rt).await
-                    }
+                        Box::pin(self.lifecycle.sync_terminated_pod(&pod, &rt)).await
+                    })
                     .await;
                     match result {
                         Ok(()) => {
@@ -457,7 +461,7 @@ impl PodWorkers {
                     retry_at: None,
                 }
             })?;
-        let r = self.lifecycle.sync_pod(kind, pod, &rt).await;
+        let r = Box::pin(self.lifecycle.sync_pod(kind, pod, &rt)).await;
         // Probes follow the containers as they are after this sync.
         if self.lifecycle.probes.is_some() && has_probes(pod) {
             let now = self.lifecycle.clock.now();

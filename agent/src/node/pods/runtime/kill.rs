@@ -255,7 +255,7 @@ impl RuntimeManager {
             .then(|| Arc::new(TerminationOrdering::new(pod_ref, &names)));
         let kills = containers.iter().map(|c| {
             let ordering = ordering.clone();
-            async move {
+            Box::pin(async move {
                 let r = self
                     .kill_container(
                         pod_ref,
@@ -268,7 +268,7 @@ impl RuntimeManager {
                     )
                     .await;
                 (c.name.clone(), r)
-            }
+            })
         });
         let mut first_error = None;
         for (name, r) in join_all(kills).await {

@@ -215,7 +215,7 @@ impl RuntimeManager {
             );
         }
         if actions.kill_pod {
-            if let Err(e) = self.kill_pod(Some(pod), status, None, &mut result).await {
+            if let Err(e) = Box::pin(self.kill_pod(Some(pod), status, None, &mut result)).await {
                 tracing::warn!(pod = %podutil::key(pod), error = %e, "killing the pod failed");
                 return result;
             }
@@ -260,10 +260,7 @@ impl RuntimeManager {
         };
         if actions.create_sandbox {
             self.metrics.started_pods_total.inc();
-            match self
-                .create_sandbox(pod, actions.attempt, &inputs, active_pods)
-                .await
-            {
+            match Box::pin(self.create_sandbox(pod, actions.attempt, &inputs, active_pods)).await {
                 Ok((id, ips)) => {
                     sandbox_id = id;
                     result.created_sandbox = true;
@@ -308,20 +305,19 @@ impl RuntimeManager {
             let Some(c) = podutil::init_containers(pod).get(idx) else {
                 continue;
             };
-            let ok = self
-                .start_step(
-                    pod,
-                    c,
-                    StartKind::Init,
-                    status,
-                    &sandbox_id,
-                    &sandbox_config,
-                    pull_secrets,
-                    &pod_ip,
-                    &pod_ips,
-                    &mut result,
-                )
-                .await;
+            let ok = Box::pin(self.start_step(
+                pod,
+                c,
+                StartKind::Init,
+                status,
+                &sandbox_id,
+                &sandbox_config,
+                pull_secrets,
+                &pod_ip,
+                &pod_ips,
+                &mut result,
+            ))
+            .await;
             if !ok && !is_restartable_init(c) {
                 return result;
             }
@@ -330,7 +326,7 @@ impl RuntimeManager {
             let Some(c) = podutil::containers(pod).get(idx) else {
                 continue;
             };
-            self.start_step(
+            Box::pin(self.start_step(
                 pod,
                 c,
                 StartKind::Regular,
@@ -341,7 +337,7 @@ impl RuntimeManager {
                 &pod_ip,
                 &pod_ips,
                 &mut result,
-            )
+            ))
             .await;
         }
         result
@@ -373,18 +369,17 @@ impl RuntimeManager {
             .started_containers_total
             .with_label_values(&[kind.metric_label()])
             .inc();
-        match self
-            .start_container(
-                sandbox_id,
-                sandbox_config,
-                c,
-                pod,
-                status,
-                pull_secrets,
-                pod_ip,
-                pod_ips,
-            )
-            .await
+        match Box::pin(self.start_container(
+            sandbox_id,
+            sandbox_config,
+            c,
+            pod,
+            status,
+            pull_secrets,
+            pod_ip,
+            pod_ips,
+        ))
+        .await
         {
             Ok(pulled_for) => {
                 result.image_pull_time += pulled_for;

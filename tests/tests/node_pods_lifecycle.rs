@@ -1,0 +1,315 @@
+//! Component tests of the pod lifecycle (test API server + fake CRI
+//! runtime + keelson's pod workers in-process): ordering of sandbox, init
+//! containers and app containers; the status kubelet would report; restart
+//! policies; configuration errors; pod cgroups.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod node_pods_support;
+
+use std::time::Duration;
+
+use keelson_cri::fake::ExitScript;
+use node_pods_support::*;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_container_then_app_reaches_running_with_kubelet_status() {
+    let w = World::new().await;
+    w.fake
+        .script_exit("init", ExitScript::code(0, Duration::from_millis(200)));
+    w.create_pod(
+        "web",
+        json!({
+            "terminationGracePeriodSeconds": 5,
+            "initContainers": [{"name": "init", "image": IMAGE, "command": ["true"]}],
+            "containers": [{"name": "app", "image": IMAGE, "command": ["httpd", "-f"],
+                            "ports": [{"containerPort": 80}],
+                            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                                    {"name": "GREETING", "value": "hello $(POD_IP)"}],
+                            "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}}]
+        }),
+    )
+    .await;
+    let pod = w.wait_phase("web", "Running", T).await;
+    let status = pod.status.clone().unwrap();
+    let ip = status.pod_ip.clone().expect("pod IP");
+    assert!(ip.starts_with("10.88."), "{ip}");
+    assert_eq!(status.host_ip.as_deref(), Some("192.168.50.1"));
+    assert_eq!(status.qos_class.as_deref(), Some("Burstable"));
+    assert!(status.start_time.is_some());
+    for ty in [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+    ] {
+        assert_eq!(
+            condition(&pod, ty).map(|c| c.status.as_str()),
+            Some("True"),
+            "{ty}"
+        );
+    }
+    let init = container_status(&pod, "init").unwrap();
+    let term = init
+        .state
+        .as_ref()
+        .unwrap()
+        .terminated
+        .as_ref()
+        .expect("init terminated");
+    assert_eq!(
+        (term.exit_code, term.reason.as_deref()),
+        (0, Some("Completed"))
+    );
+    let app = container_status(&pod, "app").unwrap();
+    assert!(app.ready);
+    assert_eq!(app.started, Some(true));
+    assert_eq!(app.restart_count, 0);
+    assert!(
+        app.container_id
+            .as_deref()
+            .unwrap()
+            .starts_with("containerd://")
+    );
+    assert!(app.state.as_ref().unwrap().running.is_some());
+
+    // The runtime saw: sandbox, then init, then app.
+    let order: Vec<(String, String)> = w
+        .fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.method == "RunPodSandbox" || c.method == "CreateContainer")
+        .map(|c| (c.method.to_string(), c.subject))
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            ("RunPodSandbox".to_string(), "default/web".to_string()),
+            ("CreateContainer".to_string(), "init".to_string()),
+            ("CreateContainer".to_string(), "app".to_string())
+        ]
+    );
+    // What the containers were given.
+    let containers = w.fake.containers();
+    let app_c = containers
+        .iter()
+        .find(|c| c.metadata.as_ref().unwrap().name == "app")
+        .unwrap();
+    assert_eq!(app_c.labels["io.kubernetes.pod.name"], "web");
+    assert_eq!(app_c.labels["io.kubernetes.container.name"], "app");
+    assert_eq!(
+        app_c.annotations["io.kubernetes.container.restartCount"],
+        "0"
+    );
+    assert!(app_c.log_path.ends_with("app/0.log"), "{}", app_c.log_path);
+    let sandbox = w.fake.sandboxes().into_iter().next().unwrap();
+    assert_eq!(
+        sandbox.labels["io.kubernetes.pod.uid"],
+        pod.metadata.uid.clone().unwrap()
+    );
+    // The sandbox is in the pod's cgroup under the burstable tier.
+    let cg = w
+        .cgroup_root
+        .join("kubepods/burstable")
+        .join(format!("pod{}", pod.metadata.uid.clone().unwrap()));
+    assert!(cg.is_dir(), "{}", cg.display());
+    // 100m requested: 102 shares, cpu.weight 4; no memory limit because the
+    // init container declares none (kubelet's ResourceConfigForPod).
+    assert_eq!(std::fs::read_to_string(cg.join("cpu.weight")).unwrap(), "4");
+    assert!(!cg.join("memory.max").exists());
+
+    // Events in kubelet's words and order for the app container.
+    let evs: Vec<(String, String)> = w
+        .events("web")
+        .await
+        .into_iter()
+        .filter(|(_, _, f)| f == "spec.containers{app}")
+        .map(|(r, m, _)| (r, m))
+        .collect();
+    assert_eq!(
+        evs,
+        vec![
+            (
+                "Pulled".into(),
+                format!("Container image \"{IMAGE}\" already present on machine")
+            ),
+            ("Created".into(), "Created container: app".into()),
+            ("Started".into(), "Started container app".into()),
+        ]
+    );
+    assert!(
+        w.metrics()
+            .contains("kubelet_started_containers_total{container_type=\"init_container\"} 1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_policies_decide_the_final_phase() {
+    let w = World::new().await;
+    w.fake
+        .script_exit("ok", ExitScript::code(0, Duration::from_millis(100)));
+    w.fake
+        .script_exit("bad", ExitScript::code(3, Duration::from_millis(100)));
+    let spec = |name: &str, policy: &str| {
+        json!({"restartPolicy": policy, "terminationGracePeriodSeconds": 5,
+               "containers": [{"name": name, "image": IMAGE}]})
+    };
+    w.create_pod("never-ok", spec("ok", "Never")).await;
+    w.create_pod("never-bad", spec("bad", "Never")).await;
+    w.create_pod("onfailure-ok", spec("ok", "OnFailure")).await;
+    let p = w.wait_phase("never-ok", "Succeeded", T).await;
+    let c = container_status(&p, "ok").unwrap();
+    assert_eq!(
+        c.state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("Completed")
+    );
+    assert_eq!(
+        condition(&p, "Ready").unwrap().reason.as_deref(),
+        Some("PodCompleted")
+    );
+    let p = w.wait_phase("never-bad", "Failed", T).await;
+    let t = container_status(&p, "bad")
+        .unwrap()
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!((t.exit_code, t.reason.as_deref()), (3, Some("Error")));
+    w.wait_phase("onfailure-ok", "Succeeded", T).await;
+    // A finished pod keeps its object and status; its sandbox is stopped.
+    assert!(w.get("never-ok").await.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_init_container_with_never_fails_the_pod() {
+    let w = World::new().await;
+    w.fake
+        .script_exit("init", ExitScript::code(1, Duration::from_millis(100)));
+    w.create_pod(
+        "initfail",
+        json!({"restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
+               "initContainers": [{"name": "init", "image": IMAGE}],
+               "containers": [{"name": "app", "image": IMAGE}]}),
+    )
+    .await;
+    let p = w.wait_phase("initfail", "Failed", T).await;
+    let init = condition(&p, "Initialized").unwrap();
+    assert_eq!(init.status, "False");
+    // The app never started.
+    assert!(
+        w.fake
+            .calls_to("CreateContainer")
+            .iter()
+            .all(|c| c.subject != "app")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecar_keeps_running_next_to_the_app() {
+    let w = World::new().await;
+    w.fake
+        .script_exit("init", ExitScript::code(0, Duration::from_millis(100)));
+    w.create_pod(
+        "sidecar",
+        json!({"terminationGracePeriodSeconds": 5,
+               "initContainers": [{"name": "proxy", "image": IMAGE, "restartPolicy": "Always"},
+                                  {"name": "init", "image": IMAGE}],
+               "containers": [{"name": "app", "image": IMAGE}]}),
+    )
+    .await;
+    let p = w.wait_phase("sidecar", "Running", T).await;
+    let proxy = container_status(&p, "proxy").unwrap();
+    assert!(proxy.state.as_ref().unwrap().running.is_some());
+    assert_eq!(proxy.started, Some(true));
+    let order: Vec<String> = w
+        .fake
+        .calls_to("CreateContainer")
+        .into_iter()
+        .map(|c| c.subject)
+        .collect();
+    assert_eq!(order, vec!["proxy", "init", "app"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_errors_leave_the_container_waiting_with_kubelets_reason() {
+    let w = World::new().await;
+    w.create_pod(
+        "cfg",
+        busybox(json!({"env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "missing", "key": "k"}}}]})),
+    )
+    .await;
+    let p = w
+        .wait_pod(
+            "cfg",
+            "CreateContainerConfigError",
+            T,
+            |p| match waiting_reason(p, "app").as_deref() {
+                Some("CreateContainerConfigError") => Ok(p.clone()),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await;
+    let msg = container_status(&p, "app")
+        .unwrap()
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap()
+        .message
+        .unwrap();
+    assert_eq!(msg, "configmap \"missing\" not found");
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
+    w.wait_event("cfg", "Failed", "Error: configmap \"missing\" not found", T)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_never_pulled_and_invalid_names() {
+    let w = World::new().await;
+    w.create_pod(
+        "never",
+        json!({"containers": [{"name": "app", "image": "keelson.local/absent:1", "imagePullPolicy": "Never"}]}),
+    )
+    .await;
+    let p = w
+        .wait_pod("never", "ErrImageNeverPull", T, |p| {
+            match waiting_reason(p, "app").as_deref() {
+                Some("ErrImageNeverPull") => Ok(p.clone()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    let msg = container_status(&p, "app")
+        .unwrap()
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap()
+        .message
+        .unwrap();
+    assert_eq!(
+        msg,
+        "Container image \"keelson.local/absent:1\" is not present with pull policy of Never"
+    );
+    w.wait_event(
+        "never",
+        "ErrImageNeverPull",
+        "is not present with pull policy of Never",
+        T,
+    )
+    .await;
+}
