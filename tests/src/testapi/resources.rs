@@ -339,7 +339,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         subresources: &["status"],
         storage: "daemonsets",
         fields: &[],
-        tracks_generation: false,
+        tracks_generation: true,
         returns_deleted_object: false,
     },
     ResourceInfo {
