@@ -296,6 +296,7 @@ async fn phases(
     let last = proc.stop(Duration::from_secs(10));
     r.total_cpu_s = last.map(|s| s.cpu.as_secs_f64());
     r.peak_rss_bytes = last.map(|s| s.peak_rss_bytes);
+    r.end_rss_bytes = last.map(|s| s.rss_bytes);
     Ok(())
 }
 

@@ -230,10 +230,18 @@ fn table(
     );
     let rss_ref = refv(&|r| r.peak_rss_bytes.map(|b| b as f64));
     row(
-        "proxy peak RSS",
+        "proxy RSS: peak / at the end",
         runs.iter()
             .map(|r| match r.peak_rss_bytes {
-                Some(b) => with_ratio(fmt_mib(b), Some(b as f64), rss_ref),
+                Some(b) => with_ratio(
+                    format!(
+                        "{} / {}",
+                        fmt_mib(b),
+                        r.end_rss_bytes.map_or(dash(), fmt_mib)
+                    ),
+                    Some(b as f64),
+                    rss_ref,
+                ),
                 None => dash(),
             })
             .collect(),

@@ -92,6 +92,8 @@ pub struct RunResult {
     pub total_cpu_s: Option<f64>,
     /// Peak resident memory, bytes.
     pub peak_rss_bytes: Option<u64>,
+    /// Resident memory at the end of the run (steady state), bytes.
+    pub end_rss_bytes: Option<u64>,
     /// Kernel objects after the run.
     pub kernel: Option<KernelCounts>,
     /// The contestant's own metrics.
@@ -123,6 +125,7 @@ impl RunResult {
             churn_cpu_s: None,
             total_cpu_s: None,
             peak_rss_bytes: None,
+            end_rss_bytes: None,
             kernel: None,
             self_reported: SelfReported::default(),
             errors: Vec::new(),
