@@ -30,12 +30,11 @@ where
     Fut: Future<Output = Result<T, String>>,
 {
     let start = tokio::time::Instant::now();
-    let mut last = String::from("(never probed)");
     loop {
-        match probe().await {
+        let last = match probe().await {
             Ok(v) => return Ok(v),
-            Err(e) => last = e,
-        }
+            Err(e) => e,
+        };
         if start.elapsed() >= timeout {
             return Err(WaitTimeout {
                 what: what.to_string(),
