@@ -5,7 +5,8 @@
 //! the periodic full sync (table object count, rule counts of the fixed
 //! chains and of a rotating sample of service chains).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Instant;
 
 use netlink_bindings::nftables::{
@@ -27,8 +28,12 @@ use crate::model::{
 
 /// Comment of keelson's tables.
 pub const TABLE_COMMENT: &str = "rules for keelson (kube-proxy compatible Service routing)";
-/// Service chains checked per periodic verification.
-const VERIFY_SAMPLE: usize = 16;
+/// Service chains checked per periodic verification. Each per-chain rule
+/// dump walks the table's rule lists in the kernel, so the sample is small.
+const VERIFY_SAMPLE: usize = 4;
+/// Fixed chains whose rules every verification checks (the hooks and the
+/// dispatch: if someone flushed the table, these are empty).
+const VERIFY_FIXED: &[&str] = &["nat-prerouting", "nat-output", "filter-forward", "services"];
 
 /// The nftables backend.
 #[derive(Debug)]
@@ -39,6 +44,9 @@ pub struct NftablesBackend {
     node_ports: BTreeMap<IpFamily, NodePortAddresses>,
     base_chains_reset: bool,
     verify_cursor: usize,
+    /// The model states last programmed (to skip re-rendering unchanged
+    /// ports on the periodic full sync).
+    programmed: HashMap<ServicePortKey, Arc<ServicePortState>>,
 }
 
 fn refused(e: BatchError) -> BackendError {
@@ -156,6 +164,7 @@ impl NftablesBackend {
             node_ports,
             base_chains_reset: false,
             verify_cursor: 0,
+            programmed: HashMap::new(),
         })
     }
 
@@ -327,6 +336,7 @@ impl NftablesBackend {
             plans.push((id, plan));
         }
         let outcome = self.run(plans, now)?;
+        self.programmed = snapshot.services.iter().map(|(k, s)| (k.clone(), s.clone())).collect();
         self.base_chains_reset = true;
         Ok(SyncOutcome {
             repaired: true,
@@ -387,7 +397,10 @@ impl NftablesBackend {
             counts.sort();
             let (fixed, per_port): (Vec<_>, Vec<_>) =
                 counts.into_iter().partition(|(n, _)| !n.contains('/'));
-            let mut sample = fixed;
+            let mut sample: Vec<(String, usize)> = fixed
+                .into_iter()
+                .filter(|(n, _)| VERIFY_FIXED.contains(&n.as_str()))
+                .collect();
             if !per_port.is_empty() {
                 for i in 0..VERIFY_SAMPLE.min(per_port.len()) {
                     let idx = (self.verify_cursor + i) % per_port.len();
@@ -432,6 +445,16 @@ impl Backend for NftablesBackend {
         let now = Instant::now();
         let plans = self.plans_for_diff(diff);
         let outcome = self.run(plans, now)?;
+        for c in &diff.changes {
+            match &c.current {
+                Some(s) => {
+                    self.programmed.insert(c.key.clone(), s.clone());
+                }
+                None => {
+                    self.programmed.remove(&c.key);
+                }
+            }
+        }
         self.delete_stale_chains(now);
         if let Some(np) = &diff.node_port_addresses {
             for (f, a) in np {
@@ -460,10 +483,18 @@ impl Backend for NftablesBackend {
                     // Kernel matches the record: bring the record to the
                     // snapshot incrementally (usually nothing to do).
                     let now = Instant::now();
-                    let mut keys: BTreeSet<&ServicePortKey> = snapshot.services.keys().collect();
-                    for t in self.tables.values() {
-                        keys.extend(t.port_keys());
-                    }
+                    let programmed = &self.programmed;
+                    let mut keys: BTreeSet<&ServicePortKey> = snapshot
+                        .services
+                        .iter()
+                        .filter(|(k, s)| {
+                            programmed
+                                .get(*k)
+                                .is_none_or(|p| !Arc::ptr_eq(p, s) && **p != ***s)
+                        })
+                        .map(|(k, _)| k)
+                        .collect();
+                    keys.extend(programmed.keys().filter(|k| !snapshot.services.contains_key(*k)));
                     let mut by_table = group_changes(
                         &self.config,
                         keys.into_iter()
@@ -482,6 +513,7 @@ impl Backend for NftablesBackend {
                         plans.push((*id, table.plan_incremental(&fixed, changes)));
                     }
                     let outcome = self.run(plans, now)?;
+                    self.programmed = snapshot.services.iter().map(|(k, s)| (k.clone(), s.clone())).collect();
                     self.delete_stale_chains(now);
                     return Ok(outcome);
                 }
@@ -523,6 +555,7 @@ impl Backend for NftablesBackend {
         for t in self.tables.values_mut() {
             t.reset();
         }
+        self.programmed.clear();
         Ok(())
     }
 }
