@@ -93,6 +93,7 @@ pub struct RunResult {
     /// Peak resident memory, bytes.
     pub peak_rss_bytes: Option<u64>,
     /// Resident memory at the end of the run (steady state), bytes.
+    #[serde(default)]
     pub end_rss_bytes: Option<u64>,
     /// Kernel objects after the run.
     pub kernel: Option<KernelCounts>,

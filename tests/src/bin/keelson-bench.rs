@@ -17,7 +17,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use keelson::config::KubeDuration;
 use keelson_tests::bench::agent::server::{AgentArgs, run as run_agent};
-use keelson_tests::bench::{BenchConfig, ContestantKind, plot, report, run};
+use keelson_tests::bench::{BenchConfig, BenchReport, ContestantKind, plot, report, run};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -117,6 +117,10 @@ struct Opts {
     /// Output directory.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Measure nothing: render report.md and the plot from a saved
+    /// results.json into --out.
+    #[arg(long, value_name = "FILE")]
+    from_results: Option<PathBuf>,
 }
 
 fn config(opts: &Opts) -> Result<BenchConfig> {
@@ -232,6 +236,15 @@ fn main() -> ExitCode {
 }
 
 fn bench(opts: &Opts) -> Result<bool> {
+    if let Some(path) = &opts.from_results {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let report: BenchReport =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let out = opts.out.clone().unwrap_or_else(|| PathBuf::from("."));
+        std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+        return write_outputs(&report, &out);
+    }
     if !nix::unistd::geteuid().is_root() {
         bail!("keelson-bench needs root (network namespaces, nftables, eBPF)");
     }
@@ -252,10 +265,17 @@ fn bench(opts: &Opts) -> Result<bool> {
     drop(rt);
     let json = serde_json::to_string_pretty(&report).context("encoding results")?;
     std::fs::write(out.join("results.json"), json).context("writing results.json")?;
-    let md = report::markdown(&report);
+    eprintln!("results: {}", out.join("results.json").display());
+    write_outputs(&report, &out)
+}
+
+/// Writes report.md and the plot, prints the report; true when every
+/// contestant programmed the scenario correctly.
+fn write_outputs(report: &BenchReport, out: &std::path::Path) -> Result<bool> {
+    let md = report::markdown(report);
     std::fs::write(out.join("report.md"), &md).context("writing report.md")?;
     println!("{md}");
-    match plot::write(&report, &out, "latency") {
+    match plot::write(report, out, "latency") {
         Ok(files) => {
             for f in files {
                 eprintln!("plot: {}", f.display());
@@ -263,6 +283,5 @@ fn bench(opts: &Opts) -> Result<bool> {
         }
         Err(e) => eprintln!("warning: plot not written: {e}"),
     }
-    eprintln!("results: {}", out.join("results.json").display());
     Ok(report.runs.iter().all(|r| r.programmed_correctly()))
 }
