@@ -336,7 +336,11 @@ impl NftablesBackend {
             plans.push((id, plan));
         }
         let outcome = self.run(plans, now)?;
-        self.programmed = snapshot.services.iter().map(|(k, s)| (k.clone(), s.clone())).collect();
+        self.programmed = snapshot
+            .services
+            .iter()
+            .map(|(k, s)| (k.clone(), s.clone()))
+            .collect();
         self.base_chains_reset = true;
         Ok(SyncOutcome {
             repaired: true,
@@ -494,7 +498,11 @@ impl Backend for NftablesBackend {
                         })
                         .map(|(k, _)| k)
                         .collect();
-                    keys.extend(programmed.keys().filter(|k| !snapshot.services.contains_key(*k)));
+                    keys.extend(
+                        programmed
+                            .keys()
+                            .filter(|k| !snapshot.services.contains_key(*k)),
+                    );
                     let mut by_table = group_changes(
                         &self.config,
                         keys.into_iter()
@@ -513,7 +521,11 @@ impl Backend for NftablesBackend {
                         plans.push((*id, table.plan_incremental(&fixed, changes)));
                     }
                     let outcome = self.run(plans, now)?;
-                    self.programmed = snapshot.services.iter().map(|(k, s)| (k.clone(), s.clone())).collect();
+                    self.programmed = snapshot
+                        .services
+                        .iter()
+                        .map(|(k, s)| (k.clone(), s.clone()))
+                        .collect();
                     self.delete_stale_chains(now);
                     return Ok(outcome);
                 }
