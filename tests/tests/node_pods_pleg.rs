@@ -70,12 +70,22 @@ async fn relist_only_when_the_runtime_has_no_events() {
     .await
     .unwrap();
     assert!(w.handle.pleg_health().check().is_ok());
-    let m = w.metrics();
-    assert!(
-        m.contains("kubelet_pleg_relist_duration_seconds_count"),
-        "{m}"
-    );
-    assert!(m.contains("kubelet_running_pods 1"), "{m}");
+    wait_for("PLEG metrics", T, Duration::from_millis(100), || async {
+        let m = w.metrics();
+        if m.contains("kubelet_pleg_relist_duration_seconds_count")
+            && m.contains("kubelet_running_pods 1")
+        {
+            Ok(())
+        } else {
+            Err(m
+                .lines()
+                .filter(|l| l.starts_with("kubelet_running") || l.starts_with("kubelet_pleg"))
+                .collect::<Vec<_>>()
+                .join("; "))
+        }
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
