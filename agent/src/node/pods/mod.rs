@@ -11,6 +11,7 @@ pub mod cache;
 pub mod clock;
 pub mod deps;
 pub mod events;
+mod gc_state;
 pub mod housekeeping;
 pub mod lifecycle;
 pub mod metrics;
@@ -144,6 +145,8 @@ pub struct ActivePod {
 pub struct PodsHandle {
     workers: PodWorkers,
     pleg: PlegHealth,
+    api_synced: Arc<AtomicBool>,
+    static_synced: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for PodsHandle {
@@ -207,6 +210,30 @@ impl PodsHandle {
     /// kubelet's `IsCriticalPod`.
     pub fn is_critical(pod: &Pod) -> bool {
         podutil::is_critical(pod)
+    }
+
+    /// Every pod source listed once (kubelet's `podsSynced`).
+    pub fn all_sources_ready(&self) -> bool {
+        self.api_synced.load(Ordering::SeqCst) && self.static_synced.load(Ordering::SeqCst)
+    }
+
+    /// `ShouldPodContentBeRemoved`: volumes, logs and dead containers of
+    /// the pod may go (evicted, or deleted and terminated; a pod no worker
+    /// knows once every source listed).
+    pub fn should_pod_content_be_removed(&self, uid: &str) -> bool {
+        match self.workers.pod_state(uid) {
+            Some((terminated, deleted, evicted)) => evicted || (deleted && terminated),
+            None => self.all_sources_ready(),
+        }
+    }
+
+    /// `ShouldPodRuntimeBeRemoved`: the pod's containers and sandboxes may
+    /// be removed (terminated; unknown once every source listed).
+    pub fn should_pod_runtime_be_removed(&self, uid: &str) -> bool {
+        match self.workers.pod_state(uid) {
+            Some((terminated, _, _)) => terminated,
+            None => self.all_sources_ready(),
+        }
     }
 
     /// The status the node last generated for a pod.
@@ -484,6 +511,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
     // Dispatcher: sources and wake-ups to workers; housekeeping.
     let api_synced = Arc::new(AtomicBool::new(false));
     let static_synced = Arc::new(AtomicBool::new(false));
+    let handle_flags = (api_synced.clone(), static_synced.clone());
     {
         let workers = workers.clone();
         let store = store.clone();
@@ -514,6 +542,8 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
     Ok(PodsHandle {
         workers,
         pleg: pleg_health,
+        api_synced: handle_flags.0,
+        static_synced: handle_flags.1,
     })
 }
 

@@ -247,6 +247,20 @@ impl PodWorkers {
         self.lock().get(uid).map(|w| w.lock().phase)
     }
 
+    /// What kubelet's pod state provider reports for `uid`:
+    /// (terminated, deleted, evicted); `None` when no worker knows it.
+    pub fn pod_state(&self, uid: &str) -> Option<(bool, bool, bool)> {
+        let w = self.lock().get(uid).cloned()?;
+        let st = w.lock();
+        let terminated = matches!(st.phase, Phase::Terminated | Phase::Finished);
+        let deleted = st.removed || st.pod.metadata.deletion_timestamp.is_some();
+        let evicted = st
+            .final_status
+            .as_ref()
+            .is_some_and(|f| f.reason == "Evicted");
+        Some((terminated, deleted, evicted))
+    }
+
     /// UIDs with a worker.
     pub fn uids(&self) -> Vec<String> {
         self.lock().keys().cloned().collect()
