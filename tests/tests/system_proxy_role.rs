@@ -1,0 +1,256 @@
+//! The proxy role end to end: the real `keelson run --proxy-only` binary in
+//! the lab's "node" namespace, talking to the test API server (served inside
+//! that namespace), programs Services created through the API; traffic from
+//! the client namespace follows Service and EndpointSlice changes.
+
+use std::net::SocketAddr;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use keelson_netplane::fixtures::{EndpointSpec, ServiceBuilder, SliceBuilder};
+use keelson_netplane::model::Protocol;
+use keelson_tests::node_harness::keelson_bin;
+use keelson_tests::proxy_cases::{
+    CLUSTER_CIDR, Lab, NODE_IP, NODE_NAME, NoReply, OTHER_NODE, Origin, TCP_PORT, pod_ip, pod_name,
+};
+use keelson_tests::support::{require_root, wait_for};
+use keelson_tests::testapi::{TestApiOptions, TestApiServer};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+
+/// Kills the keelson process (by PID) when the test ends, also on failure.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn slice(pods: &[usize]) -> EndpointSlice {
+    let mut s = SliceBuilder::new("default", "web", "web-abc", "IPv4").port(
+        "http",
+        Protocol::Tcp,
+        TCP_PORT,
+    );
+    for p in pods {
+        s = s.endpoint(EndpointSpec::ready(&pod_ip(*p).to_string()).node(OTHER_NODE));
+    }
+    s.build()
+}
+
+async fn pods_over(lab: &Lab, addr: SocketAddr, n: usize) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let r = lab
+            .tcp(Origin::Client, addr, Duration::from_secs(2))
+            .await
+            .map_err(|e| format!("{e:?}"))?;
+        out.push(r.pod);
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_role_programs_services_from_the_api() {
+    if !require_root("proxy_role_programs_services_from_the_api") {
+        return;
+    }
+    let lab = Lab::new(2).await.expect("lab");
+    let api = TestApiServer::start(TestApiOptions {
+        service_cidr: "10.96.0.0/16".into(),
+        ..TestApiOptions::default()
+    })
+    .await
+    .expect("test API server");
+    // The API is also served inside the node namespace, where keelson runs.
+    let listener = lab
+        .node
+        .tcp_listener("127.0.0.1:6443".parse().expect("addr"))
+        .expect("listener in node netns");
+    api.serve_listener(listener);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig_with_server(&kubeconfig, "http://127.0.0.1:6443", None)
+        .expect("kubeconfig");
+    let config = dir.path().join("keelson.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: keelson.dev/v1alpha1\nkind: KeelsonConfiguration\nnodeName: {NODE_NAME}\n\
+             healthzBindAddress: 127.0.0.1:10248\nmetricsBindAddress: 127.0.0.1:10249\n\
+             proxy:\n  clusterCIDR: {CLUSTER_CIDR}\n  minSyncPeriod: 0s\n  healthzBindAddress: 0.0.0.0:10256\n"
+        ),
+    )
+    .expect("config");
+
+    let client = api.client().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes
+        .create(
+            &PostParams::default(),
+            &Node {
+                metadata: ObjectMeta {
+                    name: Some(NODE_NAME.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("node");
+    let mut with_status = node.clone();
+    with_status.status = Some(NodeStatus {
+        addresses: Some(vec![NodeAddress {
+            type_: "InternalIP".into(),
+            address: NODE_IP.into(),
+        }]),
+        ..Default::default()
+    });
+    nodes
+        .replace_status(
+            NODE_NAME,
+            &PostParams::default(),
+            &with_status,
+        )
+        .await
+        .expect("node status");
+
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+    services
+        .create(
+            &PostParams::default(),
+            &ServiceBuilder::new("default", "web")
+                .cluster_ip("10.96.0.40")
+                .type_("NodePort")
+                .node_port("http", Protocol::Tcp, 80, 30400)
+                .build(),
+        )
+        .await
+        .expect("service");
+    slices
+        .create(&PostParams::default(), &slice(&[0, 1]))
+        .await
+        .expect("slice");
+
+    let bin = keelson_bin().expect("keelson binary");
+    let child = lab
+        .node
+        .command(&bin.to_string_lossy())
+        .args(["run", "--proxy-only", "--config"])
+        .arg(&config)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("keelson runs");
+    let _process = Process(child);
+
+    let nodeport: SocketAddr = format!("{NODE_IP}:30400").parse().expect("addr");
+    wait_for(
+        "the NodePort to reach both pods",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            let lab = &lab;
+            async move {
+                let seen = pods_over(lab, nodeport, 12).await?;
+                if seen == vec![pod_name(0), pod_name(1)] {
+                    Ok(())
+                } else {
+                    Err(format!("{seen:?}"))
+                }
+            }
+        },
+    )
+    .await
+    .expect("programmed from the API");
+
+    // kube-proxy's /healthz on healthzBindAddress.
+    let healthz: SocketAddr = format!("{NODE_IP}:10256").parse().expect("addr");
+    let (status, body) = lab
+        .http_get(Origin::Client, healthz, "/healthz", Duration::from_secs(3))
+        .await
+        .expect("healthz");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"nodeEligible\": true"), "{body}");
+    // Metrics with kube-proxy's names on metricsBindAddress.
+    let (status, metrics) = lab
+        .http_get(
+            Origin::Node,
+            "127.0.0.1:10249".parse().expect("addr"),
+            "/metrics",
+            Duration::from_secs(3),
+        )
+        .await
+        .expect("metrics");
+    assert_eq!(status, 200);
+    for name in [
+        "kubeproxy_sync_proxy_rules_duration_seconds_count",
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+    ] {
+        assert!(metrics.contains(name), "{name} missing");
+    }
+
+    // An endpoint goes: new connections follow.
+    let mut one = slice(&[1]);
+    let current = slices.get("web-abc").await.expect("slice");
+    one.metadata.resource_version = current.metadata.resource_version;
+    slices
+        .replace("web-abc", &PostParams::default(), &one)
+        .await
+        .expect("update slice");
+    wait_for(
+        "only pod-1 behind the NodePort",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let lab = &lab;
+            async move {
+                let seen = pods_over(lab, nodeport, 10).await?;
+                if seen == vec![pod_name(1)] {
+                    Ok(())
+                } else {
+                    Err(format!("{seen:?}"))
+                }
+            }
+        },
+    )
+    .await
+    .expect("endpoint change programmed");
+
+    // The Service goes: the NodePort is no longer translated (the node's own
+    // stack refuses the port).
+    services
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete service");
+    wait_for(
+        "the NodePort to be gone",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let lab = &lab;
+            async move {
+                match lab
+                    .tcp(Origin::Client, nodeport, Duration::from_secs(1))
+                    .await
+                {
+                    Err(NoReply::Refused) => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }
+        },
+    )
+    .await
+    .expect("service removal programmed");
+}
