@@ -1,0 +1,268 @@
+//! System tests of the pod lifecycle with real parts: the real `keelson`
+//! binary, a private real containerd (runc, CNI bridge), busybox images
+//! built locally, the service account token volume mounted by keelson.
+//!
+//! - An init container then a busybox `httpd` reach Running with a pod IP
+//!   that answers HTTP from the node's network namespace; killing keelson
+//!   and starting it again keeps the containers (same IDs, restartCount 0).
+//! - A crashing container goes into CrashLoopBackOff with growing delays.
+//! - Deleting a pod runs its preStop hook, stops it within the grace
+//!   period and removes the object.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod system_pods_support;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use keelson_tests::support::{require_root, wait_for};
+use serde_json::json;
+use system_pods_support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const T: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httpd_behind_an_init_container_runs_serves_and_survives_a_keelson_restart() {
+    if !require_root("httpd_behind_an_init_container_runs_serves_and_survives_a_keelson_restart") {
+        return;
+    }
+    let mut w = SysWorld::start().await;
+    w.create_pod(
+        "web",
+        json!({
+            "terminationGracePeriodSeconds": 5,
+            "initContainers": [{"name": "init", "image": IMAGE, "command": ["sh", "-c", "echo initialized"]}],
+            "containers": [{"name": "httpd", "image": IMAGE,
+                            "command": ["httpd", "-f", "-p", "80", "-h", "/www"],
+                            "ports": [{"containerPort": 80}],
+                            "readinessProbe": {"tcpSocket": {"port": 80}, "periodSeconds": 1}}]
+        }),
+    )
+    .await;
+    let pod = w
+        .wait_pod("web", "web Running and Ready", T, |p| {
+            let ready = condition(p, "Ready").map(|c| c.status.as_str()) == Some("True");
+            if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") && ready {
+                Ok(p.clone())
+            } else {
+                Err(serde_json::to_string(&p.status).unwrap())
+            }
+        })
+        .await;
+    let ip: IpAddr = pod.status.clone().unwrap().pod_ip.unwrap().parse().unwrap();
+    let body = wait_for(
+        "httpd answers",
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        || async { w.http_get(SocketAddr::new(ip, 80)).await },
+    )
+    .await
+    .unwrap();
+    assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+    assert!(body.contains("keelson busybox"), "{body}");
+    let init = container_status(&pod, "init").unwrap();
+    assert_eq!(
+        init.state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
+        0
+    );
+    let httpd = container_status(&pod, "httpd").unwrap();
+    let id = httpd.container_id.clone().unwrap();
+    assert!(id.starts_with("containerd://"));
+    // The projected service account token is mounted by keelson.
+    assert_eq!(
+        w.exec(
+            &id,
+            &[
+                "test",
+                "-s",
+                "/var/run/secrets/kubernetes.io/serviceaccount/token"
+            ]
+        )
+        .await,
+        0
+    );
+    let before = w.ctrd.client().list_containers(None).await.unwrap().len();
+
+    // keelson dies; the pod keeps serving; a new keelson adopts it.
+    let _ = w.kill_keelson();
+    assert!(
+        w.http_get(SocketAddr::new(ip, 80))
+            .await
+            .unwrap()
+            .contains("keelson busybox")
+    );
+    w.start_keelson();
+    // Let the new keelson list, sync and write status a few times.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = w.wait_phase("web", "Running", T).await;
+    let httpd = container_status(&after, "httpd").unwrap();
+    assert_eq!(
+        httpd.container_id.as_deref(),
+        Some(id.as_str()),
+        "same container"
+    );
+    assert_eq!(httpd.restart_count, 0);
+    assert!(httpd.ready, "readiness kept across the restart");
+    assert_eq!(
+        w.ctrd.client().list_containers(None).await.unwrap().len(),
+        before,
+        "no container created"
+    );
+    assert!(
+        w.http_get(SocketAddr::new(ip, 80))
+            .await
+            .unwrap()
+            .contains("keelson busybox")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashing_container_backs_off_with_growing_delays() {
+    if !require_root("crashing_container_backs_off_with_growing_delays") {
+        return;
+    }
+    let w = SysWorld::start().await;
+    w.create_pod(
+        "crash",
+        json!({"terminationGracePeriodSeconds": 2, "automountServiceAccountToken": false,
+               "containers": [{"name": "app", "image": IMAGE, "command": ["sh", "-c", "exit 3"]}]}),
+    )
+    .await;
+    // First back-off: 10 s.
+    let first = w
+        .wait_pod("crash", "CrashLoopBackOff 10s", T, |p| {
+            let c = container_status(p, "app").ok_or("no status")?;
+            let msg = c
+                .state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .and_then(|wt| wt.message.clone())
+                .unwrap_or_default();
+            if msg.starts_with("back-off 10s restarting failed container=app pod=crash_default(") {
+                Ok((Instant::now(), c.restart_count))
+            } else {
+                Err(format!("{c:?}"))
+            }
+        })
+        .await;
+    assert_eq!(first.1, 1, "the first restart is immediate");
+    // After the next restart the back-off has doubled.
+    let second = w
+        .wait_pod(
+            "crash",
+            "CrashLoopBackOff 20s",
+            Duration::from_secs(40),
+            |p| {
+                let c = container_status(p, "app").ok_or("no status")?;
+                let msg = c
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.waiting.as_ref())
+                    .and_then(|wt| wt.message.clone())
+                    .unwrap_or_default();
+                if msg.starts_with("back-off 20s restarting failed container=app") {
+                    Ok((Instant::now(), c.clone()))
+                } else {
+                    Err(format!("{c:?}"))
+                }
+            },
+        )
+        .await;
+    let waited = second.0 - first.0;
+    assert!(
+        waited >= Duration::from_secs(8),
+        "the 10 s back-off was honoured: {waited:?}"
+    );
+    let c = second.1;
+    assert_eq!(c.restart_count, 2);
+    let last = c.last_state.unwrap().terminated.unwrap();
+    assert_eq!((last.exit_code, last.reason.as_deref()), (3, Some("Error")));
+    let evs = w.events("crash").await;
+    assert!(
+        evs.iter().any(|(r, m)| r == "BackOff"
+            && m.starts_with("Back-off restarting failed container app in pod crash_default")),
+        "{evs:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_runs_pre_stop_stops_within_grace_and_removes_the_pod() {
+    if !require_root("delete_runs_pre_stop_stops_within_grace_and_removes_the_pod") {
+        return;
+    }
+    let w = SysWorld::start().await;
+    // The preStop hook calls back to a server of ours on the node's address.
+    let listener = w
+        .ctrd
+        .netns()
+        .tcp_listener(SocketAddr::from(([0, 0, 0, 0], 0)))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, String)>();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 2048];
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            let _ = tx.send((
+                Instant::now(),
+                String::from_utf8_lossy(&buf[..n]).into_owned(),
+            ));
+            let _ = s
+                .write_all(b"HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    let node_ip = keelson_tests::node_harness::SYSTEM_NODE_IP.to_string();
+    w.create_pod(
+        "graceful",
+        json!({"terminationGracePeriodSeconds": 15, "automountServiceAccountToken": false,
+               "containers": [{"name": "app", "image": IMAGE,
+                   "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"],
+                   "lifecycle": {"preStop": {"httpGet": {"host": node_ip, "port": port, "path": "/prestop"}}}}]}),
+    )
+    .await;
+    let pod = w.wait_phase("graceful", "Running", T).await;
+    let cgroup = pod.metadata.uid.clone().unwrap();
+    let t0 = Instant::now();
+    w.delete("graceful").await;
+    let (at, req) = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+        .await
+        .expect("preStop request within the grace period")
+        .expect("preStop request");
+    assert!(req.starts_with("GET /prestop HTTP/1.1"), "{req}");
+    assert!(
+        req.to_lowercase().contains("user-agent: kube-lifecycle/"),
+        "{req}"
+    );
+    w.wait_gone("graceful", Duration::from_secs(30)).await;
+    let took = t0.elapsed();
+    assert!(at - t0 < took);
+    assert!(
+        took < Duration::from_secs(15),
+        "stopped within the 15 s grace period: {took:?}"
+    );
+    // The container ended on SIGTERM (exit 0 from its trap), not SIGKILL.
+    let cs = w.ctrd.client().list_containers(None).await.unwrap();
+    for c in cs
+        .iter()
+        .filter(|c| c.labels.get("io.kubernetes.pod.uid") == Some(&cgroup))
+    {
+        let s = w
+            .ctrd
+            .client()
+            .container_status(&c.id, false)
+            .await
+            .unwrap()
+            .status
+            .unwrap();
+        assert_eq!(s.exit_code, 0, "{s:?}");
+    }
+}
