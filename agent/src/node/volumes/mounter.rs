@@ -147,6 +147,21 @@ pub fn mounts_under(mounts: &[MountPoint], dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// Detaches (lazily, `MNT_DETACH`, deepest first) every mount at or below
+/// `dir`; returns how many. For test harnesses and uninstallers cleaning
+/// up after a node agent that was stopped while pods had volumes.
+pub fn detach_all_below(dir: &Path) -> io::Result<usize> {
+    let mounts = LinuxMounter.mount_points()?;
+    let mut n = 0;
+    for p in mounts_under(&mounts, dir) {
+        match nix::mount::umount2(&p, MntFlags::MNT_DETACH) {
+            Ok(()) => n += 1,
+            Err(e) => tracing::warn!(path = %p.display(), error = %e, "could not detach mount"),
+        }
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
