@@ -85,6 +85,9 @@ pub struct NodeOverrides {
     pub runtime_down_after: Option<std::time::Duration>,
     /// How often CRI Status is asked (default kubelet's 5 s).
     pub runtime_status_period: Option<std::time::Duration>,
+    /// The cgroup filesystem pods use (default: the host's); tests give a
+    /// fake tree so nothing is created on the host.
+    pub pods_cgroups: Option<Arc<dyn cgroups::CgroupFs>>,
 }
 
 impl std::fmt::Debug for NodeOverrides {
@@ -207,8 +210,20 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
         status: status_handle,
         eviction: eviction_handle,
     };
-    // Pods, volumes, eviction and garbage collection start here from `services`.
-    let _ = &services;
+    // Pods (and their volumes): started as a task so a runtime that is not
+    // up yet does not hold the rest of the node role.
+    {
+        let services = services.clone();
+        let cgroups = overrides.pods_cgroups.clone();
+        tasks.spawn(async move {
+            let volumes = volumes::VolumeManager::for_node(&services);
+            match pods::start_for_node(&services, volumes, cgroups).await {
+                Ok(pods) => run_pod_consumers(&services, pods).await,
+                Err(e) => tracing::error!(error = %e, "the pod lifecycle could not start"),
+            }
+            "pods"
+        });
+    }
 
     tracing::info!(node = %ctx.node_name, "node role started");
     shutdown.cancelled().await;
@@ -231,17 +246,19 @@ async fn drain(tasks: &mut JoinSet<&'static str>) {
 /// (kubelet starts it once the runtime is up) and garbage collection of
 /// dead containers, sandboxes, pod logs and unused images (which also
 /// serves the eviction manager's disk reclaim).
-pub async fn run_pod_consumers<P>(services: &NodeServices, pods: P)
-where
-    P: eviction::EvictionPods + gc::PodState + Clone,
-{
+pub async fn run_pod_consumers(services: &NodeServices, pods: pods::PodsHandle) {
     let ctx = &services.ctx;
     let n = &ctx.config.node;
+    let pod_state = Arc::new(gc::LifecyclePodState::new(
+        pods.clone(),
+        ctx.client.clone(),
+        &ctx.node_name,
+    ));
     let pods = Arc::new(pods);
     let collectors = gc::Collectors {
         containers: gc::ContainerGc::new(
             services.cri.clone(),
-            pods.clone(),
+            pod_state,
             gc::ContainerGcPolicy::default(),
             n.pod_logs_dir.clone(),
             n.pod_logs_dir.parent().map(|p| p.join("containers")),

@@ -32,6 +32,10 @@ pub trait PodState: Send + Sync + 'static {
     fn should_pod_runtime_be_removed(&self, uid: &str) -> bool;
     /// Every pod source has listed once.
     fn all_sources_ready(&self) -> bool;
+    /// Brings the answers up to date; called before each collection.
+    fn refresh(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// kubelet's container GC policy (flags `--minimum-container-ttl-duration`,
@@ -112,6 +116,7 @@ impl ContainerGc {
     /// One collection (kubelet's `GarbageCollect`); `evict_non_deleted_pods`
     /// also removes everything of terminated pods (eviction reclaim).
     pub async fn garbage_collect(&self, evict_non_deleted_pods: bool) -> Result<(), String> {
+        self.pods.refresh().await;
         let ready = self.pods.all_sources_ready();
         let mut errors = Vec::new();
         if let Err(e) = self.evict_containers(ready, evict_non_deleted_pods).await {

@@ -6,6 +6,7 @@
 
 pub mod containers;
 pub mod images;
+pub mod pod_state;
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use containers::{ContainerGc, ContainerGcPolicy, PodState};
 pub use images::{ImageGc, ImageGcMetrics, ImageGcPolicy};
+pub use pod_state::LifecyclePodState;
 
 use crate::events::{EventRecorder, EventType, node_ref};
 use crate::node::eviction::NodeReclaim;
