@@ -248,8 +248,10 @@ fn has_pod_initialized(pod: &Pod) -> bool {
 /// while containers may run, force Ready false on a terminal phase.
 pub fn merge_pod_status(api: &PodStatus, new: &PodStatus, could_have_running: bool) -> PodStatus {
     let mut merged = new.clone();
+    // Conditions shared with other writers (DisruptionTarget) stay as the
+    // API has them unless this write moves the pod to a terminal phase.
     let mut conditions: Vec<PodCondition> = conditions_of(api)
-        .filter(|c| !kubelet_owned(c))
+        .filter(|c| !KUBELET_CONDITIONS.contains(&c.type_.as_str()))
         .cloned()
         .collect();
     let api_phase = api.phase.as_deref().unwrap_or_default();
@@ -660,6 +662,26 @@ mod tests {
             (ready.status.as_str(), ready.reason.as_deref()),
             ("False", Some("PodFailed"))
         );
+    }
+
+    #[test]
+    fn disruption_target_survives_writes_after_the_terminal_one() {
+        let api = status(serde_json::json!({
+            "phase": "Failed",
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}]
+        }));
+        let new = status(serde_json::json!({
+            "phase": "Failed",
+            "conditions": [{"type": "Ready", "status": "False"}]
+        }));
+        let merged = merge_pod_status(&api, &new, false);
+        let types: Vec<_> = merged
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(types, vec!["DisruptionTarget", "Ready"]);
     }
 
     #[test]
