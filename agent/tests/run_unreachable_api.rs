@@ -84,10 +84,10 @@ fn proxy_only_retries_serves_health_and_stops_on_sigterm() {
     let (tx, rx) = mpsc::channel::<serde_json::Value>();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str(&line) {
-                if tx.send(v).is_err() {
-                    break;
-                }
+            if let Ok(v) = serde_json::from_str(&line)
+                && tx.send(v).is_err()
+            {
+                break;
             }
         }
     });

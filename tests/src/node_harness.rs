@@ -36,6 +36,17 @@ use crate::containerd::Containerd;
 use crate::support::{WaitTimeout, wait_for};
 use crate::testapi::{TestApiOptions, TestApiServer};
 
+/// Keeps the host's disk out of a node that runs on the host's filesystem:
+/// only the memory hard-eviction threshold stays (upstream default
+/// `memory.available<100Mi`) and image garbage collection never triggers on
+/// disk usage. A test machine whose disk is more than 85% full would
+/// otherwise evict every pod for `imagefs.available<15%`, as kubelet would.
+pub fn ignore_host_disk(config: &mut Config) {
+    config.node.eviction_hard =
+        std::iter::once(("memory.available".to_string(), "100Mi".to_string())).collect();
+    config.node.image_gc_high_threshold_percent = 100;
+}
+
 /// Edits the configuration before the node starts.
 pub type Configure = Arc<dyn Fn(&mut Config) + Send + Sync>;
 
@@ -207,7 +218,8 @@ impl InProcessNode {
         if overrides.pods_cgroups.is_none() {
             // Pod cgroups go to a fake cgroup v2 tree, never the host's.
             let tree = dir.path().join("cgroup");
-            std::fs::create_dir_all(&tree).map_err(|e| setup("creating a fake cgroup tree")(e.to_string()))?;
+            std::fs::create_dir_all(&tree)
+                .map_err(|e| setup("creating a fake cgroup tree")(e.to_string()))?;
             std::fs::write(tree.join("cgroup.controllers"), "cpuset cpu io memory pids")
                 .map_err(|e| setup("creating a fake cgroup tree")(e.to_string()))?;
             overrides.pods_cgroups = Some(Arc::new(keelson::node::cgroups::v2::V2::new(tree)));
@@ -452,6 +464,7 @@ impl BinaryNode {
         config.node.cgroup_root = ctrd.cgroup_parent();
         config.node.node_ip = Some(IpAddr::V4(SYSTEM_NODE_IP));
         config.node.pod_cidr = ctrd.pod_cidr().to_string();
+        ignore_host_disk(&mut config);
         if let Some(f) = &opts.configure {
             f(&mut config);
         }

@@ -191,7 +191,6 @@ fn curl(ctrd: &Containerd, url: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-#[ignore = "until the pod lifecycle is wired into node::run (the example pod never starts before)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_daemonset_runs_on_a_node_and_serves_cluster_ips() {
     if !require_root("proxy_daemonset_runs_on_a_node_and_serves_cluster_ips") {
@@ -267,6 +266,7 @@ async fn proxy_daemonset_runs_on_a_node_and_serves_cluster_ips() {
     cfg.node.cgroup_root = ctrd.cgroup_parent();
     cfg.node.node_ip = Some(NODE_IP.parse().expect("ip"));
     cfg.node.pod_cidr = ctrd.pod_cidr().to_string();
+    keelson_tests::node_harness::ignore_host_disk(&mut cfg);
     cfg.validate().expect("node agent configuration");
     let cfg_path = state.join("config.yaml");
     std::fs::write(&cfg_path, cfg.to_yaml()).expect("write config");

@@ -93,7 +93,6 @@ fn word_after<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
         .and_then(|rest| rest.split([' ', ',']).find(|w| !w.is_empty()))
 }
 
-#[ignore = "until the pod lifecycle is wired into node::run (the example pod never starts before)"]
 #[test]
 fn demo_check_mode_serves_the_example_and_cleans_up() {
     if !keelson_tests::support::require_root("demo_check_mode_serves_the_example_and_cleans_up") {

@@ -67,7 +67,6 @@ async fn phase(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs node::run to start the pod lifecycle and run_pod_consumers (pending PODS' wiring)"]
 async fn a_best_effort_memory_hog_is_evicted_before_a_guaranteed_pod() {
     if !require_root("a_best_effort_memory_hog_is_evicted_before_a_guaranteed_pod") {
         return;
@@ -207,7 +206,13 @@ async fn a_best_effort_memory_hog_is_evicted_before_a_guaranteed_pod() {
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "DisruptionTarget"))
         .cloned()
-        .expect("DisruptionTarget condition");
+        .unwrap_or_else(|| {
+            panic!(
+                "no DisruptionTarget condition in {:?}\n--- keelson log ---\n{}",
+                hog.status,
+                node.log_tail(60)
+            )
+        });
     assert_eq!(disruption.reason.as_deref(), Some("TerminationByKubelet"));
 
     // The Node reports the pressure (it lasts the transition period).
@@ -261,7 +266,13 @@ async fn a_best_effort_memory_hog_is_evicted_before_a_guaranteed_pod() {
         cleared.reason.as_deref(),
         Some("KubeletHasSufficientMemory")
     );
-    assert_eq!(phase(&pods, "steady").await.expect("steady").0, "Running");
+    let steady = phase(&pods, "steady").await.expect("steady");
+    assert_eq!(
+        steady.0,
+        "Running",
+        "{steady:?}\n--- keelson log ---\n{}",
+        node.log_tail(120)
+    );
     assert_eq!(
         phase(&pods, "hog").await.expect("hog").0,
         "Failed",

@@ -62,6 +62,19 @@ async fn httpd_behind_an_init_container_runs_serves_and_survives_a_keelson_resta
     .unwrap();
     assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
     assert!(body.contains("keelson busybox"), "{body}");
+    // The pod's cgroup (cgroup v1 here) under the BestEffort tier, with the
+    // container's cgroup below it.
+    let root = w.node.as_ref().unwrap().config.node.cgroup_root.clone();
+    let uid = pod.metadata.uid.clone().unwrap();
+    let pod_cg = std::path::Path::new("/sys/fs/cgroup/cpu")
+        .join(root.trim_start_matches('/'))
+        .join(format!("kubepods/besteffort/pod{uid}"));
+    assert_eq!(
+        std::fs::read_to_string(pod_cg.join("cpu.shares"))
+            .unwrap()
+            .trim(),
+        "2"
+    );
     let init = container_status(&pod, "init").unwrap();
     assert_eq!(
         init.state
@@ -76,6 +89,10 @@ async fn httpd_behind_an_init_container_runs_serves_and_survives_a_keelson_resta
     let httpd = container_status(&pod, "httpd").unwrap();
     let id = httpd.container_id.clone().unwrap();
     assert!(id.starts_with("containerd://"));
+    assert!(
+        pod_cg.join(id.trim_start_matches("containerd://")).is_dir(),
+        "the container runs in the pod's cgroup"
+    );
     // The projected service account token is mounted by keelson.
     assert_eq!(
         w.exec(

@@ -79,7 +79,6 @@ async fn running_container(cri: &RuntimeClient, uid: &str, name: &str) -> Result
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the pod lifecycle started by node::run (PODS wiring, issue 6)"]
 async fn pod_reads_its_volumes_and_they_go_with_it() {
     if !require_root("pod_reads_its_volumes_and_they_go_with_it") {
         return;

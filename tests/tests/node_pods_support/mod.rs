@@ -34,7 +34,11 @@ use tokio_util::sync::CancellationToken;
 /// The image every test pod uses (present in the fake runtime).
 pub const IMAGE: &str = "keelson.local/busybox:1";
 
+/// Edits the node settings of a world before it starts.
+pub type Configure = Box<dyn Fn(&mut NodeConfig) + Send + Sync>;
+
 /// How a world is set up.
+#[derive(Default)]
 pub struct Options {
     /// Follow tokio's paused clock (the test must use `start_paused`).
     pub paused: bool,
@@ -43,18 +47,7 @@ pub struct Options {
     /// Fake runtime settings.
     pub fake: FakeConfig,
     /// Edits the node settings.
-    pub configure: Option<Box<dyn Fn(&mut NodeConfig) + Send + Sync>>,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            paused: false,
-            probes: false,
-            fake: FakeConfig::default(),
-            configure: None,
-        }
-    }
+    pub configure: Option<Configure>,
 }
 
 /// One test's world. Dropping it stops the lifecycle, the runtime and the

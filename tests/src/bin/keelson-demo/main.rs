@@ -334,6 +334,9 @@ async fn start_everything(bin: &Path, timeout: Duration) -> anyhow::Result<Runni
     cfg.node.node_ip = Some(NODE_IP.parse().context("node IP")?);
     cfg.node.pod_cidr = ctrd.pod_cidr().to_string();
     cfg.node.cluster_domain = "cluster.local".into();
+    // The demo shares the host's disk: a nearly full disk must not evict
+    // its pod.
+    keelson_tests::node_harness::ignore_host_disk(&mut cfg);
     cfg.proxy.client_connection.kubeconfig = Some(proxy_kc);
     cfg.proxy.cluster_cidr = ctrd.pod_cidr().to_string();
     cfg.validate()
