@@ -9,7 +9,7 @@ use keelson_netplane::model::IpFamily;
 use keelson_netplane::nftables::{LocalTraffic, NftablesBackend, NftablesConfig};
 use keelson_netplane::prometheus::Registry;
 use keelson_netplane::proxier::{
-    ConntrackCleaner, Proxier, ProxierConfig, ProxyHandle, ProxyHealth, ServiceHealthServer,
+    ConntrackCleaner, Proxier, ProxierConfig, ProxyHandle, ServiceHealthServer,
 };
 use keelson_tests::proxy_cases::{
     CLUSTER_CIDR, Lab, NODE_NAME, NsListen, SERVICE_CIDR, cases, route_external_ips, run_case,
@@ -61,7 +61,6 @@ fn proxier(lab: &Lab, shards: u16) -> (Proxier, ProxyHandle) {
         vec![],
         handle.health(),
     );
-    let _ = ProxyHealth::new(Duration::from_secs(60), None);
     let proxier = proxier
         .with_conntrack(cleaner)
         .with_health_checks(hc)
@@ -504,4 +503,134 @@ async fn the_table_reads_like_kube_proxys() {
         text.contains(&chain_with_comment),
         "chain comment missing in:\n{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dual_stack_service_is_programmed_in_ip_and_ip6_tables() {
+    use tokio::io::AsyncWriteExt;
+    if !require_root("dual_stack_service_is_programmed_in_ip_and_ip6_tables") {
+        return;
+    }
+    let lab = Lab::new(2).await.expect("lab");
+    // IPv6 on the node links (no DAD: addresses usable at once) and an
+    // IPv6 server in each pod on port 8081.
+    lab.node
+        .exec("sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"])
+        .expect("v6 forwarding");
+    let mut servers = Vec::new();
+    for (i, pod) in lab.pods.iter().enumerate() {
+        let n = i + 1;
+        lab.node
+            .ip(&[
+                "addr",
+                "add",
+                &format!("fd00:244:{n}::1/64"),
+                "dev",
+                &format!("n-p{i}"),
+                "nodad",
+            ])
+            .expect("node v6");
+        pod.ns
+            .ip(&[
+                "addr",
+                "add",
+                &format!("fd00:244:{n}::2/64"),
+                "dev",
+                "eth0",
+                "nodad",
+            ])
+            .expect("pod v6");
+        pod.ns
+            .ip(&[
+                "-6",
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("fd00:244:{n}::1"),
+            ])
+            .expect("pod v6 route");
+        let l = pod.ns.tcp_listener(sa("[::]:8081")).expect("v6 listener");
+        let name = format!("pod-{i}-v6");
+        servers.push(tokio::spawn(async move {
+            loop {
+                let Ok((mut s, peer)) = l.accept().await else {
+                    continue;
+                };
+                let _ = s.write_all(format!("{name} {peer}\n").as_bytes()).await;
+                let _ = s.shutdown().await;
+            }
+        }));
+    }
+    let mut config = nft_config(1);
+    config.families = vec![IpFamily::V4, IpFamily::V6];
+    config.local_traffic.insert(
+        IpFamily::V6,
+        LocalTraffic::Cidr("fd00:244::/32".parse().unwrap_or_else(|_| unreachable!())),
+    );
+    let backend = lab
+        .node
+        .run(move || NftablesBackend::new(config))
+        .expect("netns thread")
+        .expect("backend");
+    let (mut proxier, handle) = Proxier::new(
+        ProxierConfig {
+            node_name: NODE_NAME.into(),
+            families: vec![IpFamily::V4, IpFamily::V6],
+            min_sync_period: Duration::ZERO,
+            sync_period: Duration::from_secs(30),
+        },
+        Box::new(backend),
+        &Registry::new(),
+    )
+    .expect("proxier");
+    handle.replace_services(&[ServiceBuilder::new("default", "ds")
+        .cluster_ips(&["10.96.0.50", "fd00:96::50"])
+        .port("http", Protocol::Tcp, 80)
+        .build()]);
+    let v4 = SliceBuilder::new("default", "ds", "ds-v4", "IPv4")
+        .port("http", Protocol::Tcp, TCP_PORT)
+        .endpoint(EndpointSpec::ready(&pod_ip(0).to_string()))
+        .build();
+    let v6 = SliceBuilder::new("default", "ds", "ds-v6", "IPv6")
+        .port("http", Protocol::Tcp, 8081)
+        .endpoint(EndpointSpec::ready("fd00:244:1::2"))
+        .build();
+    handle.replace_endpoint_slices(&[v4, v6]);
+    tokio::task::block_in_place(|| proxier.sync_now(false)).expect("sync both families");
+
+    let r4 = lab
+        .tcp(Origin::Pod(1), sa("10.96.0.50:80"), Duration::from_secs(3))
+        .await
+        .expect("v4");
+    assert_eq!(r4.pod, "pod-0");
+    let r6 = lab
+        .tcp(
+            Origin::Pod(1),
+            sa("[fd00:96::50]:80"),
+            Duration::from_secs(3),
+        )
+        .await
+        .expect("v6");
+    assert_eq!(r6.pod, "pod-0-v6");
+    assert_eq!(
+        r6.peer.ip().to_string(),
+        "fd00:244:2::2",
+        "pod traffic keeps its source"
+    );
+    let text = lab
+        .node
+        .exec("nft", &["list", "table", "ip6", "keelson"])
+        .expect("ip6 table");
+    assert!(
+        text.contains("type ipv6_addr . inet_proto . inet_service : verdict"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fd00:96::50 . tcp . 80 : goto service-"),
+        "{text}"
+    );
+    for s in servers {
+        s.abort();
+    }
 }
