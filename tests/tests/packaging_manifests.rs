@@ -199,7 +199,10 @@ fn proxy_cluster_role_is_kube_proxys_without_endpoints() {
 
     // The binding ties that role to the DaemonSet's ServiceAccount.
     assert_eq!(m.binding.role_ref.kind, "ClusterRole");
-    assert_eq!(m.binding.role_ref.api_group.as_deref(), Some("rbac.authorization.k8s.io"));
+    assert_eq!(
+        m.binding.role_ref.api_group.as_deref(),
+        Some("rbac.authorization.k8s.io")
+    );
     assert_eq!(
         Some(&m.binding.role_ref.name),
         m.role.metadata.name.as_ref()

@@ -114,11 +114,7 @@ async fn proxy_role_programs_services_from_the_api() {
         ..Default::default()
     });
     nodes
-        .replace_status(
-            NODE_NAME,
-            &PostParams::default(),
-            &with_status,
-        )
+        .replace_status(NODE_NAME, &PostParams::default(), &with_status)
         .await
         .expect("node status");
 
