@@ -17,7 +17,8 @@
 #           the unit; --now also starts it (or restarts it when running, which
 #           keeps containers running: KillMode=process). --now refuses while
 #           kubelet.service or kube-proxy.service is active.
-# uninstall stops and disables the unit and removes what install added,
+# uninstall stops and disables the unit, removes the proxy role's nftables
+#           tables and eBPF programs (`keelson cleanup`), removes what install added,
 #           keeping /etc/keelson and /var/lib/keelson unless --purge (which
 #           refuses while anything is mounted below /var/lib/keelson).
 #
@@ -243,6 +244,18 @@ mounts_below() {
 do_uninstall() {
   if [ -n "$systemctl_cmd" ] && [ -e "$dest$unitdir/$unit" ]; then
     run_systemctl ignore disable --now "$unit"
+  fi
+  # The proxy role's nftables tables and eBPF pins outlive the process (as
+  # kube-proxy's rules do); remove them once keelson has stopped. Only on
+  # the real root: with DESTDIR the kernel state is not ours to change.
+  if [ -z "$dest" ] && [ -x "$bindir/keelson" ]; then
+    local cfg_args=()
+    [ -f "$confdir/config.yaml" ] && cfg_args=(--config "$confdir/config.yaml")
+    if "$bindir/keelson" cleanup "${cfg_args[@]}"; then
+      say "removed keelson's nftables tables and eBPF programs"
+    else
+      say "warning: keelson cleanup failed; remove the 'keelson' nftables tables by hand (nft delete table ip keelson)"
+    fi
   fi
   local f
   for f in "$dest$unitdir/$unit" "$dest$bindir/keelson" "$dest$sharedir/config.yaml" "$dest$docdir/install.md"; do

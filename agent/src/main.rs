@@ -28,6 +28,15 @@ enum Command {
     },
     /// Print keelson's version and the Kubernetes version it implements.
     Version,
+    /// Remove the proxy role's nftables tables and eBPF programs from this
+    /// network namespace and exit (kube-proxy's `--cleanup`). Stop keelson
+    /// first. Does nothing when the configuration disables the proxy role.
+    Cleanup {
+        /// Configuration file (for `proxy.ebpf.bpffsPath`); defaults apply
+        /// without one.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -70,6 +79,31 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Cleanup { config } => {
+            let cfg = match config.as_deref().map(Config::load).transpose() {
+                Ok(cfg) => cfg.unwrap_or_default(),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if !cfg.proxy.enabled {
+                // Another proxy (e.g. keelson's DaemonSet) may own the
+                // tables of the same name on this node.
+                println!("the proxy role is disabled in this configuration: nothing removed");
+                return ExitCode::SUCCESS;
+            }
+            match keelson::proxy::cleanup(&cfg.proxy) {
+                Ok(()) => {
+                    println!("removed keelson's nftables tables and eBPF pins (if any)");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Run(args) => match run_command(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

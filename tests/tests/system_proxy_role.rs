@@ -85,7 +85,9 @@ async fn proxy_role_programs_services_from_the_api() {
         format!(
             "apiVersion: keelson.dev/v1alpha1\nkind: KeelsonConfiguration\nnodeName: {NODE_NAME}\n\
              healthzBindAddress: 127.0.0.1:10248\nmetricsBindAddress: 127.0.0.1:10249\n\
-             proxy:\n  clusterCIDR: {CLUSTER_CIDR}\n  minSyncPeriod: 0s\n  healthzBindAddress: 0.0.0.0:10256\n"
+             proxy:\n  clusterCIDR: {CLUSTER_CIDR}\n  minSyncPeriod: 0s\n  healthzBindAddress: 0.0.0.0:10256\n\
+             \x20 ebpf:\n    bpffsPath: {}\n",
+            dir.path().join("bpf").display()
         ),
     )
     .expect("config");
@@ -148,7 +150,7 @@ async fn proxy_role_programs_services_from_the_api() {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("keelson runs");
-    let _process = Process(child);
+    let mut process = Process(child);
 
     let nodeport: SocketAddr = format!("{NODE_IP}:30400").parse().expect("addr");
     wait_for(
@@ -249,4 +251,40 @@ async fn proxy_role_programs_services_from_the_api() {
     )
     .await
     .expect("service removal programmed");
+
+    // Like kube-proxy, a stopped keelson leaves its table in place (the
+    // next start adopts it); `keelson cleanup` removes it.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(process.0.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let status = process.0.wait().expect("keelson exits");
+    assert!(status.success(), "keelson exited with {status}");
+    let tables = lab.node.exec("nft", &["list", "tables"]).expect("nft");
+    assert!(tables.contains("table ip keelson"), "{tables}");
+    let out = lab
+        .node
+        .command(&bin.to_string_lossy())
+        .args(["cleanup", "--config"])
+        .arg(&config)
+        .output()
+        .expect("keelson cleanup runs");
+    assert!(
+        out.status.success(),
+        "keelson cleanup: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tables = lab.node.exec("nft", &["list", "tables"]).expect("nft");
+    assert!(!tables.contains("keelson"), "{tables}");
+    // Nothing left to remove is not an error.
+    let again = lab
+        .node
+        .command(&bin.to_string_lossy())
+        .args(["cleanup", "--config"])
+        .arg(&config)
+        .output()
+        .expect("keelson cleanup runs");
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
 }

@@ -123,6 +123,35 @@ fn open_backend(cfg: &ProxyConfig, nft: NftablesConfig) -> Result<Box<dyn Backen
     }
 }
 
+/// Removes what the proxy role installs in the current network namespace,
+/// as `kube-proxy --cleanup` does: keelson's nftables tables in both
+/// families and the eBPF socket LB's pinned links and maps (whatever
+/// `proxy.mode` says now, since an earlier run may have used the other
+/// mode). Stop keelson first: a running proxy re-creates them, and pinned
+/// links stay attached while it holds them. Safe to run when nothing is
+/// installed.
+pub fn cleanup(cfg: &ProxyConfig) -> Result<(), ProxyError> {
+    use keelson_netplane::model::IpFamily;
+    let nft = NftablesConfig {
+        families: vec![IpFamily::V4, IpFamily::V6],
+        ..NftablesConfig::default()
+    };
+    let nft_err = |e: keelson_netplane::BackendError| ProxyError::DataPlane {
+        mode: "nftables",
+        message: format!("removing the tables: {e}"),
+    };
+    let mut backend = NftablesBackend::new(nft).map_err(nft_err)?;
+    backend.cleanup().map_err(nft_err)?;
+    keelson_netplane::ebpf::cleanup(&NetplaneEbpfConfig {
+        cgroup_path: cfg.ebpf.cgroup_path.clone(),
+        bpffs_path: cfg.ebpf.bpffs_path.clone(),
+    })
+    .map_err(|e| ProxyError::DataPlane {
+        mode: "ebpf",
+        message: format!("removing the pinned programs and maps: {e}"),
+    })
+}
+
 /// Reads the Node, retrying with backoff until it exists (kube-proxy waits
 /// for it too). `None` on shutdown.
 async fn wait_for_node(api: &Api<Node>, ctx: &RoleContext) -> Option<Node> {
