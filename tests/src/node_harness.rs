@@ -177,6 +177,7 @@ impl InProcessNode {
         config.node.pod_logs_dir = dir.path().join("pod-logs");
         config.node.node_ip = host_ipv4();
         config.node.kubeconfig = Some(api.kubeconfig_path().to_path_buf());
+        ignore_host_disk(&mut config);
         if let Some(f) = &opts.configure {
             f(&mut config);
         }
@@ -571,5 +572,10 @@ impl Drop for BinaryNode {
     fn drop(&mut self) {
         let status = self.stop(Duration::from_secs(10));
         tracing::debug!(node = %self.node_name, netns = %self.netns_name, %status, "keelson stopped");
+        // Volumes of pods still set up when keelson stopped (a root dir
+        // given by the test is the test's to clean).
+        if let Err(e) = keelson::node::volumes::mounter::detach_all_below(self.dir.path()) {
+            tracing::warn!(error = %e, "cannot detach the node's volume mounts");
+        }
     }
 }

@@ -354,9 +354,25 @@ impl Lab {
 
 /// A UDP socket bound to `port` (0: ephemeral); a fixed port lets a test
 /// reuse the same flow (5-tuple) across probes.
+/// Binds a UDP client socket. A fixed source port can be briefly "in use"
+/// after the previous socket on it closed: a process forked by a concurrent
+/// test at that moment holds a copy of the descriptor until its exec. Such
+/// a bind is retried for up to a second.
 fn udp_bind(port: u16) -> std::io::Result<UdpSocket> {
-    let s = UdpSocket::bind(SocketAddr::new(IpAddr::from([0, 0, 0, 0]), port))?;
-    Ok(s)
+    let addr = SocketAddr::new(IpAddr::from([0, 0, 0, 0]), port);
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        match UdpSocket::bind(addr) {
+            Err(e)
+                if port != 0
+                    && e.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Binds health-check listeners inside a namespace (the node's).

@@ -38,6 +38,15 @@ pub struct SysWorld {
     pub state: tempfile::TempDir,
 }
 
+impl Drop for SysWorld {
+    fn drop(&mut self) {
+        // keelson first, then the volume mounts it left for running pods
+        // (the host must not keep them); the fields drop after this.
+        drop(self.node.take());
+        let _ = keelson::node::volumes::mounter::detach_all_below(self.state.path());
+    }
+}
+
 impl SysWorld {
     /// Starts containerd, the API server and keelson.
     pub async fn start() -> SysWorld {
