@@ -219,7 +219,15 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
             let volumes = volumes::VolumeManager::for_node(&services);
             match pods::start_for_node(&services, volumes, cgroups).await {
                 Ok(pods) => run_pod_consumers(&services, pods).await,
-                Err(e) => tracing::error!(error = %e, "the pod lifecycle could not start"),
+                Err(e) => {
+                    // kubelet would exit here; keelson keeps the Node
+                    // (and its Lease) alive but NotReady, saying why.
+                    tracing::error!(error = %e, "the pod lifecycle could not start");
+                    let message = e.to_string();
+                    services
+                        .runtime
+                        .add_health_check("pod lifecycle", move || Err(message.clone()));
+                }
             }
             "pods"
         });

@@ -74,7 +74,8 @@ pub struct PlegHealth {
 
 #[derive(Debug)]
 struct HealthState {
-    last_relist: Instant,
+    /// `None` until the first relist completed.
+    last_relist: Option<Instant>,
     events: EventsMode,
 }
 
@@ -95,7 +96,7 @@ impl PlegHealth {
     fn new() -> Self {
         PlegHealth {
             inner: Arc::new(Mutex::new(HealthState {
-                last_relist: Instant::now(),
+                last_relist: None,
                 events: EventsMode::Starting,
             })),
         }
@@ -105,10 +106,13 @@ impl PlegHealth {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// `Healthy`: Err with kubelet's message when the last relist is older
-    /// than the threshold.
+    /// `Healthy`: Err with kubelet's message before the first relist and
+    /// when the last relist is older than the threshold.
     pub fn check(&self) -> Result<(), String> {
-        let elapsed = self.lock().last_relist.elapsed();
+        let Some(last) = self.lock().last_relist else {
+            return Err("pleg has yet to be successful".to_string());
+        };
+        let elapsed = last.elapsed();
         if elapsed > RELIST_THRESHOLD {
             return Err(format!(
                 "pleg was last seen active {} ago; threshold is {}",
@@ -129,7 +133,7 @@ impl PlegHealth {
     }
 
     fn relisted(&self, at: Instant) {
-        self.lock().last_relist = at;
+        self.lock().last_relist = Some(at);
     }
 }
 
@@ -480,6 +484,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn health_threshold_message() {
         let h = PlegHealth::new();
+        assert_eq!(h.check(), Err("pleg has yet to be successful".to_string()));
+        h.relisted(Instant::now());
         assert!(h.check().is_ok());
         tokio::time::advance(Duration::from_secs(181)).await;
         assert_eq!(
