@@ -313,3 +313,62 @@ async fn image_never_pulled_and_invalid_names() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_rejected_by_admission_fails_without_running_and_others_start() {
+    use keelson::node::pods::{AdmitFn, AdmitRejection};
+    let admit: AdmitFn = std::sync::Arc::new(|pod: &k8s_openapi::api::core::v1::Pod| {
+        if pod.metadata.name.as_deref() == Some("rejected") {
+            Err(AdmitRejection {
+                reason: "Evicted".into(),
+                message: "The node had condition: [MemoryPressure]. ".into(),
+            })
+        } else {
+            Ok(())
+        }
+    });
+    let w = World::with(Options {
+        admit: Some(admit),
+        ..Options::default()
+    })
+    .await;
+    w.create_pod("rejected", busybox(json!({}))).await;
+    w.create_pod("admitted", busybox(json!({}))).await;
+    let pod = w.wait_phase("rejected", "Failed", T).await;
+    let status = pod.status.clone().unwrap();
+    assert_eq!(status.reason.as_deref(), Some("Evicted"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Pod was rejected: The node had condition: [MemoryPressure]. ")
+    );
+    assert_eq!(status.qos_class.as_deref(), Some("BestEffort"));
+    w.wait_event(
+        "rejected",
+        "Evicted",
+        "The node had condition: [MemoryPressure]",
+        T,
+    )
+    .await;
+    w.wait_phase("admitted", "Running", T).await;
+    // A later update does not admit the rejected pod again; deleting it
+    // removes the object (nothing runs to wait for). The dispatcher takes
+    // events in order, so once the object is gone the update was handled.
+    let mut p = w.get("rejected").await.unwrap();
+    p.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("touched".into(), "yes".into());
+    w.pods()
+        .replace("rejected", &Default::default(), &p)
+        .await
+        .unwrap();
+    w.delete("rejected", None).await;
+    w.wait_gone("rejected", T).await;
+    let sandboxes: Vec<String> = w
+        .fake
+        .sandboxes()
+        .iter()
+        .filter_map(|s| s.metadata.as_ref().map(|m| m.name.clone()))
+        .collect();
+    assert_eq!(sandboxes, vec!["admitted".to_string()]);
+}

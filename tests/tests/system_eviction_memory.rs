@@ -83,7 +83,7 @@ async fn a_best_effort_memory_hog_is_evicted_before_a_guaranteed_pod() {
         BinaryNodeOptions {
             configure: Some(Arc::new(move |c| {
                 c.node.node_status_update_frequency = KubeDuration::from_secs(1);
-                c.node.eviction_pressure_transition_period = KubeDuration::from_secs(5);
+                c.node.eviction_pressure_transition_period = KubeDuration::from_secs(15);
                 c.node.kernel_memcg_notification = true;
                 c.node
                     .system_reserved
@@ -225,6 +225,32 @@ async fn a_best_effort_memory_hog_is_evicted_before_a_guaranteed_pod() {
     .await
     .expect("memory pressure reported");
 
+    // Under MemoryPressure a new BestEffort pod is not admitted.
+    pods.create(
+        &PostParams::default(),
+        &pod("late", &name, &["sleep", "3600"], None),
+    )
+    .await
+    .expect("late pod");
+    let (_, late_reason, late_message) = wait_for(
+        "the late pod rejected",
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        || async {
+            match phase(&pods, "late").await? {
+                (p, r, m) if p == "Failed" => Ok((p, r, m)),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n--- keelson log ---\n{}", node.log_tail(60)));
+    assert_eq!(late_reason.as_deref(), Some("Evicted"));
+    assert_eq!(
+        late_message.as_deref(),
+        Some("Pod was rejected: The node had condition: [MemoryPressure]. ")
+    );
+
     // The event says why.
     let events = Api::<Event>::namespaced(admin.clone(), "default");
     let ev = wait_for(
@@ -256,7 +282,7 @@ async fn a_best_effort_memory_hog_is_evicted_before_a_guaranteed_pod() {
     // The pressure is gone: the condition clears after the transition period.
     let cleared = wait_for(
         "MemoryPressure False",
-        Duration::from_secs(30),
+        Duration::from_secs(45),
         Duration::from_millis(200),
         node_condition("MemoryPressure", "False"),
     )

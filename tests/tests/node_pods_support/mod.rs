@@ -48,6 +48,8 @@ pub struct Options {
     pub fake: FakeConfig,
     /// Edits the node settings.
     pub configure: Option<Configure>,
+    /// Pod admission.
+    pub admit: Option<keelson::node::pods::AdmitFn>,
 }
 
 /// One test's world. Dropping it stops the lifecycle, the runtime and the
@@ -65,6 +67,7 @@ pub struct World {
     pub dir: tempfile::TempDir,
     pub cgroup_root: PathBuf,
     pub ns: String,
+    pub admit: Option<keelson::node::pods::AdmitFn>,
 }
 
 impl Drop for World {
@@ -99,6 +102,7 @@ async fn start_lifecycle(
     cgroup_root: &std::path::Path,
     clock: SharedClock,
     probes: bool,
+    admit: Option<keelson::node::pods::AdmitFn>,
     stop: CancellationToken,
 ) -> PodsHandle {
     let recorder = EventRecorder::start(admin.clone(), "kubelet", node, registry);
@@ -128,6 +132,7 @@ async fn start_lifecycle(
                 random_start_offset: false,
                 ..Default::default()
             },
+            admit,
         },
         stop,
     )
@@ -153,6 +158,7 @@ impl World {
             &self.cgroup_root,
             self.clock.clone(),
             probes,
+            self.admit.clone(),
             self.stop.clone(),
         )
         .await;
@@ -236,6 +242,7 @@ impl World {
             &cgroup_root,
             clock.clone(),
             opts.probes,
+            opts.admit.clone(),
             stop.clone(),
         )
         .await;
@@ -252,6 +259,7 @@ impl World {
             dir,
             cgroup_root,
             ns: "default".into(),
+            admit: opts.admit,
         }
     }
 

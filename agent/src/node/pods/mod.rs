@@ -119,7 +119,16 @@ pub struct PodsDeps {
     pub probes: bool,
     /// Probe manager settings.
     pub probe_config: keelson_probes::ProbeManagerConfig,
+    /// Pod admission (kubelet's admit handlers, e.g. the eviction
+    /// manager's); `None` admits every pod.
+    pub admit: Option<AdmitFn>,
 }
+
+/// Decides whether a pod new to this node may run; a rejection carries
+/// kubelet's reason (e.g. `Evicted`) and message.
+pub type AdmitFn = Arc<dyn Fn(&Pod) -> Result<(), AdmitRejection> + Send + Sync>;
+
+pub use crate::node::eviction::AdmitRejection;
 
 impl std::fmt::Debug for PodsDeps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -245,6 +254,18 @@ impl PodsHandle {
 struct Targets {
     store: PodStore,
     workers: std::sync::OnceLock<PodWorkers>,
+    /// Pods admission rejected: they never ran.
+    rejected: Rejected,
+}
+
+/// UIDs of pods admission rejected, shared by the dispatcher and the
+/// status manager's view of the workers.
+type Rejected = Arc<std::sync::Mutex<std::collections::HashSet<String>>>;
+
+fn rejected_contains(r: &Rejected, uid: &str) -> bool {
+    r.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .contains(uid)
 }
 
 impl StatusTargets for Targets {
@@ -252,6 +273,9 @@ impl StatusTargets for Targets {
         self.store.api_object(uid).map(|p| (*p).clone())
     }
     fn could_have_running_containers(&self, uid: &str) -> bool {
+        if rejected_contains(&self.rejected, uid) {
+            return false;
+        }
         self.workers
             .get()
             .is_none_or(|w| w.could_have_running_containers(uid))
@@ -428,9 +452,11 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
 
     let store = PodStore::new();
     let cache = RuntimeCache::new();
+    let rejected: Rejected = Arc::default();
     let targets = Arc::new(Targets {
         store: store.clone(),
         workers: std::sync::OnceLock::new(),
+        rejected: rejected.clone(),
     });
     let status = StatusManager::new(
         deps.client.clone(),
@@ -516,6 +542,10 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         let workers = workers.clone();
         let store = store.clone();
         let stop = stop.clone();
+        let mut admission = Admission {
+            admit: deps.admit.clone(),
+            rejected,
+        };
         tokio::spawn(async move {
             let mut hk = housekeeping::Housekeeping::default();
             let mut tick = tokio::time::interval(housekeeping::PERIOD);
@@ -524,7 +554,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     ev = src_rx.recv() => match ev {
-                        Some(ev) => dispatch(&workers, &store, ev, &api_synced, &static_synced),
+                        Some(ev) => dispatch(&workers, &store, &mut admission, ev, &api_synced, &static_synced),
                         None => return,
                     },
                     uid = wake_rx.recv() => match uid {
@@ -547,9 +577,65 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
     })
 }
 
+/// kubelet's admission of pods new to the node (`HandlePodAdditions`): a
+/// rejected pod never reaches a worker; it ends `Failed` with the
+/// rejection's reason and `Pod was rejected: <message>`, with a Warning
+/// event, and stays rejected.
+struct Admission {
+    admit: Option<AdmitFn>,
+    rejected: Rejected,
+}
+
+impl Admission {
+    /// Whether the dispatcher must not hand `pod` to a worker.
+    fn holds_back(&mut self, workers: &PodWorkers, pod: &Pod) -> bool {
+        let uid = podutil::uid(pod);
+        let lc = workers.lifecycle();
+        if rejected_contains(&self.rejected, uid) {
+            if pod.metadata.deletion_timestamp.is_some() {
+                // Nothing runs: the status manager may delete the object.
+                lc.status.terminate_pod(pod);
+            }
+            return true;
+        }
+        let Some(admit) = &self.admit else {
+            return false;
+        };
+        if workers.phase(uid).is_some() || podutil::is_terminal_phase(podutil::phase(pod)) {
+            return false;
+        }
+        let Err(rejection) = admit(pod) else {
+            return false;
+        };
+        self.rejected
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(uid.to_string());
+        tracing::info!(pod = %podutil::key(pod), reason = %rejection.reason, message = %rejection.message, "pod rejected by admission");
+        lc.events.pod(
+            pod,
+            crate::events::EventType::Warning,
+            &rejection.reason,
+            rejection.message.clone(),
+        );
+        lc.status.set_pod_status(
+            pod,
+            k8s_openapi::api::core::v1::PodStatus {
+                qos_class: Some(qos::pod_qos(pod).as_str().to_string()),
+                phase: Some("Failed".into()),
+                reason: Some(rejection.reason),
+                message: Some(format!("Pod was rejected: {}", rejection.message)),
+                ..Default::default()
+            },
+        );
+        true
+    }
+}
+
 fn dispatch(
     workers: &PodWorkers,
     store: &PodStore,
+    admission: &mut Admission,
     ev: SourceEvent,
     api_synced: &AtomicBool,
     static_synced: &AtomicBool,
@@ -565,6 +651,9 @@ fn dispatch(
                 }
                 return;
             }
+            if admission.holds_back(workers, &pod) {
+                return;
+            }
             let kind = if workers.phase(podutil::uid(&pod)).is_some() {
                 UpdateKind::Update
             } else {
@@ -576,6 +665,14 @@ fn dispatch(
             workers.update_pod(pod, kind, None);
         }
         SourceEvent::Remove(pod) => {
+            if admission
+                .rejected
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(podutil::uid(&pod))
+            {
+                return;
+            }
             if podutil::is_mirror(&pod) {
                 for p in store.pods_where(|p| {
                     podutil::is_static(p) && podutil::full_name(p) == podutil::full_name(&pod)

@@ -59,6 +59,10 @@ pub async fn start_for_node(
             services: None,
             probes: true,
             probe_config: keelson_probes::ProbeManagerConfig::default(),
+            admit: Some({
+                let eviction = services.eviction.clone();
+                Arc::new(move |pod: &k8s_openapi::api::core::v1::Pod| eviction.admit(pod))
+            }),
         },
         ctx.shutdown.clone(),
     )
