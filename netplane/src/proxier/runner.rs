@@ -646,9 +646,98 @@ impl Proxier {
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = shared.notify.notified() => { pending = true; }
+                // A change after a failed sync is tried at once (minSyncPeriod
+                // still applies), like kube-proxy's runner; without changes
+                // the retry waits for syncPeriod.
+                _ = shared.notify.notified() => { pending = true; retry_at = None; }
                 _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::fixtures::ServiceBuilder;
+    use crate::model::{ProxyDiff, ProxySnapshot};
+
+    /// Refuses its first `refuse` syncs, then succeeds; counts attempts.
+    struct Refusing {
+        attempts: Arc<AtomicUsize>,
+        refuse: usize,
+    }
+
+    impl Refusing {
+        fn attempt(&mut self) -> Result<SyncOutcome, BackendError> {
+            let n = self.attempts.fetch_add(1, Ordering::SeqCst) + 1;
+            if n <= self.refuse {
+                Err(BackendError::Invalid("refused for the test".into()))
+            } else {
+                Ok(SyncOutcome::default())
+            }
+        }
+    }
+
+    impl Backend for Refusing {
+        fn name(&self) -> &'static str {
+            "refusing"
+        }
+        fn sync(&mut self, _: &ProxyDiff) -> Result<SyncOutcome, BackendError> {
+            self.attempt()
+        }
+        fn full_sync(&mut self, _: &ProxySnapshot) -> Result<SyncOutcome, BackendError> {
+            self.attempt()
+        }
+        fn cleanup(&mut self) -> Result<(), BackendError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_change_after_a_refused_sync_is_tried_at_once() {
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let (proxier, handle) = Proxier::new(
+            ProxierConfig {
+                node_name: "n".into(),
+                families: vec![IpFamily::V4],
+                min_sync_period: Duration::ZERO,
+                // Far away: only a change can cause the second attempt.
+                sync_period: Duration::from_secs(3600),
+            },
+            Box::new(Refusing {
+                attempts: attempts.clone(),
+                refuse: 1,
+            }),
+            &prometheus::Registry::new(),
+        )
+        .unwrap();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(proxier.run(stop.clone()));
+        handle.services_synced();
+        handle.endpoint_slices_synced();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while attempts.load(Ordering::SeqCst) < 1 {
+            assert!(Instant::now() < deadline, "no first sync");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        handle.update_service(
+            &ServiceBuilder::new("default", "web")
+                .cluster_ip("10.96.0.10")
+                .port("http", crate::model::Protocol::Tcp, 80)
+                .build(),
+        );
+        while attempts.load(Ordering::SeqCst) < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "the change waited for syncPeriod after the refused sync"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop.cancel();
+        task.await.unwrap();
     }
 }
