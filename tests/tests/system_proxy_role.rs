@@ -138,6 +138,10 @@ async fn proxy_role_programs_services_from_the_api() {
         .await
         .expect("slice");
 
+    let host_established =
+        std::fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_established")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
     let bin = keelson_bin().expect("keelson binary");
     let child = lab
         .node
@@ -171,6 +175,30 @@ async fn proxy_role_programs_services_from_the_api() {
     )
     .await
     .expect("programmed from the API");
+
+    // conntrack.* defaults (kube-proxy's): the TCP timeouts are set in the
+    // node's namespace, the host's stay as they were.
+    let sysctl = |ns: Option<&keelson_tests::netns::NetNs>, name: &str| {
+        let path = format!("/proc/sys/net/netfilter/{name}");
+        match ns {
+            Some(ns) => ns.exec("cat", &[&path]).expect("read sysctl"),
+            None => std::fs::read_to_string(&path).expect("read sysctl"),
+        }
+        .trim()
+        .to_string()
+    };
+    assert_eq!(
+        sysctl(Some(&lab.node), "nf_conntrack_tcp_timeout_established"),
+        "86400"
+    );
+    assert_eq!(
+        sysctl(Some(&lab.node), "nf_conntrack_tcp_timeout_close_wait"),
+        "3600"
+    );
+    assert_eq!(
+        sysctl(None, "nf_conntrack_tcp_timeout_established"),
+        host_established
+    );
 
     // kube-proxy's /healthz on healthzBindAddress.
     let healthz: SocketAddr = format!("{NODE_IP}:10256").parse().expect("addr");

@@ -10,6 +10,7 @@
 //! in place (and keep serving) until that first sync replaces them
 //! atomically.
 
+pub mod conntrack_sysctl;
 pub mod events;
 pub mod settings;
 pub mod watch;
@@ -152,6 +153,18 @@ pub fn cleanup(cfg: &ProxyConfig) -> Result<(), ProxyError> {
     })
 }
 
+/// CPUs this process may run on (kube-proxy's `runtime.NumCPU`).
+fn online_cpus() -> usize {
+    use nix::sched::{CpuSet, sched_getaffinity};
+    match sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+        Ok(set) => (0..CpuSet::count())
+            .filter(|i| set.is_set(*i).unwrap_or(false))
+            .count()
+            .max(1),
+        Err(_) => std::thread::available_parallelism().map_or(1, usize::from),
+    }
+}
+
 /// Reads the Node, retrying with backoff until it exists (kube-proxy waits
 /// for it too). `None` on shutdown.
 async fn wait_for_node(api: &Api<Node>, ctx: &RoleContext) -> Option<Node> {
@@ -225,6 +238,25 @@ pub async fn run(ctx: RoleContext) -> Result<(), ProxyError> {
         &ctx.node_name,
         &ctx.registry,
     );
+    let failures = conntrack_sysctl::apply(
+        &cfg.conntrack,
+        online_cpus(),
+        &conntrack_sysctl::SysctlPaths::default(),
+    );
+    if !failures.is_empty() {
+        let message = failures
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::warn!(%message, "conntrack settings not applied (proxy.conntrack); the kernel's values stay");
+        recorder.event(
+            &crate::events::node_ref(&ctx.node_name),
+            crate::events::EventType::Warning,
+            "ConntrackSettingsNotApplied",
+            format!("proxy.conntrack: {message}"),
+        );
+    }
     let mut proxier = proxier
         .with_health_checks(health_checks)
         .with_events(Arc::new(KubeEvents::new(recorder, &ctx.node_name)));
