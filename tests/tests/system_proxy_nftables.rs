@@ -634,3 +634,31 @@ async fn dual_stack_service_is_programmed_in_ip_and_ip6_tables() {
         s.abort();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fewer_service_shards_remove_the_stale_service_tables() {
+    if !require_root("fewer_service_shards_remove_the_stale_service_tables") {
+        return;
+    }
+    let lab = Lab::new(2).await.expect("lab");
+    let (mut sharded, handle) = proxier(&lab, 4);
+    handle.replace_services(&[web("web", "10.96.0.60")]);
+    handle.replace_endpoint_slices(&slices("web", &[0, 1]));
+    tokio::task::block_in_place(|| sharded.sync_now(false)).expect("sync");
+    let tables = lab.node.exec("nft", &["list", "tables"]).expect("nft");
+    assert!(tables.contains("table ip keelson-services-03"), "{tables}");
+    drop(sharded);
+
+    // The next run with one table: the sharded tables go (they would keep
+    // translating the Service), and the Service answers from the main table.
+    let (mut proxier, handle) = proxier(&lab, 1);
+    let tables = lab.node.exec("nft", &["list", "tables"]).expect("nft");
+    assert!(!tables.contains("keelson-services"), "{tables}");
+    handle.replace_services(&[web("web", "10.96.0.60")]);
+    handle.replace_endpoint_slices(&slices("web", &[1]));
+    tokio::task::block_in_place(|| proxier.sync_now(false)).expect("sync");
+    assert_eq!(
+        pods_seen(&lab, Origin::Pod(1), "10.96.0.60:80", 10).await,
+        set(&[1])
+    );
+}

@@ -132,11 +132,50 @@ fn group_changes<'a>(
     by_table
 }
 
+/// Deletes service tables an earlier run with more `service_shards` left
+/// (`<table>-services-NN` beyond this configuration's): they would keep
+/// translating Services this run programs elsewhere. Services they held are
+/// programmed again by the first sync. A failure is logged, not fatal.
+fn remove_stale_service_tables(socket: &mut NfSocket, config: &NftablesConfig) {
+    let first_stale = if config.shards() == 1 {
+        1
+    } else {
+        config.shards() + 1
+    };
+    let ops: Vec<Op> = config
+        .families
+        .iter()
+        .flat_map(|family| {
+            (first_stale..=super::config::MAX_SERVICE_SHARDS).flat_map(move |index| {
+                let table = TableId {
+                    family: *family,
+                    index,
+                };
+                [
+                    Op::AddTable {
+                        table,
+                        comment: TABLE_COMMENT.into(),
+                    },
+                    Op::DelTable { table },
+                ]
+            })
+        })
+        .collect();
+    if ops.is_empty() {
+        return;
+    }
+    if let Err(e) = socket.run_batch(&config.table, &ops) {
+        tracing::warn!(error = %e, "could not remove stale service tables of an earlier configuration");
+    }
+}
+
 impl NftablesBackend {
     /// Opens a netfilter netlink socket in the calling thread's network
     /// namespace (create the backend inside the namespace it must program).
     pub fn new(config: NftablesConfig) -> Result<NftablesBackend, BackendError> {
-        let socket = NfSocket::open().map_err(io_err("opening the NETLINK_NETFILTER socket"))?;
+        let mut socket =
+            NfSocket::open().map_err(io_err("opening the NETLINK_NETFILTER socket"))?;
+        remove_stale_service_tables(&mut socket, &config);
         let mut tables = BTreeMap::new();
         for family in &config.families {
             let indexes: Vec<u16> = if config.shards() == 1 {

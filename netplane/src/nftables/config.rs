@@ -24,6 +24,9 @@ pub enum LocalTraffic {
     InterfacePrefix(String),
 }
 
+/// The most service tables per family ([`NftablesConfig::service_shards`]).
+pub const MAX_SERVICE_SHARDS: u16 = 64;
+
 /// Configuration of the nftables backend.
 #[derive(Debug, Clone)]
 pub struct NftablesConfig {
@@ -75,9 +78,9 @@ impl NftablesConfig {
         1u32 << self.masquerade_bit.min(31)
     }
 
-    /// Service tables per family (at least 1).
+    /// Service tables per family (at least 1, at most [`MAX_SERVICE_SHARDS`]).
     pub fn shards(&self) -> u16 {
-        self.service_shards.max(1)
+        self.service_shards.clamp(1, MAX_SERVICE_SHARDS)
     }
 
     /// Pod-traffic detection of a family.

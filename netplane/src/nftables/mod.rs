@@ -30,4 +30,4 @@ pub mod wire;
 mod tests;
 
 pub use backend::{NftablesBackend, TABLE_COMMENT};
-pub use config::{LocalTraffic, NftablesConfig};
+pub use config::{LocalTraffic, MAX_SERVICE_SHARDS, NftablesConfig};
