@@ -433,11 +433,23 @@ impl Config {
         }
         if let Some(e) = &n.image_service_endpoint
             && !e.is_empty()
-            && !e.starts_with("unix://")
         {
+            if !e.starts_with("unix://") {
+                errs.push(FieldError::new(
+                    "node.imageServiceEndpoint",
+                    "must be a unix:// socket endpoint",
+                ));
+            } else if *e != n.container_runtime_endpoint {
+                errs.push(FieldError::new(
+                    "node.imageServiceEndpoint",
+                    "a separate image service is not supported: leave it empty or set it to containerRuntimeEndpoint",
+                ));
+            }
+        }
+        if n.cgroup_driver == CgroupDriver::Systemd {
             errs.push(FieldError::new(
-                "node.imageServiceEndpoint",
-                "must be a unix:// socket endpoint",
+                "node.cgroupDriver",
+                "\"systemd\" is not supported by keelson's node role; use \"cgroupfs\"",
             ));
         }
         if let Some(ip) = n.node_ip

@@ -7,7 +7,8 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::Taint;
-use serde::{Deserialize, Serialize};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::{Deserialize, Deserializer, Serialize};
 
 use super::duration::KubeDuration;
 use super::eviction::default_eviction_hard;
@@ -19,7 +20,9 @@ pub enum CgroupDriver {
     /// keelson writes the cgroup filesystem itself (kubelet's `cgroupfs`).
     #[default]
     Cgroupfs,
-    /// Slices and scopes through systemd (kubelet's `systemd`).
+    /// Slices and scopes through systemd (kubelet's `systemd`). Parsed so
+    /// the error names the field, but refused by validation: the node role
+    /// does not implement it.
     Systemd,
 }
 
@@ -48,7 +51,8 @@ pub struct NodeConfig {
     pub sync_frequency: KubeDuration,
     /// CRI endpoint of the container runtime (`containerRuntimeEndpoint`).
     pub container_runtime_endpoint: String,
-    /// CRI image service endpoint; empty means the runtime endpoint (`imageServiceEndpoint`).
+    /// CRI image service endpoint; empty means the runtime endpoint
+    /// (`imageServiceEndpoint`). A different endpoint is refused by validation.
     pub image_service_endpoint: Option<String>,
     /// Deadline of every CRI call except image pulls (`runtimeRequestTimeout`).
     pub runtime_request_timeout: KubeDuration,
@@ -66,7 +70,7 @@ pub struct NodeConfig {
     pub cluster_domain: String,
     /// Resolver file used as the base for pod DNS (`resolvConf`).
     pub resolv_conf: PathBuf,
-    /// `cgroupfs` or `systemd` (`cgroupDriver`).
+    /// `cgroupDriver`; only `cgroupfs` passes validation.
     pub cgroup_driver: CgroupDriver,
     /// Root of the `kubepods` hierarchy (`cgroupRoot`).
     pub cgroup_root: String,
@@ -129,6 +133,8 @@ pub struct NodeConfig {
     /// Create the Node object when missing (`registerNode`).
     pub register_node: bool,
     /// Taints set when the Node is first registered (`registerWithTaints`).
+    /// Items have core/v1 Taint's shape; unknown item fields are refused.
+    #[serde(deserialize_with = "deserialize_taints")]
     pub register_with_taints: Vec<Taint>,
     /// Labels set when the Node is registered (kubelet `--node-labels`).
     pub node_labels: BTreeMap<String, String>,
@@ -195,4 +201,34 @@ impl Default for NodeConfig {
             kube_api_burst: 100,
         }
     }
+}
+
+/// One `registerWithTaints` item as written in the file: core/v1 Taint's
+/// fields, and nothing else. k8s-openapi's `Taint` skips unknown fields, so
+/// the file is read through this type to keep "unknown fields fail".
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TaintConfig {
+    key: String,
+    #[serde(default)]
+    value: Option<String>,
+    effect: String,
+    #[serde(default)]
+    time_added: Option<Time>,
+}
+
+impl From<TaintConfig> for Taint {
+    fn from(t: TaintConfig) -> Self {
+        Taint {
+            key: t.key,
+            value: t.value,
+            effect: t.effect,
+            time_added: t.time_added,
+        }
+    }
+}
+
+fn deserialize_taints<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Taint>, D::Error> {
+    let items = Vec::<TaintConfig>::deserialize(d)?;
+    Ok(items.into_iter().map(Taint::from).collect())
 }

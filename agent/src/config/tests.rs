@@ -114,3 +114,57 @@ fn soft_eviction_requires_grace_period() {
     parse("node:\n  evictionSoft:\n    memory.available: 1Gi\n  evictionSoftGracePeriod:\n    memory.available: 1m30s\n")
         .expect("valid soft threshold");
 }
+
+#[test]
+fn systemd_cgroup_driver_is_refused() {
+    let err = parse("node:\n  cgroupDriver: systemd\n").expect_err("systemd");
+    assert_eq!(err.field_paths(), vec!["node.cgroupDriver".to_string()]);
+    assert!(err.to_string().contains("not supported"), "{err}");
+    let cfg = parse("node:\n  cgroupDriver: cgroupfs\n").expect("cgroupfs is valid");
+    assert_eq!(cfg.node.cgroup_driver, CgroupDriver::Cgroupfs);
+}
+
+#[test]
+fn separate_image_service_endpoint_is_refused() {
+    let err = parse("node:\n  imageServiceEndpoint: unix:///run/other.sock\n")
+        .expect_err("separate image service");
+    assert_eq!(
+        err.field_paths(),
+        vec!["node.imageServiceEndpoint".to_string()]
+    );
+    assert!(err.to_string().contains("not supported"), "{err}");
+    // Empty or the runtime endpoint itself means "the runtime serves images".
+    parse("node:\n  imageServiceEndpoint: \"\"\n").expect("empty is valid");
+    parse("node:\n  containerRuntimeEndpoint: unix:///run/crio.sock\n  imageServiceEndpoint: unix:///run/crio.sock\n")
+        .expect("same endpoint is valid");
+}
+
+#[test]
+fn register_with_taints_keeps_the_taint_shape() {
+    let cfg = parse(
+        "node:\n  registerWithTaints:\n  - key: dedicated\n    value: infra\n    effect: NoSchedule\n  - key: gpu\n    effect: NoExecute\n    timeAdded: \"2026-01-02T03:04:05Z\"\n",
+    )
+    .expect("valid taints");
+    let taints = &cfg.node.register_with_taints;
+    assert_eq!(taints.len(), 2);
+    assert_eq!(taints[0].key, "dedicated");
+    assert_eq!(taints[0].value.as_deref(), Some("infra"));
+    assert_eq!(taints[0].effect, "NoSchedule");
+    assert_eq!(taints[1].value, None);
+    assert!(taints[1].time_added.is_some());
+    let again = Config::from_yaml_str(&cfg.to_yaml()).expect("printed config parses");
+    assert_eq!(cfg, again);
+}
+
+#[test]
+fn register_with_taints_refuses_unknown_item_fields() {
+    let err = parse(
+        "node:\n  registerWithTaints:\n  - key: dedicated\n    effect: NoSchedule\n    operator: Exists\n",
+    )
+    .expect_err("unknown taint field");
+    assert_eq!(
+        err.field_paths(),
+        vec!["node.registerWithTaints[0].operator".to_string()]
+    );
+    assert!(err.to_string().contains("unknown field"), "{err}");
+}
