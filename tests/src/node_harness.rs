@@ -386,6 +386,8 @@ pub struct BinaryNode {
     pub config: Config,
     /// Where `/metrics` is served, inside the namespace.
     pub metrics_addr: SocketAddr,
+    /// Where `/healthz` is served, inside the namespace.
+    pub healthz_addr: SocketAddr,
     child: Option<Child>,
     log_path: PathBuf,
     netns_name: String,
@@ -498,6 +500,7 @@ impl BinaryNode {
             node_name: opts.node_name,
             config,
             metrics_addr: SocketAddr::from(([127, 0, 0, 1], metrics_port)),
+            healthz_addr: SocketAddr::from(([127, 0, 0, 1], healthz_port)),
             child: Some(child),
             log_path,
             netns_name: ctrd.netns().name().to_string(),
@@ -527,11 +530,26 @@ impl BinaryNode {
 
     /// GET `/metrics` (from inside the namespace).
     pub async fn metrics(&self, ctrd: &Containerd) -> Result<String, String> {
+        self.http_get(ctrd, self.metrics_addr, "/metrics").await
+    }
+
+    /// The health server's answer to `path` (e.g. `/healthz?verbose`),
+    /// status line and headers included.
+    pub async fn health(&self, ctrd: &Containerd, path: &str) -> Result<String, String> {
+        self.http_get(ctrd, self.healthz_addr, path).await
+    }
+
+    async fn http_get(
+        &self,
+        ctrd: &Containerd,
+        addr: SocketAddr,
+        path: &str,
+    ) -> Result<String, String> {
         let mut conn = ctrd
             .netns()
-            .tcp_connect(self.metrics_addr, Duration::from_secs(2))
+            .tcp_connect(addr, Duration::from_secs(2))
             .map_err(|e| e.to_string())?;
-        conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: keelson\r\n\r\n")
+        conn.write_all(format!("GET {path} HTTP/1.0\r\nHost: keelson\r\n\r\n").as_bytes())
             .await
             .map_err(|e| e.to_string())?;
         let mut body = String::new();

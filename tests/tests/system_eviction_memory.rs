@@ -310,4 +310,27 @@ async fn a_best_effort_memory_hog_is_evicted_before_a_guaranteed_pod() {
         metrics.contains("kubelet_evictions{eviction_signal=\"allocatableMemory.available\"} 1"),
         "{metrics}"
     );
+    assert!(
+        metrics
+            .contains("keelson_eviction_signal_available{signal=\"allocatableMemory.available\"}"),
+        "{metrics}"
+    );
+    // The Node event kubelet writes before reclaiming.
+    let node_events = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items;
+    assert!(
+        node_events.iter().any(|e| {
+            e.reason.as_deref() == Some("EvictionThresholdMet")
+                && e.involved_object.kind.as_deref() == Some("Node")
+                && e.message.as_deref() == Some("Attempting to reclaim memory")
+        }),
+        "no EvictionThresholdMet event: {:?}",
+        node_events
+            .iter()
+            .map(|e| (&e.reason, &e.message))
+            .collect::<Vec<_>>()
+    );
 }

@@ -183,6 +183,17 @@ async fn a_real_node_is_ready_with_real_capacity_and_runtime_version() {
         "{metrics}"
     );
 
+    // kubelet's /healthz checks, syncloop among them.
+    let health = node
+        .health(&ctrd, "/healthz?verbose")
+        .await
+        .expect("healthz");
+    assert!(
+        health.lines().next().is_some_and(|l| l.contains(" 200 ")),
+        "{health}"
+    );
+    assert!(health.contains("[+]syncloop ok"), "{health}");
+
     // A clean stop on SIGTERM.
     let status = node.stop(Duration::from_secs(30));
     assert!(

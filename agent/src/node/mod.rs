@@ -218,7 +218,17 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
         tasks.spawn(async move {
             let volumes = volumes::VolumeManager::for_node(&services);
             match pods::start_for_node(&services, volumes, cgroups).await {
-                Ok(pods) => run_pod_consumers(&services, pods).await,
+                Ok(pods) => {
+                    // kubelet's /healthz `syncloop` check.
+                    let check = pods.clone();
+                    let every = services.ctx.config.node.sync_frequency.get();
+                    services.ctx.health.register_fn(
+                        "syncloop",
+                        crate::observability::ProbeKind::Liveness,
+                        move || check.sync_loop_check(every),
+                    );
+                    run_pod_consumers(&services, pods).await
+                }
                 Err(e) => {
                     // kubelet would exit here; keelson keeps the Node
                     // (and its Lease) alive but NotReady, saying why.

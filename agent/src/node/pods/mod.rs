@@ -156,7 +156,13 @@ pub struct PodsHandle {
     pleg: PlegHealth,
     api_synced: Arc<AtomicBool>,
     static_synced: Arc<AtomicBool>,
+    /// When the dispatcher loop last went round.
+    sync_loop: Arc<std::sync::Mutex<std::time::Instant>>,
 }
+
+/// kubelet's `syncloop` health check: the loop must go round within twice
+/// the resync interval, at least 5 minutes.
+const SYNC_LOOP_MIN_HEALTHY: Duration = Duration::from_secs(300);
 
 impl std::fmt::Debug for PodsHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -165,6 +171,20 @@ impl std::fmt::Debug for PodsHandle {
 }
 
 impl PodsHandle {
+    /// kubelet's `/healthz` `syncloop` check: `Err` when the pod dispatcher
+    /// has not gone round for twice `syncFrequency` (at least 5 minutes).
+    pub fn sync_loop_check(&self, sync_frequency: Duration) -> Result<(), String> {
+        let limit = (sync_frequency * 2).max(SYNC_LOOP_MIN_HEALTHY);
+        let last = *self
+            .sync_loop
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.elapsed() > limit {
+            return Err("sync Loop took longer than expected".to_string());
+        }
+        Ok(())
+    }
+
     /// PLEG health (`Err` text: `pleg was last seen active ...`).
     pub fn pleg_health(&self) -> PlegHealth {
         self.pleg.clone()
@@ -538,10 +558,12 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
     let api_synced = Arc::new(AtomicBool::new(false));
     let static_synced = Arc::new(AtomicBool::new(false));
     let handle_flags = (api_synced.clone(), static_synced.clone());
+    let sync_loop = Arc::new(std::sync::Mutex::new(std::time::Instant::now()));
     {
         let workers = workers.clone();
         let store = store.clone();
         let stop = stop.clone();
+        let sync_loop = sync_loop.clone();
         let mut admission = Admission {
             admit: deps.admit.clone(),
             rejected,
@@ -551,6 +573,9 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
             let mut tick = tokio::time::interval(housekeeping::PERIOD);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
+                *sync_loop
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = std::time::Instant::now();
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     ev = src_rx.recv() => match ev {
@@ -574,6 +599,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         pleg: pleg_health,
         api_synced: handle_flags.0,
         static_synced: handle_flags.1,
+        sync_loop,
     })
 }
 
