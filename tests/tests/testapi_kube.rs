@@ -1076,3 +1076,43 @@ async fn token_request_and_authentication() {
         .expect("jwks");
     assert_eq!(jwks["keys"][0]["alg"], "ES256");
 }
+
+#[tokio::test]
+async fn a_resource_version_0_list_comes_whole_whatever_the_limit() {
+    let api = TestApiServer::start(TestApiOptions::default())
+        .await
+        .expect("server");
+    let client = api.client().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for i in 0..7 {
+        cms.create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("rv0-{i}"), "labels": {"set": "rv0"}}
+            }))
+            .expect("configmap"),
+        )
+        .await
+        .expect("create");
+    }
+    // What a client-go reflector's first list asks: served whole from the
+    // "watch cache".
+    let raw = |query: &str| {
+        http::Request::get(format!("/api/v1/namespaces/default/configmaps?{query}"))
+            .body(Vec::new())
+            .expect("request")
+    };
+    let all: kube::core::ObjectList<ConfigMap> = client
+        .request(raw("labelSelector=set%3Drv0&resourceVersion=0&limit=3"))
+        .await
+        .expect("list");
+    assert_eq!(all.items.len(), 7);
+    assert!(all.metadata.continue_.is_none());
+    // Without resourceVersion the limit holds (served "from etcd").
+    let page: kube::core::ObjectList<ConfigMap> = client
+        .request(raw("labelSelector=set%3Drv0&limit=3"))
+        .await
+        .expect("list");
+    assert_eq!(page.items.len(), 3);
+    assert!(page.metadata.continue_.is_some());
+}

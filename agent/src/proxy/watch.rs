@@ -14,6 +14,17 @@ use keelson_netplane::proxier::ProxyHandle;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+
+/// The initial list as kube-proxy's informers ask it: `resourceVersion=0`
+/// without a page limit, which kube-apiserver answers from its watch cache
+/// in one response. (kube-rs's default pages of 500 drop the
+/// `resourceVersion=0` and make a consistent, paginated list: with 10,000
+/// Services and their slices that is 40 requests through the client's
+/// qps/burst limit before the first sync.)
+fn whole_list(mut cfg: watcher::Config) -> watcher::Config {
+    cfg.page_size = None;
+    cfg
+}
 use tokio_util::sync::CancellationToken;
 
 use super::settings::{self, NodePortSpec};
@@ -28,7 +39,7 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
 /// Watches Services until shutdown.
 pub async fn services(api: Api<Service>, handle: ProxyHandle, shutdown: CancellationToken) {
-    let cfg = watcher::Config::default().labels(SERVICE_SELECTOR);
+    let cfg = whole_list(watcher::Config::default().labels(SERVICE_SELECTOR));
     let stream = watcher::watcher(api, cfg).default_backoff();
     futures::pin_mut!(stream);
     let mut init: Vec<Service> = Vec::new();
@@ -63,7 +74,7 @@ pub async fn endpoint_slices(
     handle: ProxyHandle,
     shutdown: CancellationToken,
 ) {
-    let cfg = watcher::Config::default().labels(SLICE_SELECTOR);
+    let cfg = whole_list(watcher::Config::default().labels(SLICE_SELECTOR));
     let stream = watcher::watcher(api, cfg).default_backoff();
     futures::pin_mut!(stream);
     let mut init: Vec<EndpointSlice> = Vec::new();

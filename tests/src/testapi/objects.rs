@@ -343,13 +343,21 @@ pub fn list(
     q: &Query,
 ) -> Result<(Vec<Arc<Stored>>, Value), ApiError> {
     let filters = Filters::parse(t.res, q)?;
-    let limit: usize = match q.get("limit").map(String::as_str) {
+    let mut limit: usize = match q.get("limit").map(String::as_str) {
         None | Some("") => 0,
         Some(l) => l
             .parse::<i64>()
             .map_err(|_| ApiError::bad_request(format!("invalid limit: {l}")))?
             .max(0) as usize,
     };
+    // kube-apiserver serves `resourceVersion=0` from its watch cache as one
+    // page whatever the limit (the reflectors' initial list of client-go
+    // and kube-rs asks exactly this).
+    if q.get("resourceVersion").map(String::as_str) == Some("0")
+        && q.get("continue").is_none_or(|c| c.is_empty())
+    {
+        limit = 0;
+    }
     let (at_rv, after) = match q.get("continue").filter(|c| !c.is_empty()) {
         Some(c) => {
             if q.get("resourceVersion")
