@@ -1,7 +1,8 @@
 //! Component tests of the pod lifecycle (test API server + fake CRI
 //! runtime + keelson's pod workers in-process): ordering of sandbox, init
 //! containers and app containers; the status kubelet would report; restart
-//! policies; configuration errors; pod cgroups.
+//! policies; configuration errors; pod cgroups; sandbox and start failures
+//! (FailedCreatePodSandBox, RunContainerError) and `hostUsers: false`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -10,10 +11,29 @@ mod node_pods_support;
 use std::time::Duration;
 
 use keelson_cri::fake::ExitScript;
+use keelson_tests::support::wait_for;
 use node_pods_support::*;
 use serde_json::json;
+use tonic::Code;
 
 const T: Duration = Duration::from_secs(20);
+
+/// A paused-time world: the worker's ~10 s retry after a failed sync takes
+/// no wall time.
+async fn paused_world() -> World {
+    World::with(Options {
+        paused: true,
+        ..Options::default()
+    })
+    .await
+}
+
+/// The value of an unlabelled metric in the exposition text.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_container_then_app_reaches_running_with_kubelet_status() {
@@ -371,4 +391,136 @@ async fn a_pod_rejected_by_admission_fails_without_running_and_others_start() {
         .filter_map(|s| s.metadata.as_ref().map(|m| m.name.clone()))
         .collect();
     assert_eq!(sandboxes, vec!["admitted".to_string()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn host_users_false_fails_the_sandbox_instead_of_using_the_host_user_namespace() {
+    let w = paused_world().await;
+    let mut spec = busybox(json!({}));
+    spec["hostUsers"] = json!(false);
+    w.create_pod("userns", spec).await;
+    w.wait_event(
+        "userns",
+        "FailedCreatePodSandBox",
+        "Failed to create pod sandbox: can't set `spec.hostUsers: false`, keelson does not support user namespaces",
+        T,
+    )
+    .await;
+    // The worker retries (~10 s later) and fails the same way again.
+    wait_for(
+        "a second failed sandbox attempt",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async {
+            let n = metric(&w.metrics(), "kubelet_started_pods_errors_total");
+            if n >= 2.0 {
+                Ok(())
+            } else {
+                Err(format!("{n} failed attempts"))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let p = w
+        .wait_pod(
+            "userns",
+            "app waiting in ContainerCreating",
+            T,
+            |p| match waiting_reason(p, "app").as_deref() {
+                Some("ContainerCreating") => Ok(p.clone()),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await;
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
+    // Nothing reached the runtime: no sandbox, no container.
+    assert!(w.fake.calls_to("RunPodSandbox").is_empty());
+    assert!(w.fake.sandboxes().is_empty());
+    assert!(w.fake.calls_to("CreateContainer").is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_run_pod_sandbox_is_reported_then_retried_to_running() {
+    let w = paused_world().await;
+    w.fake.fail_next(
+        "RunPodSandbox",
+        1,
+        Code::Unknown,
+        "failed to setup network for sandbox: plugin failed",
+    );
+    w.create_pod("retry", busybox(json!({}))).await;
+    w.wait_event(
+        "retry",
+        "FailedCreatePodSandBox",
+        "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup network for sandbox: plugin failed",
+        T,
+    )
+    .await;
+    w.wait_phase("retry", "Running", Duration::from_secs(60))
+        .await;
+    assert_eq!(w.fake.calls_to("RunPodSandbox").len(), 2);
+    assert_eq!(w.fake.sandboxes().len(), 1);
+    let text = w.metrics();
+    assert_eq!(metric(&text, "kubelet_started_pods_errors_total"), 1.0);
+    assert_eq!(metric(&text, "kubelet_started_pods_total"), 2.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_start_container_waits_with_run_container_error() {
+    // The fake keeps a container whose start failed in the Created state
+    // (containerd marks it exited with StartError, which backs off). With
+    // CRI events every new Created container would wake the worker at once
+    // and paused time would never advance; relisting (containerd 1.6)
+    // retries once per PLEG period instead.
+    let w = World::with(Options {
+        paused: true,
+        fake: keelson_cri::fake::FakeConfig {
+            container_events: false,
+            ..Default::default()
+        },
+        ..Options::default()
+    })
+    .await;
+    w.fake.fail_next(
+        "StartContainer",
+        u32::MAX,
+        Code::Unknown,
+        "failed to create shim task: exec format error",
+    );
+    w.create_pod("nostart", busybox(json!({}))).await;
+    let p = w
+        .wait_pod(
+            "nostart",
+            "RunContainerError",
+            T,
+            |p| match waiting_reason(p, "app").as_deref() {
+                Some("RunContainerError") => Ok(p.clone()),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await;
+    let waiting = container_status(&p, "app")
+        .unwrap()
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert_eq!(
+        waiting.message.as_deref(),
+        Some("failed to create shim task: exec format error")
+    );
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
+    w.wait_event(
+        "nostart",
+        "Failed",
+        "Error: failed to create shim task: exec format error",
+        T,
+    )
+    .await;
+    // Once the runtime starts containers again, the pod runs.
+    w.fake.fail_next("StartContainer", 0, Code::Unknown, "");
+    w.wait_phase("nostart", "Running", Duration::from_secs(120))
+        .await;
 }

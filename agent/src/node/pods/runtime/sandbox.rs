@@ -80,6 +80,25 @@ pub struct SandboxInputs<'a> {
     pub quota: CpuQuota,
 }
 
+/// What keelson answers for a pod asking for its own user namespace.
+///
+/// kubelet allocates a range of host IDs per pod (its `UsernsManager`) and
+/// passes it as `NamespaceOption.userns_options` in POD mode; when the
+/// runtime handler does not support user namespaces it refuses the sandbox
+/// (`GetOrCreateUserNamespaceMappings`: "can't set `spec.hostUsers: false`,
+/// ..."). keelson allocates no ID mappings, so it refuses every such pod
+/// the same way rather than running it in the host's user namespace.
+pub fn check_user_namespace(pod: &Pod) -> Result<(), String> {
+    if podutil::spec(pod).host_users == Some(false) {
+        return Err(
+            "can't set `spec.hostUsers: false`, keelson does not support user namespaces \
+             (it allocates no user namespace ID mappings)"
+                .to_string(),
+        );
+    }
+    Ok(())
+}
+
 /// Builds the sandbox config; the error is a message for
 /// `ConfigPodSandboxError` / `FailedCreatePodSandBox`.
 pub fn generate_sandbox_config(
@@ -93,6 +112,7 @@ pub fn generate_sandbox_config(
     } else {
         pod_hostname(pod, &inp.dns.cluster_domain)?.0
     };
+    check_user_namespace(pod)?;
     let mut ports = Vec::new();
     for c in podutil::containers(pod) {
         ports.extend(port_mappings(c));
@@ -206,6 +226,41 @@ mod tests {
                 .map(|n| n.network),
             Some(0)
         );
+    }
+
+    #[test]
+    fn host_users_false_is_refused() {
+        let pod = |host_users: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web", "namespace": "ns", "uid": "u1"},
+                "spec": {"hostUsers": host_users, "containers": [{"name": "c"}]}
+            }))
+            .expect("pod")
+        };
+        let dns = DnsSettings::default();
+        let inputs = SandboxInputs {
+            dns: &dns,
+            pod_logs_root: Path::new("/var/log/pods"),
+            cgroup_parent: "/kubepods/podu1",
+            quota: CpuQuota {
+                enforce: true,
+                period_us: 100_000,
+            },
+        };
+        let err = generate_sandbox_config(&pod(serde_json::json!(false)), 0, &inputs)
+            .expect_err("hostUsers: false is refused");
+        assert!(
+            err.starts_with(
+                "can't set `spec.hostUsers: false`, keelson does not support user namespaces"
+            ),
+            "{err}"
+        );
+        for ok in [serde_json::json!(true), serde_json::Value::Null] {
+            assert!(
+                generate_sandbox_config(&pod(ok.clone()), 0, &inputs).is_ok(),
+                "{ok}"
+            );
+        }
     }
 
     #[test]

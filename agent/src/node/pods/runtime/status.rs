@@ -331,8 +331,11 @@ impl RuntimePodStatus {
         mut sandboxes: Vec<SandboxStatus>,
         mut containers: Vec<ContainerStatus>,
     ) -> Self {
-        sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
-        containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        // Creation times can tie (a coarse runtime clock, two creations in
+        // one tick); the later attempt is then the newer one, so a new
+        // container never reuses the name (attempt) of an existing one.
+        sandboxes.sort_by_key(|s| std::cmp::Reverse((s.created_at, s.attempt)));
+        containers.sort_by_key(|c| std::cmp::Reverse((c.created_at, c.restart_count)));
         let ips = match sandboxes.first() {
             Some(s) if s.ready && !s.ip.is_empty() => {
                 let mut v = vec![s.ip.clone()];
@@ -456,5 +459,33 @@ mod tests {
         );
         assert_eq!(s.sandboxes[0].id, "new");
         assert_eq!(s.ips, vec!["10.0.0.2".to_string()]);
+    }
+
+    #[test]
+    fn equal_creation_times_put_the_later_attempt_first() {
+        let c = |id: &str, restarts: &str| {
+            let s = api::ContainerStatus {
+                id: id.into(),
+                state: api::ContainerState::ContainerCreated as i32,
+                created_at: 5,
+                labels: HashMap::from([(
+                    super::super::labels::CONTAINER_NAME.into(),
+                    "app".into(),
+                )]),
+                annotations: HashMap::from([(
+                    super::super::labels::CONTAINER_RESTART_COUNT.into(),
+                    restarts.into(),
+                )]),
+                ..Default::default()
+            };
+            ContainerStatus::from_cri(&s, "sb")
+        };
+        for order in [
+            vec![c("a0", "0"), c("a1", "1")],
+            vec![c("a1", "1"), c("a0", "0")],
+        ] {
+            let s = RuntimePodStatus::new("u", "p", "n", vec![], order);
+            assert_eq!(s.find_container("app").map(|c| c.id.as_str()), Some("a1"));
+        }
     }
 }

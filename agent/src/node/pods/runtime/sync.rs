@@ -422,12 +422,27 @@ impl RuntimeManager {
         active_pods: &[Pod],
     ) -> Result<(String, Vec<String>), StepError> {
         let fail = |msg: String| StepError::new(CREATE_POD_SANDBOX_ERROR, msg);
-        let (config, warnings) = generate_sandbox_config(pod, attempt, inputs).map_err(|e| {
-            fail(format!(
-                "GeneratePodSandboxConfig for pod {} failed: {e}",
-                gofmt::quote(&podutil::format_pod(pod))
-            ))
-        })?;
+        // kubelet records every failure of createPodSandbox as
+        // FailedCreatePodSandBox with the underlying error.
+        let failed_event = |err: &str| {
+            self.events.pod(
+                pod,
+                EventType::Warning,
+                reasons::FAILED_CREATE_POD_SANDBOX,
+                format!("Failed to create pod sandbox: {err}"),
+            );
+        };
+        let (config, warnings) = match generate_sandbox_config(pod, attempt, inputs) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(pod = %podutil::key(pod), error = %e, "failed to generate sandbox config");
+                failed_event(&e);
+                return Err(fail(format!(
+                    "Failed to generate sandbox config for pod {}: {e}",
+                    gofmt::quote(&podutil::format_pod(pod))
+                )));
+            }
+        };
         for w in warnings {
             self.events
                 .pod(pod, EventType::Warning, w.reason, w.message);
@@ -443,8 +458,9 @@ impl RuntimeManager {
         }
         let log_dir = pod_logs_dir(&self.settings.pod_logs_root, pod);
         if let Err(e) = tokio::fs::create_dir_all(&log_dir).await {
+            failed_event(&e.to_string());
             return Err(fail(format!(
-                "Create pod log directory for pod {} failed: {e}",
+                "Failed to create log directory for pod {}: {e}",
                 gofmt::quote(&podutil::format_pod(pod))
             )));
         }
@@ -456,12 +472,7 @@ impl RuntimeManager {
             Ok(id) => id,
             Err(e) => {
                 let text = grpc_text(&e);
-                self.events.pod(
-                    pod,
-                    EventType::Warning,
-                    reasons::FAILED_CREATE_POD_SANDBOX,
-                    format!("Failed to create pod sandbox: {text}"),
-                );
+                failed_event(&text);
                 return Err(fail(format!(
                     "Failed to create sandbox for pod {}: {text}",
                     gofmt::quote(&podutil::format_pod(pod))
