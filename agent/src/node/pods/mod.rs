@@ -466,7 +466,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         env: deps.env.clone(),
         services,
         allocatable: deps.allocatable.clone(),
-        hooks: HookRunner::new(deps.cri.clone(), keelson_probes::KUBE_VERSION),
+        hooks: HookRunner::new(deps.cri.clone(), crate::version::KUBERNETES_MINOR),
         clock: clock.clone(),
     }));
 

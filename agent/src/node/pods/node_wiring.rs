@@ -58,7 +58,11 @@ pub async fn start_for_node(
             network: Some(network),
             services: None,
             probes: true,
-            probe_config: keelson_probes::ProbeManagerConfig::default(),
+            // `User-Agent: kube-probe/<major.minor>` of the version keelson reports.
+            probe_config: keelson_probes::ProbeManagerConfig {
+                kube_version: crate::version::KUBERNETES_MINOR.to_string(),
+                ..Default::default()
+            },
             admit: Some({
                 let eviction = services.eviction.clone();
                 Arc::new(move |pod: &k8s_openapi::api::core::v1::Pod| eviction.admit(pod))
