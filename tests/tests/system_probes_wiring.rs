@@ -1,7 +1,8 @@
 //! System test of the probes wired into the pod workers on real containerd:
 //! a readiness file removed through ExecSync makes the pod NotReady and
 //! back; a liveness failure restarts the container (restartCount 1, last
-//! state terminated); a startup probe holds liveness off until it passes.
+//! state terminated) after the probe's own terminationGracePeriodSeconds,
+//! not the pod's; a startup probe holds liveness off until it passes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -96,6 +97,7 @@ async fn readiness_liveness_and_startup_on_real_containers() {
         .container_id
         .clone()
         .unwrap();
+    let broken = std::time::Instant::now();
     assert_eq!(w.exec(&id, &["rm", "/tmp/alive"]).await, 0);
     let p = w
         .wait_pod("live", "restarted after liveness failure", T, |p| {
@@ -113,6 +115,14 @@ async fn readiness_liveness_and_startup_on_real_containers() {
     assert_eq!(
         (last.exit_code, last.reason.as_deref()),
         (137, Some("Error"))
+    );
+    // The SIGKILL came after the probe's terminationGracePeriodSeconds (2 s),
+    // not the pod's (30 s): with the pod's the restart could not be seen
+    // before 30 s after the failure (probe period 1 s, one failure kills).
+    let restarted_after = broken.elapsed();
+    assert!(
+        restarted_after < Duration::from_secs(20),
+        "restart seen {restarted_after:?} after the liveness file was removed; the probe's 2 s grace was not used"
     );
     assert_eq!(last.container_id.as_deref(), Some(id.as_str()));
     let evs = w.events("live").await;
