@@ -10,7 +10,7 @@
 //! [`VolumeManager::container_mounts`] for each container's CRI mounts,
 //! [`VolumeManager::teardown_pod`] once the containers are gone and
 //! [`VolumeManager::remove_pod_dir`] when the pod is deleted;
-//! [`VolumeManager::cleanup_orphans`] once at start.
+//! [`VolumeManager::cleanup_orphans`] in every housekeeping round (2 s).
 //!
 //! Behind it: a watch per referenced ConfigMap/Secret ([`objects`]),
 //! TokenRequest-based tokens ([`tokens`]), kubelet's atomic writer

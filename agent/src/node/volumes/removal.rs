@@ -42,8 +42,17 @@ fn remove(path: &Path, dev: u64, mounts: &HashSet<PathBuf>) -> io::Result<()> {
             path.display()
         )));
     }
-    for entry in std::fs::read_dir(path)? {
-        remove(&entry?.path(), dev, mounts)?;
+    // Another remover (a pod's own cleanup racing housekeeping) may get
+    // there first: whatever is gone already is fine.
+    let entries = match std::fs::read_dir(path) {
+        Ok(e) => e,
+        Err(e) => return not_found_ok(e),
+    };
+    for entry in entries {
+        match entry {
+            Ok(entry) => remove(&entry.path(), dev, mounts)?,
+            Err(e) => not_found_ok(e)?,
+        }
     }
     std::fs::remove_dir(path).or_else(not_found_ok)
 }

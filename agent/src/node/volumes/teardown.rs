@@ -1,7 +1,8 @@
 //! Tearing volumes down: after a pod's containers are gone
 //! ([`VolumeManager::teardown_pod`]), when the pod is deleted
 //! ([`VolumeManager::remove_pod_dir`]), and for pod directories nobody
-//! knows any more at start ([`VolumeManager::cleanup_orphans`]). Teardown
+//! knows any more ([`VolumeManager::cleanup_orphans`], every housekeeping
+//! round). Teardown
 //! works from what is on disk and in the mount table, so it also cleans up
 //! after a previous keelson process.
 
@@ -81,7 +82,9 @@ impl VolumeManager {
 
     /// Tears down and removes the directories of pods not in `active`
     /// (kubelet's orphaned pod cleanup); returns how many were removed.
-    /// Every directory is tried; errors are reported together.
+    /// A pod registered with this manager is never touched, even when the
+    /// caller's `active` was taken before the pod arrived. Every directory
+    /// is tried; errors are reported together.
     pub async fn cleanup_orphans(&self, active: &HashSet<String>) -> Result<usize, VolumeError> {
         let pods_dir = self.inner.layout.pods_dir();
         let entries = match std::fs::read_dir(&pods_dir) {
@@ -98,13 +101,19 @@ impl VolumeManager {
         let mut errors = Vec::new();
         for entry in entries.flatten() {
             let uid = entry.file_name().to_string_lossy().into_owned();
-            if active.contains(&uid) || paths::component("pod UID", &uid).is_err() {
+            if active.contains(&uid)
+                || paths::component("pod UID", &uid).is_err()
+                || self.is_registered(&uid)
+            {
                 continue;
             }
-            match self.remove_pod_dir(&uid).await {
-                Ok(()) => {
+            match self.remove_orphan_dir(&uid).await {
+                Ok(true) => {
                     tracing::info!(uid = %uid, "removed orphaned pod directory");
                     removed += 1;
+                }
+                Ok(false) => {
+                    tracing::debug!(uid = %uid, "pod registered during orphan cleanup; directory kept");
                 }
                 Err(e) => {
                     tracing::warn!(uid = %uid, error = %e, "could not remove orphaned pod directory");
@@ -117,6 +126,31 @@ impl VolumeManager {
         } else {
             Err(VolumeError::Teardown(errors.join("; ")))
         }
+    }
+
+    /// True while a pod of this UID is registered (added and not yet removed).
+    fn is_registered(&self, uid: &str) -> bool {
+        self.existing_slot(uid)
+            .is_some_and(|slot| *lock(&slot.registered))
+    }
+
+    /// Tears an orphan's volumes down and removes its directory, unless the
+    /// pod got registered meanwhile (then `Ok(false)`: its next setup mounts
+    /// again what the teardown removed).
+    async fn remove_orphan_dir(&self, uid: &str) -> Result<bool, VolumeError> {
+        self.teardown_pod(uid).await?;
+        if self.is_registered(uid) {
+            return Ok(false);
+        }
+        let dir = self.inner.layout.pod_dir(uid);
+        let mounter = self.inner.mounter.clone();
+        blocking(move || {
+            remove_all_one_filesystem(mounter.as_ref(), &dir)
+                .map_err(|e| format!("removing {}: {e}", dir.display()))
+        })
+        .await
+        .map_err(VolumeError::Teardown)?;
+        Ok(true)
     }
 }
 
@@ -181,5 +215,163 @@ fn teardown_dirs(
         Ok(())
     } else {
         Err(errors.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::Pod;
+    use tokio_util::sync::CancellationToken;
+
+    use super::super::mounter::MountPoint;
+    use super::super::{VolumeManagerConfig, lock};
+    use super::*;
+
+    /// A mount table in memory: `mount_fs` adds, `unmount` removes (or
+    /// fails with EBUSY while the path is in `busy`).
+    #[derive(Debug, Default)]
+    struct FakeMounter {
+        table: Mutex<Vec<MountPoint>>,
+        busy: Mutex<Vec<PathBuf>>,
+    }
+
+    impl Mounter for FakeMounter {
+        fn mount_fs(
+            &self,
+            source: &str,
+            target: &Path,
+            fstype: &str,
+            _: &[String],
+        ) -> io::Result<()> {
+            lock(&self.table).push(MountPoint {
+                path: target.to_path_buf(),
+                fstype: fstype.to_string(),
+                source: source.to_string(),
+                options: "rw".to_string(),
+            });
+            Ok(())
+        }
+        fn bind(&self, source: &Path, target: &Path) -> io::Result<()> {
+            self.mount_fs(&source.display().to_string(), target, "none", &[])
+        }
+        fn unmount(&self, target: &Path) -> io::Result<()> {
+            if lock(&self.busy).iter().any(|b| b == target) {
+                return Err(io::Error::from_raw_os_error(nix::libc::EBUSY));
+            }
+            let mut table = lock(&self.table);
+            let before = table.len();
+            table.retain(|m| m.path != target);
+            if table.len() == before {
+                return Err(io::Error::from_raw_os_error(nix::libc::EINVAL));
+            }
+            Ok(())
+        }
+        fn mount_points(&self) -> io::Result<Vec<MountPoint>> {
+            Ok(lock(&self.table).clone())
+        }
+    }
+
+    fn manager(root: &Path, mounter: Arc<FakeMounter>) -> (VolumeManager, CancellationToken) {
+        // Never contacted: no registered pod references an object.
+        let client = kube::Client::try_from(kube::Config::new(
+            "http://127.0.0.1:9".parse().expect("url"),
+        ))
+        .expect("client");
+        let stop = CancellationToken::new();
+        let vm = VolumeManager::builder(
+            VolumeManagerConfig {
+                root_dir: root.to_path_buf(),
+                sync_frequency: Duration::from_secs(60),
+            },
+            client,
+        )
+        .mounter(mounter)
+        .start(stop.clone());
+        (vm, stop)
+    }
+
+    fn pod(uid: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some(format!("pod-{uid}"));
+        p.metadata.namespace = Some("default".to_string());
+        p.metadata.uid = Some(uid.to_string());
+        p
+    }
+
+    /// A pod directory with a memory-backed emptyDir "mounted" in it.
+    fn pod_dir_with_tmpfs(vm: &VolumeManager, mounter: &FakeMounter, uid: &str) -> PathBuf {
+        let vol = vm
+            .pod_dir(uid)
+            .join("volumes")
+            .join(paths::EMPTY_DIR)
+            .join("cache");
+        std::fs::create_dir_all(&vol).expect("volume dir");
+        std::fs::write(vol.join("data"), "x").expect("volume file");
+        mounter
+            .mount_fs("tmpfs", &vol, "tmpfs", &[])
+            .expect("fake mount");
+        vol
+    }
+
+    #[tokio::test]
+    async fn orphans_are_torn_down_and_removed_known_and_registered_pods_kept() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let mounter = Arc::new(FakeMounter::default());
+        let (vm, stop) = manager(root.path(), mounter.clone());
+        for uid in ["orphan", "active", "registered"] {
+            pod_dir_with_tmpfs(&vm, &mounter, uid);
+        }
+        // Added after the caller took its list of known pods.
+        vm.register_pod(&pod("registered"));
+
+        let active: HashSet<String> = ["active".to_string()].into();
+        assert_eq!(vm.cleanup_orphans(&active).await.expect("cleanup"), 1);
+        assert!(!vm.pod_dir("orphan").exists());
+        assert!(vm.pod_dir("active").exists());
+        assert!(vm.pod_dir("registered").exists());
+        let left: Vec<PathBuf> = lock(&mounter.table)
+            .iter()
+            .map(|m| m.path.clone())
+            .collect();
+        assert_eq!(
+            left.len(),
+            2,
+            "only the orphan's tmpfs is unmounted: {left:?}"
+        );
+        assert!(left.iter().all(|p| !p.starts_with(vm.pod_dir("orphan"))));
+
+        // Once unregistered (the pod left the node), it is an orphan too.
+        vm.unregister_pod("registered");
+        assert_eq!(vm.cleanup_orphans(&active).await.expect("cleanup"), 1);
+        assert!(!vm.pod_dir("registered").exists());
+        assert!(vm.pod_dir("active").exists());
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_busy_orphan_is_kept_and_removed_by_a_later_round() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let mounter = Arc::new(FakeMounter::default());
+        let (vm, stop) = manager(root.path(), mounter.clone());
+        let vol = pod_dir_with_tmpfs(&vm, &mounter, "busy");
+        lock(&mounter.busy).push(vol.clone());
+
+        let none = HashSet::new();
+        let err = vm.cleanup_orphans(&none).await.expect_err("busy mount");
+        assert!(
+            err.to_string().contains("orphaned pod \"busy\" found"),
+            "{err}"
+        );
+        assert!(vol.join("data").exists(), "nothing removed through a mount");
+
+        lock(&mounter.busy).clear();
+        assert_eq!(vm.cleanup_orphans(&none).await.expect("retry"), 1);
+        assert!(!vm.pod_dir("busy").exists());
+        assert!(lock(&mounter.table).is_empty());
+        stop.cancel();
     }
 }
