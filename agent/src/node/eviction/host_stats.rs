@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Volume};
 use keelson_cri::RuntimeClient;
 use tokio::time::Instant;
 
@@ -390,16 +390,7 @@ impl HostStats {
                     names.iter().map(|n| du(&logs_dir.join(n))).collect();
                 let mut volumes = Vec::new();
                 for v in spec_volumes {
-                    let (plugin, local) = if let Some(ed) = &v.empty_dir {
-                        (
-                            "kubernetes.io~empty-dir",
-                            ed.medium.as_deref().unwrap_or_default() != "Memory",
-                        )
-                    } else if v.config_map.is_some() {
-                        ("kubernetes.io~configmap", true)
-                    } else if v.downward_api.is_some() {
-                        ("kubernetes.io~downward-api", true)
-                    } else {
+                    let Some((plugin, local)) = measured_volume(&v) else {
                         continue;
                     };
                     if let Some(usage) = du(&volumes_dir.join(plugin).join(&v.name)) {
@@ -467,9 +458,77 @@ impl SummaryProvider for HostStats {
     }
 }
 
+/// Whether a pod volume is measured, and how: its plugin directory under
+/// `<pod>/volumes` and whether it is local ephemeral storage (upstream's
+/// `IsLocalEphemeralVolume`: a default-medium emptyDir or a configMap;
+/// gitRepo is not supported here). emptyDirs of every medium are measured
+/// for their `sizeLimit`; Memory and HugePages ones do not count as disk.
+/// Other volumes (secret, downwardAPI and projected live on tmpfs, hostPath
+/// is not the pod's) are not measured.
+fn measured_volume(v: &Volume) -> Option<(&'static str, bool)> {
+    if let Some(ed) = &v.empty_dir {
+        Some((
+            "kubernetes.io~empty-dir",
+            ed.medium.as_deref().unwrap_or_default().is_empty(),
+        ))
+    } else if v.config_map.is_some() {
+        Some(("kubernetes.io~configmap", true))
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_default_medium_empty_dirs_and_config_maps_are_local_storage() {
+        let vol =
+            |json: serde_json::Value| -> Volume { serde_json::from_value(json).expect("volume") };
+        let cases = [
+            (
+                serde_json::json!({"name": "a", "emptyDir": {}}),
+                Some(("kubernetes.io~empty-dir", true)),
+            ),
+            (
+                serde_json::json!({"name": "b", "emptyDir": {"medium": ""}}),
+                Some(("kubernetes.io~empty-dir", true)),
+            ),
+            (
+                serde_json::json!({"name": "c", "emptyDir": {"medium": "Memory"}}),
+                Some(("kubernetes.io~empty-dir", false)),
+            ),
+            (
+                serde_json::json!({"name": "d", "emptyDir": {"medium": "HugePages"}}),
+                Some(("kubernetes.io~empty-dir", false)),
+            ),
+            (
+                serde_json::json!({"name": "e", "emptyDir": {"medium": "HugePages-2Mi"}}),
+                Some(("kubernetes.io~empty-dir", false)),
+            ),
+            (
+                serde_json::json!({"name": "f", "configMap": {"name": "cm"}}),
+                Some(("kubernetes.io~configmap", true)),
+            ),
+            (
+                serde_json::json!({"name": "g", "downwardAPI": {"items": []}}),
+                None,
+            ),
+            (
+                serde_json::json!({"name": "h", "secret": {"secretName": "s"}}),
+                None,
+            ),
+            (
+                serde_json::json!({"name": "i", "hostPath": {"path": "/x"}}),
+                None,
+            ),
+        ];
+        for (json, want) in cases {
+            let v = vol(json);
+            assert_eq!(measured_volume(&v), want, "{}", v.name);
+        }
+    }
 
     #[test]
     fn parsers() {
