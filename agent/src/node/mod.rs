@@ -114,15 +114,8 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
         ClientConfig::with_request_timeout(n.runtime_request_timeout.get()),
     )
     .map_err(NodeError::Runtime)?;
-    if let Some(image) = n.image_service_endpoint.as_deref()
-        && !image.is_empty()
-        && image != n.container_runtime_endpoint
-    {
-        tracing::warn!(
-            image_service_endpoint = image,
-            "a separate image service endpoint is not supported; images are managed through containerRuntimeEndpoint"
-        );
-    }
+    // A separate imageServiceEndpoint is refused by configuration
+    // validation: one CRI connection serves both services.
     let recorder =
         EventRecorder::start(ctx.client.clone(), "kubelet", &ctx.node_name, &ctx.registry);
     recorder.event(

@@ -81,8 +81,8 @@ pub struct VolumeStats {
     pub name: String,
     /// Its usage.
     pub usage: DiskUsage,
-    /// A local ephemeral volume on the node's disk (emptyDir without
-    /// `medium: Memory`, configMap, downwardAPI): counts as the pod's
+    /// A local ephemeral volume on the node's disk (emptyDir with the
+    /// default medium, configMap): counts as the pod's
     /// ephemeral storage. Memory-backed volumes are measured only for
     /// their `sizeLimit`.
     pub local_ephemeral: bool,

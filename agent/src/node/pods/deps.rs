@@ -45,7 +45,7 @@ pub trait PodVolumes: Send + Sync {
     fn teardown_pod<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), String>>;
     /// Removes a deleted pod's directory.
     fn remove_pod_dir<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), String>>;
-    /// Removes directories of pods not in `active` (at start, after adoption).
+    /// Removes directories of pods not in `active` (every housekeeping round).
     fn cleanup_orphans<'a>(&'a self, active: &'a [String]) -> BoxFuture<'a, Result<usize, String>>;
     /// `<root>/pods/<uid>`.
     fn pod_dir(&self, uid: &str) -> PathBuf;
