@@ -59,6 +59,14 @@ async fn node_appears_with_the_right_fields() {
             c.node.max_pods = 57;
             c.node.node_status_max_images = 2;
             c.node.system_reserved.insert("cpu".into(), "500m".into());
+            // A nodefs threshold the host's disk cannot reach (DiskPressure
+            // would fail the test), still subtracted from allocatable.
+            c.node.eviction_hard = [
+                ("memory.available".to_string(), "100Mi".to_string()),
+                ("nodefs.available".to_string(), "1%".to_string()),
+            ]
+            .into_iter()
+            .collect();
         })),
         ..NodeHarnessOptions::default()
     })
@@ -117,7 +125,7 @@ async fn node_appears_with_the_right_fields() {
         q(&n, "allocatable", "memory"),
         Some(kib_text(host_mem_kib() - 100 * 1024))
     );
-    let eph_alloc = fs_bytes - (fs_bytes as f64 * f64::from(0.1f32)) as u64;
+    let eph_alloc = fs_bytes - (fs_bytes as f64 * f64::from(0.01f32)) as u64;
     let eph_alloc = keelson::node::status::format::canonical(
         keelson::quantity::Quantity::from_units(eph_alloc as i64),
         keelson::node::status::format::Format::BinarySi,
