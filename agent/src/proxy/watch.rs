@@ -37,12 +37,32 @@ pub const SLICE_SELECTOR: &str =
 /// The zone label.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
-/// Watches Services until shutdown.
-pub async fn services(api: Api<Service>, handle: ProxyHandle, shutdown: CancellationToken) {
-    let cfg = whole_list(watcher::Config::default().labels(SERVICE_SELECTOR));
+/// One change of a watched kind, as the proxier takes it.
+enum Change<K> {
+    /// The complete initial (or re-)list.
+    Listed(Vec<K>),
+    /// Added or modified.
+    Applied(K),
+    /// Deleted.
+    Deleted(K),
+}
+
+/// Lists (whole, like kube-proxy's informers) and watches the objects of
+/// `api` matching `selector` until shutdown, handing each change to `apply`;
+/// failures are logged and retried with backoff.
+async fn watch<K>(
+    api: Api<K>,
+    selector: &str,
+    what: &'static str,
+    shutdown: CancellationToken,
+    mut apply: impl FnMut(Change<K>),
+) where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let cfg = whole_list(watcher::Config::default().labels(selector));
     let stream = watcher::watcher(api, cfg).default_backoff();
     futures::pin_mut!(stream);
-    let mut init: Vec<Service> = Vec::new();
+    let mut init: Vec<K> = Vec::new();
     loop {
         let item = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -51,21 +71,31 @@ pub async fn services(api: Api<Service>, handle: ProxyHandle, shutdown: Cancella
         match item {
             None => return,
             Some(Err(e)) => {
-                tracing::warn!(error = %crate::error_chain::error_chain(&e), "watching Services failed; retrying")
+                tracing::warn!(error = %crate::error_chain::error_chain(&e), "watching {what} failed; retrying")
             }
             Some(Ok(Event::Init)) => init.clear(),
-            Some(Ok(Event::InitApply(s))) => init.push(s),
-            Some(Ok(Event::InitDone)) => {
-                handle.replace_services(&std::mem::take(&mut init));
-                handle.services_synced();
-            }
-            Some(Ok(Event::Apply(s))) => handle.update_service(&s),
-            Some(Ok(Event::Delete(s))) => handle.delete_service(
-                s.metadata.namespace.as_deref().unwrap_or_default(),
-                s.metadata.name.as_deref().unwrap_or_default(),
-            ),
+            Some(Ok(Event::InitApply(o))) => init.push(o),
+            Some(Ok(Event::InitDone)) => apply(Change::Listed(std::mem::take(&mut init))),
+            Some(Ok(Event::Apply(o))) => apply(Change::Applied(o)),
+            Some(Ok(Event::Delete(o))) => apply(Change::Deleted(o)),
         }
     }
+}
+
+/// Watches Services until shutdown.
+pub async fn services(api: Api<Service>, handle: ProxyHandle, shutdown: CancellationToken) {
+    watch(api, SERVICE_SELECTOR, "Services", shutdown, |c| match c {
+        Change::Listed(all) => {
+            handle.replace_services(&all);
+            handle.services_synced();
+        }
+        Change::Applied(s) => handle.update_service(&s),
+        Change::Deleted(s) => handle.delete_service(
+            s.metadata.namespace.as_deref().unwrap_or_default(),
+            s.metadata.name.as_deref().unwrap_or_default(),
+        ),
+    })
+    .await;
 }
 
 /// Watches EndpointSlices until shutdown.
@@ -74,30 +104,21 @@ pub async fn endpoint_slices(
     handle: ProxyHandle,
     shutdown: CancellationToken,
 ) {
-    let cfg = whole_list(watcher::Config::default().labels(SLICE_SELECTOR));
-    let stream = watcher::watcher(api, cfg).default_backoff();
-    futures::pin_mut!(stream);
-    let mut init: Vec<EndpointSlice> = Vec::new();
-    loop {
-        let item = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            item = stream.next() => item,
-        };
-        match item {
-            None => return,
-            Some(Err(e)) => {
-                tracing::warn!(error = %crate::error_chain::error_chain(&e), "watching EndpointSlices failed; retrying")
-            }
-            Some(Ok(Event::Init)) => init.clear(),
-            Some(Ok(Event::InitApply(s))) => init.push(s),
-            Some(Ok(Event::InitDone)) => {
-                handle.replace_endpoint_slices(&std::mem::take(&mut init));
+    watch(
+        api,
+        SLICE_SELECTOR,
+        "EndpointSlices",
+        shutdown,
+        |c| match c {
+            Change::Listed(all) => {
+                handle.replace_endpoint_slices(&all);
                 handle.endpoint_slices_synced();
             }
-            Some(Ok(Event::Apply(s))) => handle.update_endpoint_slice(&s),
-            Some(Ok(Event::Delete(s))) => handle.delete_endpoint_slice(&s),
-        }
-    }
+            Change::Applied(s) => handle.update_endpoint_slice(&s),
+            Change::Deleted(s) => handle.delete_endpoint_slice(&s),
+        },
+    )
+    .await;
 }
 
 /// Applies what the proxy uses of its Node.
