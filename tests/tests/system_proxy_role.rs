@@ -288,31 +288,23 @@ async fn proxy_role_programs_services_from_the_api() {
     assert!(status.success(), "keelson exited with {status}");
     let tables = lab.node.exec("nft", &["list", "tables"]).expect("nft");
     assert!(tables.contains("table ip keelson"), "{tables}");
-    let out = lab
-        .node
-        .command(&bin.to_string_lossy())
-        .args(["cleanup", "--config"])
-        .arg(&config)
-        .output()
-        .expect("keelson cleanup runs");
-    assert!(
-        out.status.success(),
-        "keelson cleanup: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let cleanup = || {
+        let out = lab
+            .node
+            .command(&bin.to_string_lossy())
+            .args(["cleanup", "--config"])
+            .arg(&config)
+            .output()
+            .expect("keelson cleanup runs");
+        assert!(
+            out.status.success(),
+            "keelson cleanup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    cleanup();
     let tables = lab.node.exec("nft", &["list", "tables"]).expect("nft");
     assert!(!tables.contains("keelson"), "{tables}");
     // Nothing left to remove is not an error.
-    let again = lab
-        .node
-        .command(&bin.to_string_lossy())
-        .args(["cleanup", "--config"])
-        .arg(&config)
-        .output()
-        .expect("keelson cleanup runs");
-    assert!(
-        again.status.success(),
-        "{}",
-        String::from_utf8_lossy(&again.stderr)
-    );
+    cleanup();
 }
