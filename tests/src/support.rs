@@ -46,9 +46,38 @@ where
     }
 }
 
+/// Records that `test` cannot run on this machine, and why.
+///
+/// A test that cannot run here returns early after calling this; it is
+/// never counted as a pass. The reason is printed and, when
+/// `KEELSON_SKIP_LOG` names a file, appended to it as one
+/// `test<TAB>reason` line (one `O_APPEND` write, so concurrent tests do not
+/// interleave). `scripts/test` reads that file for its summary: skipped
+/// tests are named and subtracted from the passed count.
+pub fn skip(test: &str, reason: &str) {
+    let reason = reason.replace(['\n', '\t'], " ");
+    eprintln!("SKIPPED {test}: {reason}");
+    let Some(path) = std::env::var_os("KEELSON_SKIP_LOG") else {
+        return;
+    };
+    let line = format!("{test}\t{reason}\n");
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+    if let Err(e) = written {
+        // The summary would count this test as passed: say so loudly.
+        panic!(
+            "{test} must be skipped ({reason}) but the skip log {} cannot be written: {e}",
+            std::path::Path::new(&path).display()
+        );
+    }
+}
+
 /// System tests need root (network namespaces, nftables, containerd). They
 /// fail loudly when not root, unless `KEELSON_SKIP_SYSTEM_TESTS=1` is set, in
-/// which case the caller should return early (the skip is printed).
+/// which case the skip is recorded ([`skip`]) and the caller returns early.
 ///
 /// Returns `true` when the test should run.
 pub fn require_root(test: &str) -> bool {
@@ -56,7 +85,7 @@ pub fn require_root(test: &str) -> bool {
         return true;
     }
     if std::env::var("KEELSON_SKIP_SYSTEM_TESTS").as_deref() == Ok("1") {
-        eprintln!("SKIPPED {test}: not root and KEELSON_SKIP_SYSTEM_TESTS=1");
+        skip(test, "not root and KEELSON_SKIP_SYSTEM_TESTS=1");
         return false;
     }
     panic!("{test} is a system test and needs root (set KEELSON_SKIP_SYSTEM_TESTS=1 to skip)");
