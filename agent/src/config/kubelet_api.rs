@@ -299,7 +299,10 @@ mod tests {
         assert!(check_cipher_suites(&["TLS_AES_128_GCM_SHA256".into()]).is_ok());
         let e = check_cipher_suites(&["TLS_RSA_WITH_AES_128_CBC_SHA".into(), "NOPE".into()])
             .unwrap_err();
-        assert!(e.contains("TLS_RSA_WITH_AES_128_CBC_SHA (not offered"), "{e}");
+        assert!(
+            e.contains("TLS_RSA_WITH_AES_128_CBC_SHA (not offered"),
+            "{e}"
+        );
         assert!(e.contains("NOPE (unknown"), "{e}");
     }
 }
