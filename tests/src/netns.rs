@@ -281,16 +281,6 @@ pub fn veth_pair(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unique_suffixes_differ() {
-        assert_ne!(unique_suffix(), unique_suffix());
-    }
-}
-
 /// Connects to `addr` from inside the namespace named `name` (a blocking
 /// thread joins it), for code that outlives a borrowed [`NetNs`] (e.g. the
 /// test API server's node dialer).
@@ -309,4 +299,14 @@ pub fn connect_in(
     .map_err(|_| std::io::Error::other("netns connect thread panicked"))??;
     stream.set_nonblocking(true)?;
     tokio::net::TcpStream::from_std(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_suffixes_differ() {
+        assert_ne!(unique_suffix(), unique_suffix());
+    }
 }

@@ -334,4 +334,27 @@ async fn kubectl_logs_and_stats_through_the_api_server() {
     .unwrap();
     assert_eq!(code, 400);
     assert!(body.contains("tailLines"), "{body}");
+    // A runtime that cannot stream (this fake answers Exec with
+    // Unimplemented): 500 with the runtime's error.
+    let (code, body) = request(
+        addr,
+        "POST",
+        "/exec/default/talker/app?command=ls&stdout=1",
+        &admin,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.starts_with("rpc error: code = Unimplemented"),
+        "{body}"
+    );
+    // No stream asked for: kubelet's 400.
+    let (code, body) = request(addr, "POST", "/exec/default/talker/app?command=ls", &admin)
+        .await
+        .unwrap();
+    assert_eq!(
+        (code, body.as_str()),
+        (400, "you must specify at least 1 of stdin, stdout, stderr")
+    );
 }

@@ -273,7 +273,17 @@ pub fn validate(n: &super::NodeConfig, errs: &mut Vec<FieldError>) {
     }
 }
 
+/// `containerLogMaxSize` in bytes (validated at load); negative disables
+/// rotation, as kubelet's log manager.
+pub fn container_log_max_size_bytes(text: &str) -> i64 {
+    crate::quantity::Quantity::parse(text)
+        .ok()
+        .and_then(|q| i64::try_from(q.value()).ok())
+        .unwrap_or(10 * 1024 * 1024)
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 
@@ -305,13 +315,4 @@ mod tests {
         );
         assert!(e.contains("NOPE (unknown"), "{e}");
     }
-}
-
-/// `containerLogMaxSize` in bytes (validated at load); negative disables
-/// rotation, as kubelet's log manager.
-pub fn container_log_max_size_bytes(text: &str) -> i64 {
-    crate::quantity::Quantity::parse(text)
-        .ok()
-        .and_then(|q| i64::try_from(q.value()).ok())
-        .unwrap_or(10 * 1024 * 1024)
 }

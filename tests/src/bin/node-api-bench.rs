@@ -77,9 +77,10 @@ async fn node_conn(
         keelson_tests::netns::connect_in(&ns, addr, Duration::from_secs(5))
     })
     .await??;
-    let tls = tokio_rustls::TlsConnector::from(tls_config(creds, None).map_err(anyhow::Error::msg)?)
-        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
-        .await?;
+    let tls =
+        tokio_rustls::TlsConnector::from(tls_config(creds, None).map_err(anyhow::Error::msg)?)
+            .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+            .await?;
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
     tokio::spawn(conn);
     Ok(sender)
@@ -163,14 +164,10 @@ async fn main() -> Result<()> {
                      "containers": [{"name": "app", "image": BUSYBOX_IMAGE, "command": ["sleep", "36000"]}]}
         }))
     };
-    pods.create(&PostParams::default(), &mk("quiet".into())?).await?;
+    pods.create(&PostParams::default(), &mk("quiet".into())?)
+        .await?;
     wait_running(&pods, &["quiet".to_string()], Duration::from_secs(120)).await?;
-    let uid = pods
-        .get("quiet")
-        .await?
-        .metadata
-        .uid
-        .unwrap_or_default();
+    let uid = pods.get("quiet").await?.metadata.uid.unwrap_or_default();
     let log = logs_dir.join(format!("default_quiet_{uid}/app/0.log"));
 
     // 1. a 100 MiB log.
@@ -239,7 +236,11 @@ async fn main() -> Result<()> {
     let mut followers = Vec::new();
     for _ in 0..50 {
         let mut s = node_conn(&ns, addr, &creds).await?;
-        let resp = get(&mut s, "/containerLogs/default/quiet/app?follow=true&tailLines=1").await?;
+        let resp = get(
+            &mut s,
+            "/containerLogs/default/quiet/app?follow=true&tailLines=1",
+        )
+        .await?;
         let mut b = resp.into_body();
         followers.push(tokio::spawn(async move {
             let _keep = s;
@@ -267,14 +268,18 @@ async fn main() -> Result<()> {
         rss_before as f64 / 1048576.0,
         rss_follow as f64 / 1048576.0,
         rss_follow.saturating_sub(rss_before) as f64 / 1048576.0,
-        std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0)
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.count())
+            .unwrap_or(0)
     );
     for f in followers {
         f.abort();
     }
 
     // 2. /stats/summary with n pods.
-    let names: Vec<String> = (0..n_pods.saturating_sub(1)).map(|i| format!("p{i}")).collect();
+    let names: Vec<String> = (0..n_pods.saturating_sub(1))
+        .map(|i| format!("p{i}"))
+        .collect();
     for n in &names {
         pods.create(&PostParams::default(), &mk(n.clone())?).await?;
     }

@@ -213,6 +213,7 @@ pub async fn count_lines(path: &Path) -> std::io::Result<u64> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -149,6 +149,7 @@ pub fn fixed_timestamp(ts: &str) -> Option<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

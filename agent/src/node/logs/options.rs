@@ -71,11 +71,7 @@ impl LogOptions {
                 "insecureSkipTLSVerifyBackend" => {
                     parse_bool(k, v)?;
                 }
-                "tailLines" => {
-                    if tail.is_none() {
-                        o.tail_lines = Some(parse_int(k, v)?);
-                    }
-                }
+                "tailLines" if tail.is_none() => o.tail_lines = Some(parse_int(k, v)?),
                 // kubelet's backwards compatibility: `tail` wins over
                 // `tailLines`, and `tail=all` means all lines.
                 "tail" if !v.is_empty() => tail = Some(v.clone()),
@@ -152,6 +148,7 @@ impl LogOptions {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -210,6 +210,7 @@ pub fn forbidden_message(user: &User, attrs: &[Attributes]) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

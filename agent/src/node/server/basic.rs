@@ -162,6 +162,7 @@ pub fn configz(api: &NodeApi) -> Response<Body> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -229,6 +229,7 @@ async fn dispatch(api: &Arc<NodeApi>, req: Request<Incoming>) -> Response<Body> 
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -341,6 +341,7 @@ pub async fn port_forward(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

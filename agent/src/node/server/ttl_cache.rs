@@ -64,6 +64,7 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

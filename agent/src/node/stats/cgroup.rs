@@ -178,6 +178,7 @@ pub fn net_dev(text: &str) -> Vec<(String, u64, u64, u64, u64)> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -253,6 +253,7 @@ pub fn cadvisor_metrics(summary: &Summary) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::super::types::*;
     use super::*;
