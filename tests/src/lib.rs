@@ -14,3 +14,4 @@ pub mod node_harness;
 pub mod proxy_cases;
 pub mod support;
 pub mod testapi;
+pub mod upstream;
