@@ -111,6 +111,17 @@ pub async fn request(
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
+    request_on(tcp, addr, method, path, creds).await
+}
+
+/// [`request`] over a connection already open (e.g. in a namespace).
+pub async fn request_on(
+    tcp: tokio::net::TcpStream,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    creds: &Credentials,
+) -> Result<(u16, String), String> {
     let tls = tokio_rustls::TlsConnector::from(tls_config(creds, None)?)
         .connect(ServerName::IpAddress(addr.ip().into()), tcp)
         .await

@@ -339,7 +339,7 @@ async fn kubectl_logs_and_stats_through_the_api_server() {
     let (code, body) = request(
         addr,
         "POST",
-        "/exec/default/talker/app?command=ls&stdout=1",
+        "/exec/default/talker/app?command=ls&output=1",
         &admin,
     )
     .await
@@ -350,9 +350,14 @@ async fn kubectl_logs_and_stats_through_the_api_server() {
         "{body}"
     );
     // No stream asked for: kubelet's 400.
-    let (code, body) = request(addr, "POST", "/exec/default/talker/app?command=ls", &admin)
-        .await
-        .unwrap();
+    let (code, body) = request(
+        addr,
+        "POST",
+        "/exec/default/talker/app?command=ls&stdout=1",
+        &admin,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (code, body.as_str()),
         (400, "you must specify at least 1 of stdin, stdout, stderr")

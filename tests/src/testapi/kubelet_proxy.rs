@@ -374,9 +374,16 @@ fn pod_location(
         }
         "exec" | "attach" => {
             let c = container_of(&pod, name, get("container"))?;
-            for k in ["stdin", "stdout", "stderr", "tty"] {
+            // kubectl's PodExecOptions names, the kubelet's stream
+            // parameters (`input`, `output`, `error`, `tty`).
+            for (k, param) in [
+                ("stdin", "input"),
+                ("stdout", "output"),
+                ("stderr", "error"),
+                ("tty", "tty"),
+            ] {
                 if get(k).is_some_and(is_true) {
-                    out.push((k.into(), "1".into()));
+                    out.push((param.into(), "1".into()));
                 }
             }
             if sub == "exec" {

@@ -24,6 +24,7 @@ pub async fn handle(
 ) -> Result<Response<Body>, Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or_default().to_string();
     let bucket = path_bucket(&path);
     let server_type = if api.authn.is_some() {
         "readwrite"
@@ -49,7 +50,7 @@ pub async fn handle(
         Ok(()) => dispatch(&api, req).await,
         Err(r) => r,
     };
-    tracing::debug!(%peer, %method, path = %path, status = resp.status().as_u16(), "node API request");
+    tracing::debug!(%peer, %method, path = %path, query = %query, status = resp.status().as_u16(), "node API request");
     inflight.dec();
     timer.observe_duration();
     Ok(resp)

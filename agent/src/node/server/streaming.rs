@@ -35,14 +35,15 @@ impl Kind {
     }
 }
 
-/// The stream options of an exec/attach query (`remotecommand.NewOptions`).
+/// The stream options of an exec/attach query (`remotecommand.NewOptions`:
+/// the parameters `input`, `output`, `error`, `tty`, `1` for true).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StreamOptions {
-    /// `stdin=1`.
+    /// `input=1`.
     pub stdin: bool,
-    /// `stdout=1`.
+    /// `output=1`.
     pub stdout: bool,
-    /// `stderr=1` (dropped with a tty).
+    /// `error=1` (dropped with a tty).
     pub stderr: bool,
     /// `tty=1`.
     pub tty: bool,
@@ -57,9 +58,9 @@ pub fn stream_options(pairs: &[(String, String)]) -> Result<StreamOptions, Strin
             .is_some_and(|(_, v)| v == "1")
     };
     let mut o = StreamOptions {
-        stdin: flag("stdin"),
-        stdout: flag("stdout"),
-        stderr: flag("stderr"),
+        stdin: flag("input"),
+        stdout: flag("output"),
+        stderr: flag("error"),
         tty: flag("tty"),
     };
     if o.tty && o.stderr {
@@ -353,10 +354,11 @@ mod tests {
 
     #[test]
     fn stream_options_as_kubelet() {
-        let o = stream_options(&q(&[("stdin", "1"), ("tty", "1"), ("stderr", "1")])).unwrap();
+        let o = stream_options(&q(&[("input", "1"), ("tty", "1"), ("error", "1")])).unwrap();
         assert!(o.stdin && o.tty && !o.stderr);
+        // Only the API's parameter names count, and only "1".
         assert_eq!(
-            stream_options(&q(&[("stdin", "true")])).unwrap_err(),
+            stream_options(&q(&[("input", "true"), ("stdout", "1")])).unwrap_err(),
             "you must specify at least 1 of stdin, stdout, stderr"
         );
     }
