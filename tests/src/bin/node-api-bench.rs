@@ -90,6 +90,7 @@ async fn get(
     sender: &mut hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
     path: &str,
 ) -> Result<hyper::Response<hyper::body::Incoming>> {
+    sender.ready().await?;
     let req = http::Request::builder()
         .uri(path)
         .header(http::header::HOST, "node")
@@ -206,10 +207,11 @@ async fn main() -> Result<()> {
     let secs = start.elapsed().as_secs_f64();
     peak = peak.max(rss_of(pid));
     println!(
-        "logs (node API): file {:.1} MiB, sent {:.1} MiB in {:.2} s = {:.0} MiB/s; keelson RSS {:.1} MiB -> peak {:.1} MiB (+{:.1} MiB)",
+        "logs (node API): a {:.1} MiB log file read in {:.2} s = {:.0} MiB/s of log ({:.1} MiB of content sent, {:.0} MiB/s); keelson RSS {:.1} MiB -> peak {:.1} MiB (+{:.1} MiB)",
         size as f64 / 1048576.0,
-        got as f64 / 1048576.0,
         secs,
+        size as f64 / 1048576.0 / secs,
+        got as f64 / 1048576.0,
         got as f64 / 1048576.0 / secs,
         rss0 as f64 / 1048576.0,
         peak as f64 / 1048576.0,

@@ -52,6 +52,25 @@ pub struct StatsConfig {
 
 /// How long walked disk usage is reused (kubelet's volume stats period).
 const DU_TTL: Duration = Duration::from_secs(60);
+/// How long the runtime's writable-layer and image filesystem figures and
+/// the pods' network counters are reused (cAdvisor's housekeeping period;
+/// kubelet serves its cached figures too). CPU and memory are read live.
+const SLOW_TTL: Duration = Duration::from_secs(10);
+
+/// Figures that cost a runtime round trip or a procfs walk per pod.
+#[derive(Default)]
+struct SlowFigures {
+    runtime: Option<(Instant, Arc<RuntimeFigures>)>,
+    network: HashMap<String, (Instant, Option<NetworkStats>)>,
+}
+
+/// Writable layers by container ID, and the image and container filesystems.
+#[derive(Default)]
+struct RuntimeFigures {
+    writable: HashMap<String, DiskUsage>,
+    image_fs: Option<FsStats>,
+    container_fs: Option<FsStats>,
+}
 /// Shortest window for a CPU rate.
 const MIN_RATE_WINDOW: Duration = Duration::from_secs(1);
 
@@ -70,6 +89,7 @@ pub struct StatsProvider {
     boot_time: String,
     cpu: Mutex<HashMap<String, CpuSample>>,
     du_cache: Mutex<HashMap<PathBuf, (Instant, Option<DiskUsage>)>>,
+    slow: Mutex<SlowFigures>,
 }
 
 impl std::fmt::Debug for StatsProvider {
@@ -205,6 +225,7 @@ impl StatsProvider {
             boot_time,
             cpu: Mutex::new(HashMap::new()),
             du_cache: Mutex::new(HashMap::new()),
+            slow: Mutex::new(SlowFigures::default()),
         })
     }
 
@@ -510,24 +531,9 @@ impl StatsProvider {
                 .and_then(|t| network_of(&t, true));
             node.fs = fs_of(&self.cfg.root_dir);
             node.rlimit = self.rlimit();
-            match self.cri.list_container_stats(None).await {
-                Ok(list) => {
-                    for s in list {
-                        let (Some(attr), Some(w)) = (s.attributes, s.writable_layer) else {
-                            continue;
-                        };
-                        writable.insert(
-                            attr.id,
-                            DiskUsage {
-                                used_bytes: w.used_bytes.map(|v| v.value).unwrap_or(0),
-                                inodes_used: w.inodes_used.map(|v| v.value).unwrap_or(0),
-                            },
-                        );
-                    }
-                }
-                Err(e) => tracing::debug!(error = %e, "CRI ListContainerStats failed"),
-            }
-            (image_fs, container_fs) = self.image_fs().await;
+            let figures = self.runtime_figures().await;
+            writable = figures.writable.clone();
+            (image_fs, container_fs) = (figures.image_fs.clone(), figures.container_fs.clone());
             node.runtime = Some(RuntimeStats {
                 image_fs: image_fs.clone(),
                 container_fs: container_fs.clone(),
@@ -643,12 +649,7 @@ impl StatsProvider {
             stats.process_stats = l.pids(rel).map(|n| ProcessStats {
                 process_count: Some(n),
             });
-            stats.network = l
-                .first_pid(rel)
-                .and_then(|pid| {
-                    std::fs::read_to_string(self.cfg.proc_root.join(format!("{pid}/net/dev"))).ok()
-                })
-                .and_then(|t| network_of(&t, false));
+            stats.network = self.pod_network(&p.uid, l, rel);
         }
         for (v, usage, local) in self.volumes(&p.uid).await {
             if local && let Some(u) = usage {
@@ -659,6 +660,58 @@ impl StatsProvider {
         }
         stats.ephemeral_storage = Some(usage_on(&self.cfg.root_dir, ephemeral));
         stats
+    }
+
+    /// Writable layers and runtime filesystems, refreshed every `SLOW_TTL`.
+    async fn runtime_figures(&self) -> Arc<RuntimeFigures> {
+        if let Some((at, f)) = &self.slow.lock().unwrap_or_else(|p| p.into_inner()).runtime
+            && at.elapsed() < SLOW_TTL
+        {
+            return f.clone();
+        }
+        let mut f = RuntimeFigures::default();
+        match self.cri.list_container_stats(None).await {
+            Ok(list) => {
+                for s in list {
+                    let (Some(attr), Some(w)) = (s.attributes, s.writable_layer) else {
+                        continue;
+                    };
+                    f.writable.insert(
+                        attr.id,
+                        DiskUsage {
+                            used_bytes: w.used_bytes.map(|v| v.value).unwrap_or(0),
+                            inodes_used: w.inodes_used.map(|v| v.value).unwrap_or(0),
+                        },
+                    );
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "CRI ListContainerStats failed"),
+        }
+        (f.image_fs, f.container_fs) = self.image_fs().await;
+        let f = Arc::new(f);
+        self.slow.lock().unwrap_or_else(|p| p.into_inner()).runtime = Some((Instant::now(), f.clone()));
+        f
+    }
+
+    /// A pod's network counters, read at most every `SLOW_TTL`.
+    fn pod_network(&self, uid: &str, layout: &Layout, rel: &str) -> Option<NetworkStats> {
+        let mut slow = self.slow.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, n)) = slow.network.get(uid)
+            && at.elapsed() < SLOW_TTL
+        {
+            return n.clone();
+        }
+        let n = layout
+            .first_pid(rel)
+            .and_then(|pid| {
+                std::fs::read_to_string(self.cfg.proc_root.join(format!("{pid}/net/dev"))).ok()
+            })
+            .and_then(|t| network_of(&t, false));
+        if slow.network.len() > 4096 {
+            slow.network.retain(|_, (at, _)| at.elapsed() < SLOW_TTL);
+        }
+        slow.network.insert(uid.to_string(), (Instant::now(), n.clone()));
+        n
     }
 
     fn rlimit(&self) -> Option<RlimitStats> {
