@@ -351,37 +351,57 @@ impl Drop for ControlPlane {
     }
 }
 
-async fn wait_ready(client: &kube::Client, daemons: &mut [Daemon]) -> Result<(), UpstreamError> {
+/// Polls `probe` until it answers, failing at once with the log of a
+/// process that exited, and after two minutes with the logs' tails.
+async fn wait_serving<F, Fut>(
+    what: &str,
+    daemons: &mut [Daemon],
+    mut probe: F,
+) -> Result<(), UpstreamError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
     wait_for(
-        "kube-apiserver /readyz",
+        what,
         Duration::from_secs(120),
         Duration::from_millis(250),
         || {
-            let client = client.clone();
             let exited = daemons
                 .iter_mut()
                 .map(Daemon::check_running)
                 .find_map(Result::err);
+            let answer = probe();
             async move {
-                if let Some(e) = exited {
-                    return Ok(Err(e));
+                match exited {
+                    Some(e) => Ok(Err(e)),
+                    None => answer.await.map(Ok),
                 }
-                let req = http::Request::get("/readyz")
-                    .body(Vec::new())
-                    .map_err(|e| e.to_string())?;
-                client
-                    .request_text(req)
-                    .await
-                    .map(|_| Ok(()))
-                    .map_err(|e| e.to_string())
             }
         },
     )
     .await
     .map_err(|e| UpstreamError::Setup {
-        context: "waiting for kube-apiserver".into(),
+        context: format!("waiting for {what}"),
         message: format!("{e}\n{}", tails(daemons)),
     })?
+}
+
+async fn wait_ready(client: &kube::Client, daemons: &mut [Daemon]) -> Result<(), UpstreamError> {
+    wait_serving("kube-apiserver /readyz", daemons, || {
+        let client = client.clone();
+        async move {
+            let req = http::Request::get("/readyz")
+                .body(Vec::new())
+                .map_err(|e| e.to_string())?;
+            client
+                .request_text(req)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await
 }
 
 async fn wait_controllers(
@@ -389,22 +409,14 @@ async fn wait_controllers(
     daemons: &mut [Daemon],
 ) -> Result<(), UpstreamError> {
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-    wait_for(
+    wait_serving(
         "kube-controller-manager to create the default ServiceAccount",
-        Duration::from_secs(120),
-        Duration::from_millis(250),
+        daemons,
         || {
             let sas = sas.clone();
-            let exited = daemons
-                .iter_mut()
-                .map(Daemon::check_running)
-                .find_map(Result::err);
             async move {
-                if let Some(e) = exited {
-                    return Ok(Err(e));
-                }
                 match sas.get_opt("default").await {
-                    Ok(Some(_)) => Ok(Ok(())),
+                    Ok(Some(_)) => Ok(()),
                     Ok(None) => Err("not yet".to_string()),
                     Err(e) => Err(e.to_string()),
                 }
@@ -412,10 +424,6 @@ async fn wait_controllers(
         },
     )
     .await
-    .map_err(|e| UpstreamError::Setup {
-        context: "waiting for kube-controller-manager".into(),
-        message: format!("{e}\n{}", tails(daemons)),
-    })?
 }
 
 fn tails(daemons: &[Daemon]) -> String {
