@@ -356,7 +356,7 @@ async fn node_api_authn_authz(env: Arc<Env>, agents: Agents) -> anyhow::Result<(
     // Through the API server, a user without nodes/proxy is refused there.
     let kc = node.dir().join(format!("nobody-{ns}.kubeconfig"));
     env.cp
-        .write_kubeconfig(&kc, "nobody", &[], keelson_tests::upstream::Reach::Host)?;
+        .write_kubeconfig(&kc, "nobody", None, keelson_tests::upstream::Reach::Host)?;
     let path = format!("/api/v1/nodes/{}/proxy/stats/summary", node.name);
     let out = kubectl(&kc, &["get", "--raw", &path], None, T)
         .await

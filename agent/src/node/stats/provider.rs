@@ -689,7 +689,8 @@ impl StatsProvider {
         }
         (f.image_fs, f.container_fs) = self.image_fs().await;
         let f = Arc::new(f);
-        self.slow.lock().unwrap_or_else(|p| p.into_inner()).runtime = Some((Instant::now(), f.clone()));
+        self.slow.lock().unwrap_or_else(|p| p.into_inner()).runtime =
+            Some((Instant::now(), f.clone()));
         f
     }
 
@@ -710,7 +711,8 @@ impl StatsProvider {
         if slow.network.len() > 4096 {
             slow.network.retain(|_, (at, _)| at.elapsed() < SLOW_TTL);
         }
-        slow.network.insert(uid.to_string(), (Instant::now(), n.clone()));
+        slow.network
+            .insert(uid.to_string(), (Instant::now(), n.clone()));
         n
     }
 
