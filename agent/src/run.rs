@@ -56,6 +56,24 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         "starting keelson"
     );
 
+    // kubelet and kube-proxy set their own OOM score first; with both
+    // roles, kubelet's setting is the process's.
+    lifecycle::apply_oom_score_adj(if config.node.enabled {
+        config.node.oom_score_adj
+    } else {
+        config.proxy.oom_score_adj
+    });
+    if config.node.enabled
+        && config.proxy.enabled
+        && config.node.kubeconfig.is_some()
+        && config.node.kubeconfig == config.proxy.client_connection.kubeconfig
+    {
+        tracing::warn!(
+            kubeconfig = %config.node.kubeconfig.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+            "both roles use the same kubeconfig: the proxy role then has the node's rights, which do not cover listing Services and EndpointSlices on a cluster with the Node authorizer; give proxy.clientConnection.kubeconfig (or --proxy-kubeconfig) kube-proxy's credentials"
+        );
+    }
+
     // Build clients first: a broken kubeconfig is a start-up error.
     let node_client = if config.node.enabled {
         Some(

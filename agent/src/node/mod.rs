@@ -17,6 +17,7 @@ pub mod eviction;
 pub mod gc;
 pub mod lease;
 pub mod pods;
+pub mod preflight;
 pub mod status;
 pub mod volumes;
 
@@ -35,6 +36,9 @@ pub enum NodeError {
     /// The CRI endpoint is malformed.
     #[error("node.containerRuntimeEndpoint: {0}")]
     Runtime(#[source] CriError),
+    /// The host fails a check the configuration asks for (swap, cgroup v1).
+    #[error(transparent)]
+    Preflight(#[from] preflight::PreflightError),
     /// The root dir could not be created.
     #[error("creating node.rootDir {path}: {source}")]
     RootDir {
@@ -105,6 +109,7 @@ pub async fn run(ctx: RoleContext) -> Result<(), NodeError> {
 pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), NodeError> {
     let cfg = ctx.config.clone();
     let n = &cfg.node;
+    preflight::check(n.fail_swap_on, n.fail_cgroup_v1)?;
     std::fs::create_dir_all(&n.root_dir).map_err(|source| NodeError::RootDir {
         path: n.root_dir.display().to_string(),
         source,
