@@ -70,6 +70,13 @@ struct SourceArgs {
     /// --kubeconfig is missing or expired (kubelet's --bootstrap-kubeconfig).
     #[arg(long, value_name = "FILE")]
     bootstrap_kubeconfig: Option<PathBuf>,
+    /// Where the node role keeps pod volumes and its state (kubelet's
+    /// --root-dir; node.rootDir).
+    #[arg(long, value_name = "DIR")]
+    root_dir: Option<PathBuf>,
+    /// The node's IP (kubelet's --node-ip; node.nodeIP).
+    #[arg(long, value_name = "IP")]
+    node_ip: Option<std::net::IpAddr>,
     /// This node's name (default: the host name; kubelet's --hostname-override).
     #[arg(long, value_name = "NAME", alias = "hostname-override")]
     node_name: Option<String>,
@@ -97,6 +104,8 @@ impl SourceArgs {
                 kubeconfig: self.kubeconfig.clone(),
                 proxy_kubeconfig: self.proxy_kubeconfig.clone(),
                 bootstrap_kubeconfig: self.bootstrap_kubeconfig.clone(),
+                root_dir: self.root_dir.clone(),
+                node_ip: self.node_ip,
                 node_name: self.node_name.clone(),
                 node_only: self.node_only,
                 proxy_only: self.proxy_only,

@@ -217,6 +217,10 @@ pub struct Overrides {
     pub proxy_kubeconfig: Option<PathBuf>,
     /// `--bootstrap-kubeconfig`: the node role's bootstrap kubeconfig.
     pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// `--root-dir` (kubelet's flag): `node.rootDir`.
+    pub root_dir: Option<PathBuf>,
+    /// `--node-ip` (kubelet's flag): `node.nodeIP`.
+    pub node_ip: Option<IpAddr>,
     /// `--node-name`.
     pub node_name: Option<String>,
     /// `--node-only`.
@@ -287,6 +291,12 @@ impl Config {
         }
         if let Some(k) = &o.bootstrap_kubeconfig {
             self.node.bootstrap_kubeconfig = Some(k.clone());
+        }
+        if let Some(d) = &o.root_dir {
+            self.node.root_dir = d.clone();
+        }
+        if let Some(ip) = o.node_ip {
+            self.node.node_ip = Some(ip);
         }
         if let Some(n) = &o.node_name {
             self.node_name = Some(n.clone());

@@ -610,11 +610,12 @@ fn cfg_healthz(o: &mut Object, report: &mut Report) -> Option<Option<String>> {
     Some(Some(std::net::SocketAddr::new(ip, port as u16).to_string()))
 }
 
-fn healthz(v: Option<Option<String>>, target: &mut String) {
+fn healthz(v: Option<Option<String>>, target: &mut Option<String>) {
     match v {
         None => {}
-        Some(None) => target.clear(),
-        Some(Some(a)) => *target = a,
+        // An empty address disables keelson's healthz server.
+        Some(None) => *target = Some(String::new()),
+        Some(Some(a)) => *target = Some(a),
     }
 }
 
