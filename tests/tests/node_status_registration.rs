@@ -320,9 +320,7 @@ async fn registration_sets_configured_labels_and_taints() {
         .expect("node");
     let labels = n.metadata.labels.clone().unwrap_or_default();
     assert_eq!(
-        labels
-            .get("node.kubernetes.io/worker")
-            .map(String::as_str),
+        labels.get("node.kubernetes.io/worker").map(String::as_str),
         Some("")
     );
     let spec = n.spec.clone().unwrap_or_default();

@@ -116,7 +116,10 @@ fn kubeadm_kubelet_file_runs_with_upstream_defaults() {
             .map(String::as_str),
         Some("5%")
     );
-    assert_eq!(loaded.config.healthz_bind_address.as_deref(), Some("127.0.0.1:10248"));
+    assert_eq!(
+        loaded.config.healthz_bind_address.as_deref(),
+        Some("127.0.0.1:10248")
+    );
     // Upstream's v1beta1 default: refuse cgroup v1 hosts.
     assert!(n.fail_cgroup_v1);
     assert!(!loaded.config.proxy.enabled);
@@ -228,7 +231,11 @@ fn kubelet_defaulting_rules() {
     assert!(!n.serialize_image_pulls);
     assert_eq!(n.max_parallel_image_pulls, Some(3));
     assert_eq!(n.kube_api_qps, 5.0);
-    assert_eq!(c.healthz_bind_address.as_deref(), Some(""), "healthzPort 0 disables healthz");
+    assert_eq!(
+        c.healthz_bind_address.as_deref(),
+        Some(""),
+        "healthzPort 0 disables healthz"
+    );
     assert_eq!(c.effective_healthz_bind_address(), Some(""));
     assert_eq!(
         n.eviction_hard.get("memory.available").map(String::as_str),
