@@ -455,3 +455,149 @@ async fn the_client_certificate_rotates_while_pods_run() {
         "{metrics}"
     );
 }
+
+/// The same manager serves the :10250 serving certificate
+/// (`serverTLSBootstrap`): a `kubernetes.io/kubelet-serving` request with
+/// the node's names and addresses, approved by someone else, installed for
+/// a rustls server, and requested again when the addresses change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serving_certificates_are_a_second_use_of_the_manager() {
+    use keelson::certificates::csr::{KUBELET_SERVING_SIGNER, Template};
+    use keelson::certificates::manager::{ManagerConfig, SingleClient, WAIT_TIMEOUT};
+    use keelson::certificates::{CertificateManager, FileStore, ServerCertResolver};
+
+    let api = TestApiServer::start(api_options()).await.expect("api");
+    let admin = api.client().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let store = FileStore::new(dir.path(), "keelson-server", None, None).expect("store");
+    let ip = std::sync::Arc::new(std::sync::Mutex::new(
+        "10.0.0.5".parse::<std::net::IpAddr>().expect("ip"),
+    ));
+    let template_ip = ip.clone();
+    let manager = CertificateManager::new(
+        ManagerConfig {
+            name: "serving",
+            signer: KUBELET_SERVING_SIGNER.into(),
+            template: Box::new(move || {
+                let ip = *template_ip.lock().expect("lock");
+                Template::node_serving("node-s", vec!["node-s".into()], vec![ip])
+            }),
+            store: store.clone(),
+            rotate: true,
+            requested_lifetime: None,
+            digested_names: false,
+            wait_timeout: WAIT_TIMEOUT,
+        },
+        None,
+    )
+    .expect("manager");
+    let current = manager.current();
+    let resolver = ServerCertResolver(current.clone());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(manager.run(Arc::new(SingleClient(admin.clone())), stop.clone()));
+
+    let approve_next = || async {
+        let csr = pending_csr(&admin).await;
+        assert_eq!(csr.spec.signer_name, "kubernetes.io/kubelet-serving");
+        assert_eq!(
+            csr.spec.usages.as_deref(),
+            Some(&["digital signature".to_string(), "server auth".to_string()][..])
+        );
+        decide(
+            &admin,
+            &csr.metadata.name.clone().expect("name"),
+            "Approved",
+            "KubectlApprove",
+        )
+        .await;
+    };
+    approve_next().await;
+    let first = wait_for(
+        "the serving certificate",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async { current.get().ok_or_else(|| "none yet".to_string()) },
+    )
+    .await
+    .expect("issued");
+    assert_eq!(first.leaf.common_name, "system:node:node-s");
+    assert_eq!(first.leaf.dns_names, ["node-s"]);
+    assert_eq!(
+        first.leaf.ip_addresses,
+        ["10.0.0.5".parse::<std::net::IpAddr>().expect("ip")]
+    );
+    assert!(std::fs::read_link(store.current_path()).is_ok());
+
+    // A TLS server resolving through the manager presents exactly that certificate.
+    let served = serve_once(resolver, api.ca_pem()).await;
+    assert_eq!(served, first.leaf);
+
+    // The node's address changes: the certificate no longer matches and is requested again.
+    *ip.lock().expect("lock") = "10.0.0.6".parse().expect("ip");
+    approve_next().await;
+    wait_for(
+        "a certificate for the new address",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async {
+            let c = current.get().ok_or("none")?;
+            if c.leaf.ip_addresses == ["10.0.0.6".parse::<std::net::IpAddr>().expect("ip")] {
+                Ok(())
+            } else {
+                Err(format!("{:?}", c.leaf.ip_addresses))
+            }
+        },
+    )
+    .await
+    .expect("re-issued");
+    stop.cancel();
+    let _ = task.await;
+}
+
+/// Serves one TLS handshake on loopback with `resolver` and returns the
+/// leaf certificate a client (trusting `ca_pem`, for the name `node-s`) saw.
+async fn serve_once(
+    resolver: keelson::certificates::ServerCertResolver,
+    ca_pem: &str,
+) -> keelson::certificates::pair::Leaf {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(resolver));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let srv = tokio::spawn(async move {
+        let (s, _) = listener.accept().await.expect("accept");
+        let _ = acceptor.accept(s).await;
+    });
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.expect("CA PEM")).expect("root");
+    }
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(client))
+        .connect(ServerName::try_from("node-s").expect("name"), tcp)
+        .await
+        .expect("handshake verified against the cluster CA");
+    let leaf = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .expect("server certificate")
+        .clone();
+    let _ = srv.await;
+    parse_leaf(leaf.as_ref()).expect("leaf")
+}
