@@ -117,6 +117,9 @@ pub struct NodeSpec {
     pub kubelet: Option<EditYaml>,
     /// Edits the KubeProxyConfiguration.
     pub kube_proxy: Option<EditYaml>,
+    /// Production log levels (keelson `warn`, kubelet and kube-proxy
+    /// `--v=0`) instead of the tests' verbose ones: for benchmarks.
+    pub quiet: bool,
 }
 
 impl NodeSpec {
@@ -131,6 +134,7 @@ impl NodeSpec {
             keelson: None,
             kubelet: None,
             kube_proxy: None,
+            quiet: false,
         }
     }
 }
@@ -307,11 +311,14 @@ impl ClusterNode {
             message: e.to_string(),
         })?;
         let mut cmd = self.ctrd.netns().command(&bin.display().to_string());
-        cmd.arg("run")
-            .arg("--config")
-            .arg(&path)
-            .args(extra)
-            .env("RUST_LOG", "info,keelson=debug");
+        cmd.arg("run").arg("--config").arg(&path).args(extra).env(
+            "RUST_LOG",
+            if self.spec.quiet {
+                "warn"
+            } else {
+                "info,keelson=debug"
+            },
+        );
         Daemon::spawn(name, cmd, &self.dir.join(format!("{name}.log")))
     }
 
@@ -362,6 +369,7 @@ impl ClusterNode {
                 kubeconfig: &kc,
                 node_name: &self.name,
                 node_ip: IpAddr::V4(self.ip),
+                verbosity: if self.spec.quiet { 0 } else { 2 },
             },
         )?;
         Daemon::spawn("kubelet", cmd, &self.dir.join("kubelet.log"))
@@ -520,6 +528,21 @@ impl ClusterNode {
             context: format!("waiting for node {}", self.name),
             message: format!("{e}\n{}", self.log_tails(40)),
         })
+    }
+
+    /// The node agent's process id, while it runs (kubelet's or keelson's).
+    pub fn node_agent_pid(&self) -> Option<u32> {
+        lock(&self.node_agent).as_ref().and_then(Daemon::pid)
+    }
+
+    /// Stops the agents and starts others on the same containerd and
+    /// network, registering as `name` (e.g. keelson, then kubelet, for a
+    /// benchmark on identical ground).
+    pub fn replace_agents(&mut self, name: &str, spec: NodeSpec) -> Result<(), UpstreamError> {
+        self.stop_agents();
+        self.name = name.to_string();
+        self.spec = spec;
+        self.start_agents()
     }
 
     /// Stops the agents (SIGTERM, grace, SIGKILL); containerd and the pods stay.
