@@ -55,6 +55,25 @@ fn write_bootstrap_kubeconfig(api: &TestApiServer, dir: &Path) {
         .expect("bootstrap kubeconfig");
 }
 
+/// A node with only a bootstrap kubeconfig (a bootstrap token), its
+/// kubeconfig to be written in the returned directory.
+async fn bootstrapping_node(api: TestApiOptions) -> (InProcessNode, tempfile::TempDir, PathBuf) {
+    let kc_dir = tempfile::tempdir().expect("dir");
+    let dir = kc_dir.path().to_path_buf();
+    let node = InProcessNode::start(NodeHarnessOptions {
+        api,
+        configure: Some(bootstrap_config(dir.clone())),
+        before_start: Some(Arc::new({
+            let dir = dir.clone();
+            move |api: &TestApiServer| write_bootstrap_kubeconfig(api, &dir)
+        })),
+        ..NodeHarnessOptions::default()
+    })
+    .await
+    .expect("node");
+    (node, kc_dir, dir)
+}
+
 async fn csrs(admin: &kube::Client) -> Result<Vec<CertificateSigningRequest>, String> {
     Api::<CertificateSigningRequest>::all(admin.clone())
         .list(&ListParams::default())
@@ -124,19 +143,7 @@ fn ready(n: &Node) -> Result<(), String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_joins_through_a_bootstrap_csr() {
-    let kc_dir = tempfile::tempdir().expect("dir");
-    let dir = kc_dir.path().to_path_buf();
-    let node = InProcessNode::start(NodeHarnessOptions {
-        api: api_options(),
-        configure: Some(bootstrap_config(dir.clone())),
-        before_start: Some(Arc::new({
-            let dir = dir.clone();
-            move |api: &TestApiServer| write_bootstrap_kubeconfig(api, &dir)
-        })),
-        ..NodeHarnessOptions::default()
-    })
-    .await
-    .expect("node");
+    let (node, _kc_dir, dir) = bootstrapping_node(api_options()).await;
 
     // The request is kubelet's: signer, subject, usages, requester.
     let csr = pending_csr(&node.admin).await;
@@ -212,19 +219,7 @@ async fn a_node_joins_through_a_bootstrap_csr() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_csr_is_retried_with_backoff_and_reported() {
-    let kc_dir = tempfile::tempdir().expect("dir");
-    let dir = kc_dir.path().to_path_buf();
-    let node = InProcessNode::start(NodeHarnessOptions {
-        api: api_options(),
-        configure: Some(bootstrap_config(dir.clone())),
-        before_start: Some(Arc::new({
-            let dir = dir.clone();
-            move |api: &TestApiServer| write_bootstrap_kubeconfig(api, &dir)
-        })),
-        ..NodeHarnessOptions::default()
-    })
-    .await
-    .expect("node");
+    let (node, _kc_dir, _) = bootstrapping_node(api_options()).await;
     let first = pending_csr(&node.admin).await.metadata.name.expect("name");
     let denied_at = std::time::Instant::now();
     decide(&node.admin, &first, "Denied", "NotThisNode").await;
@@ -316,8 +311,6 @@ async fn running_pod(admin: &kube::Client, node: &str) -> Pod {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_certificate_rotates_while_pods_run() {
-    let kc_dir = tempfile::tempdir().expect("dir");
-    let dir = kc_dir.path().to_path_buf();
     // Certificates live 20 s (no backdating): rotation is due at 14–18 s.
     let api = TestApiOptions {
         approve_node_client_csrs: true,
@@ -325,17 +318,7 @@ async fn the_client_certificate_rotates_while_pods_run() {
         csr_signing_backdate: Duration::ZERO,
         ..api_options()
     };
-    let node = InProcessNode::start(NodeHarnessOptions {
-        api,
-        configure: Some(bootstrap_config(dir.clone())),
-        before_start: Some(Arc::new({
-            let dir = dir.clone();
-            move |api: &TestApiServer| write_bootstrap_kubeconfig(api, &dir)
-        })),
-        ..NodeHarnessOptions::default()
-    })
-    .await
-    .expect("node");
+    let (node, _kc_dir, _) = bootstrapping_node(api).await;
     node.wait_node("Node Ready", Duration::from_secs(60), ready)
         .await
         .expect("Ready");

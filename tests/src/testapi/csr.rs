@@ -455,17 +455,23 @@ fn usages_within(usages: &[String], allowed: &[&str], needed: &str) -> Result<()
     Ok(())
 }
 
-/// `certificates.ValidateKubeletClientCSR`.
-fn validate_kubelet_client(
-    p: &CertificateSigningRequestParams,
-    usages: &[String],
-) -> Result<(), String> {
+/// The subject both kubelet signers require: `system:node:*` in `system:nodes`.
+fn node_subject(p: &CertificateSigningRequestParams) -> Result<(), String> {
     if organizations(p) != ["system:nodes"] {
         return Err("organization must be [\"system:nodes\"]".into());
     }
     if !common_name(p).starts_with("system:node:") {
         return Err("common name must begin with \"system:node:\"".into());
     }
+    Ok(())
+}
+
+/// `certificates.ValidateKubeletClientCSR`.
+fn validate_kubelet_client(
+    p: &CertificateSigningRequestParams,
+    usages: &[String],
+) -> Result<(), String> {
+    node_subject(p)?;
     if !p.params.subject_alt_names.is_empty() {
         return Err("DNS, email, IP and URI subjectAltNames are not allowed".into());
     }
@@ -481,12 +487,7 @@ fn validate_kubelet_serving(
     p: &CertificateSigningRequestParams,
     usages: &[String],
 ) -> Result<(), String> {
-    if organizations(p) != ["system:nodes"] {
-        return Err("organization must be [\"system:nodes\"]".into());
-    }
-    if !common_name(p).starts_with("system:node:") {
-        return Err("common name must begin with \"system:node:\"".into());
-    }
+    node_subject(p)?;
     let sans = &p.params.subject_alt_names;
     if sans
         .iter()

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::common::{apply_logging, check_type_meta};
-use super::reader::{Default, Object, Report};
+use super::reader::{CONTENT_TYPES, Default, Object, Report};
 use crate::config::duration::KubeDuration;
 use crate::config::eviction::default_eviction_hard;
 use crate::config::node::TaintConfig;
@@ -340,11 +340,7 @@ pub fn apply(cfg: &mut Config, doc: Value, dir: &Path, report: &mut Report) {
     );
     o.unimplemented(
         "contentType",
-        Default::OneOf(&[
-            "application/vnd.kubernetes.protobuf",
-            "application/json",
-            "",
-        ]),
+        CONTENT_TYPES,
         "keelson always speaks JSON",
         report,
     );

@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use serde_json::Value;
 
 use super::common::{apply_logging, check_type_meta};
-use super::reader::{Default, Object, Report};
+use super::reader::{CONTENT_TYPES, Default, Object, Report};
 use crate::config::duration::KubeDuration;
 use crate::config::{Config, ProxyMode};
 
@@ -61,16 +61,7 @@ pub fn apply(cfg: &mut Config, doc: Value, report: &mut Report) -> ProxyFileIden
         cfg.proxy.client_connection.burst = if b == 0 { 10 } else { b };
     }
     for key in ["contentType", "acceptContentTypes"] {
-        cc.unimplemented(
-            key,
-            Default::OneOf(&[
-                "application/vnd.kubernetes.protobuf",
-                "application/json",
-                "",
-            ]),
-            "keelson always speaks JSON",
-            report,
-        );
+        cc.unimplemented(key, CONTENT_TYPES, "keelson always speaks JSON", report);
     }
     cc.finish(report);
 

@@ -36,6 +36,14 @@ impl Report {
     }
 }
 
+/// The content types a Kubernetes client may ask for; keelson speaks JSON
+/// whatever is configured, so every one of them is accepted.
+pub const CONTENT_TYPES: Default<'static> = Default::OneOf(&[
+    "application/vnd.kubernetes.protobuf",
+    "application/json",
+    "",
+]);
+
 /// Upstream's default of a field keelson does not implement: the values
 /// accepted for it.
 #[derive(Debug, Clone, Copy)]
