@@ -300,6 +300,18 @@ impl InProcessNode {
         .await
     }
 
+    /// Waits until the node role ends on its own and returns how it ended
+    /// (`Ok` when it was already stopped).
+    pub async fn wait_stopped(&mut self) -> Result<(), String> {
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        match task.await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("node task failed: {e}")),
+        }
+    }
+
     /// Stops the node role and returns how it ended.
     pub async fn stop(&mut self) -> Result<(), String> {
         self.ctx.shutdown.cancel();

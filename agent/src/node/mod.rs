@@ -36,6 +36,9 @@ pub enum NodeError {
     /// The CRI endpoint is malformed.
     #[error("node.containerRuntimeEndpoint: {0}")]
     Runtime(#[source] CriError),
+    /// keelson's cgroup driver is not the container runtime's.
+    #[error(transparent)]
+    CgroupDriver(#[from] cgroups::driver::DriverError),
     /// The host fails a check the configuration asks for (swap, cgroup v1).
     #[error(transparent)]
     Preflight(#[from] preflight::PreflightError),
@@ -119,6 +122,9 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
         ClientConfig::with_request_timeout(n.runtime_request_timeout.get()),
     )
     .map_err(NodeError::Runtime)?;
+    // The runtime's cgroup driver must be keelson's (kubelet follows CRI
+    // RuntimeConfig; a mismatch is an error here, not at the first sandbox).
+    cgroups::driver::decide(n.cgroup_driver, cgroups::driver::runtime_driver(&cri).await)?;
     // A separate imageServiceEndpoint is refused by configuration
     // validation: one CRI connection serves both services.
     let recorder =
