@@ -59,6 +59,7 @@ pub fn start(
                 root_dir: n.root_dir.clone(),
                 pod_logs_dir: n.pod_logs_dir.clone(),
                 cgroup_root: n.cgroup_root.clone(),
+                cgroup_driver: n.cgroup_driver,
                 proc_root: std::path::PathBuf::from("/proc"),
             },
             services.cri.clone(),
@@ -126,7 +127,10 @@ fn start_notifiers(
         tracing::info!("eviction manager: memory cgroup mount point not found");
         return;
     };
-    let kubepods = CgroupName::from_cgroupfs(&n.cgroup_root).child("kubepods");
+    let kubepods = CgroupName::from_cgroupfs(&crate::node::cgroups::literal_name(
+        n.cgroup_driver,
+        &CgroupName::from_cgroupfs(&n.cgroup_root).child("kubepods"),
+    ));
     for t in cfg.thresholds.iter().filter(|t| {
         matches!(
             t.signal,
