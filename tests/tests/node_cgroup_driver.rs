@@ -19,7 +19,7 @@ use keelson::node::NodeOverrides;
 use keelson::node::cgroups::systemd::properties::{INFINITY, PropValue};
 use keelson_cri::api::CgroupDriver;
 use keelson_cri::fake::FakeConfig;
-use keelson_tests::node_harness::{InProcessNode, NodeHarnessOptions};
+use keelson_tests::node_harness::{InProcessNode, NodeHarnessOptions, condition};
 use keelson_tests::support::{skip, wait_for};
 use keelson_tests::systemd_double::{SystemdDouble, dbus_daemon};
 use kube::Api;
@@ -301,4 +301,41 @@ async fn a_runtime_reporting_systemd_is_followed() {
         .await
         .expect("registered");
     assert!(!tree.join("kubepods").exists(), "no cgroupfs-form cgroups");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_systemd_makes_the_node_not_ready_naming_it() {
+    // The harness's own bus for the systemd driver: nobody listens there.
+    let node = InProcessNode::start(NodeHarnessOptions {
+        configure: Some(Arc::new(|c| {
+            c.node.cgroup_driver = Driver::Systemd;
+            c.node.node_status_update_frequency = keelson::config::KubeDuration::from_secs(1);
+        })),
+        fake: FakeConfig {
+            cgroup_driver: Some(CgroupDriver::Systemd),
+            ..FakeConfig::default()
+        },
+        ..NodeHarnessOptions::default()
+    })
+    .await
+    .expect("node");
+    let message = node
+        .wait_node("Ready=False naming systemd", T, |n| {
+            match condition(n, "Ready") {
+                Some(c) if c.status == "False" => {
+                    let m = c.message.clone().unwrap_or_default();
+                    if m.contains("cannot reach systemd over D-Bus") {
+                        Ok(m)
+                    } else {
+                        Err(format!("Ready=False: {m}"))
+                    }
+                }
+                Some(c) => Err(format!("Ready={} ({:?})", c.status, c.message)),
+                None => Err("no Ready condition".into()),
+            }
+        })
+        .await
+        .expect("not ready");
+    assert!(message.contains("pod lifecycle"), "{message}");
+    assert!(message.contains("no-systemd-bus"), "{message}");
 }
