@@ -280,6 +280,67 @@ mod tests {
     }
 
     #[test]
+    fn v1_slices_get_v1_properties_and_a_directory_in_every_hierarchy() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut mounts = std::collections::BTreeMap::new();
+        for c in ["cpu", "memory", "pids", "cpuset"] {
+            let m = dir.path().join(c);
+            std::fs::create_dir_all(&m).expect("mkdir");
+            mounts.insert(c.to_string(), m);
+        }
+        std::fs::write(dir.path().join("cpuset/cpuset.cpus"), "0-1\n").expect("w");
+        std::fs::write(dir.path().join("cpuset/cpuset.mems"), "0\n").expect("w");
+        let units = Arc::new(MemoryUnits::default());
+        let sd = SystemdCgroups::new(
+            Arc::new(crate::node::cgroups::v1::V1::new(mounts)),
+            units.clone(),
+        );
+        let name = CgroupName::from_cgroupfs("/kubepods/besteffort/podaa-bb");
+        let r = ResourceConfig {
+            cpu_shares: Some(2),
+            cpu_quota: Some(-1),
+            cpu_period: Some(100_000),
+            memory: Some(64 << 20),
+            pids_limit: Some(0),
+        };
+        sd.create(&name, &r).expect("create");
+        let unit = "kubepods-besteffort-podaa_bb.slice";
+        assert_eq!(
+            prop(&units, unit, "BlockIOAccounting"),
+            Some(PropValue::Bool(true))
+        );
+        assert_eq!(prop(&units, unit, "CPUShares"), Some(PropValue::U64(2)));
+        assert_eq!(
+            prop(&units, unit, "MemoryLimit"),
+            Some(PropValue::U64(64 << 20))
+        );
+        assert_eq!(prop(&units, unit, "MemoryMax"), None);
+        assert_eq!(
+            prop(&units, unit, "CPUQuotaPerSecUSec"),
+            Some(PropValue::U64(properties::INFINITY))
+        );
+        assert_eq!(prop(&units, unit, "TasksMax"), Some(PropValue::U64(1)));
+        let path = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podaa_bb.slice";
+        for c in ["cpu", "memory", "pids", "cpuset"] {
+            assert!(dir.path().join(c).join(path).is_dir(), "{c}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(
+                dir.path()
+                    .join("memory")
+                    .join(path)
+                    .join("memory.limit_in_bytes")
+            )
+            .expect("r"),
+            (64u64 << 20).to_string()
+        );
+        assert_eq!(sd.literal_name(&name), format!("/{path}"));
+        sd.destroy(&name).expect("destroy");
+        assert!(!sd.exists(&name));
+        assert!(!units.units.lock().expect("lock").contains_key(unit));
+    }
+
+    #[test]
     fn an_existing_slice_is_fine_and_a_missing_one_is_removed_anyway() {
         let (_dir, units, sd) = fake();
         let name = CgroupName::from_cgroupfs("/kubepods");
