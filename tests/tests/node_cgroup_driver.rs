@@ -75,16 +75,33 @@ async fn containerd_without_runtime_config_is_checked_through_its_configuration(
         .expect("registered");
 }
 
-/// A fake cgroup v2 tree in `dir`, and the double of systemd making its
-/// slices there.
-async fn systemd_world(dir: &Path) -> (PathBuf, SystemdDouble) {
-    let tree = dir.join("cgroup");
+/// What a test of the systemd driver runs against.
+struct SystemdWorld {
+    _dir: tempfile::TempDir,
+    /// The fake cgroup v2 tree the double makes the slices' directories in.
+    tree: PathBuf,
+    double: SystemdDouble,
+}
+
+/// A fake cgroup v2 tree and the double of systemd making its slices
+/// there; `None` (the test skipped) without dbus-daemon.
+async fn systemd_world(test: &str) -> Option<SystemdWorld> {
+    if dbus_daemon().is_none() {
+        skip(test, "dbus-daemon is not installed (scripts/install-deps)");
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tree = dir.path().join("cgroup");
     std::fs::create_dir_all(&tree).expect("tree");
     std::fs::write(tree.join("cgroup.controllers"), "cpuset cpu io memory pids").expect("w");
     let double = SystemdDouble::start(Some(tree.clone()))
         .await
         .expect("systemd double");
-    (tree, double)
+    Some(SystemdWorld {
+        _dir: dir,
+        tree,
+        double,
+    })
 }
 
 async fn start_systemd_node(
@@ -132,13 +149,11 @@ async fn wait_units(double: &SystemdDouble, units: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn systemd_driver_makes_qos_and_pod_slices_over_dbus() {
-    const TEST: &str = "systemd_driver_makes_qos_and_pod_slices_over_dbus";
-    if dbus_daemon().is_none() {
-        skip(TEST, "dbus-daemon is not installed (scripts/install-deps)");
+    let Some(SystemdWorld { _dir, tree, double }) =
+        systemd_world("systemd_driver_makes_qos_and_pod_slices_over_dbus").await
+    else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (tree, double) = systemd_world(dir.path()).await;
+    };
     let node = start_systemd_node(&tree, &double, Driver::Systemd).await;
 
     // The QoS slices, as kubelet's QOSContainerManager makes them.
@@ -286,13 +301,11 @@ async fn systemd_driver_makes_qos_and_pod_slices_over_dbus() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runtime_reporting_systemd_is_followed() {
-    const TEST: &str = "a_runtime_reporting_systemd_is_followed";
-    if dbus_daemon().is_none() {
-        skip(TEST, "dbus-daemon is not installed (scripts/install-deps)");
+    let Some(SystemdWorld { _dir, tree, double }) =
+        systemd_world("a_runtime_reporting_systemd_is_followed").await
+    else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (tree, double) = systemd_world(dir.path()).await;
+    };
     // Configured cgroupfs; the runtime says systemd (CRI RuntimeConfig)
     // and kubelet ≥ 1.34 follows the runtime.
     let node = start_systemd_node(&tree, &double, Driver::Cgroupfs).await;

@@ -281,20 +281,9 @@ mod tests {
 
     #[test]
     fn v1_slices_get_v1_properties_and_a_directory_in_every_hierarchy() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut mounts = std::collections::BTreeMap::new();
-        for c in ["cpu", "memory", "pids", "cpuset"] {
-            let m = dir.path().join(c);
-            std::fs::create_dir_all(&m).expect("mkdir");
-            mounts.insert(c.to_string(), m);
-        }
-        std::fs::write(dir.path().join("cpuset/cpuset.cpus"), "0-1\n").expect("w");
-        std::fs::write(dir.path().join("cpuset/cpuset.mems"), "0\n").expect("w");
+        let (dir, v1) = crate::node::cgroups::v1::tests::fake();
         let units = Arc::new(MemoryUnits::default());
-        let sd = SystemdCgroups::new(
-            Arc::new(crate::node::cgroups::v1::V1::new(mounts)),
-            units.clone(),
-        );
+        let sd = SystemdCgroups::new(Arc::new(v1), units.clone());
         let name = CgroupName::from_cgroupfs("/kubepods/besteffort/podaa-bb");
         let r = ResourceConfig {
             cpu_shares: Some(2),
