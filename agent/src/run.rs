@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::apiclient::{self, ClientSettings};
 use crate::config::{self, Config};
+use crate::introspection::Introspection;
 use crate::observability::{self, Health};
 use crate::role::RoleContext;
 use crate::{lifecycle, node, proxy};
@@ -47,6 +48,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     let node_name = config.effective_node_name();
     let registry = observability::metrics::new_registry();
     let health = Health::new();
+    let introspection = Introspection::new(&node_name);
     tracing::info!(
         node = %node_name,
         version = crate::version::KEELSON_VERSION,
@@ -59,12 +61,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     // Build clients first: a broken kubeconfig is a start-up error.
     let node_client = if config.node.enabled {
         Some(
-            apiclient::build_client(&ClientSettings {
-                kubeconfig: config.node.kubeconfig.as_deref(),
-                qps: config.node.kube_api_qps,
-                burst: u32::try_from(config.node.kube_api_burst).unwrap_or(1),
-                role: "node",
-            })
+            apiclient::build_client_logged(
+                &ClientSettings {
+                    kubeconfig: config.node.kubeconfig.as_deref(),
+                    qps: config.node.kube_api_qps,
+                    burst: u32::try_from(config.node.kube_api_burst).unwrap_or(1),
+                    role: "node",
+                },
+                Some(introspection.api_log()),
+            )
             .await
             .map_err(|source| RunError::Client {
                 role: "node",
@@ -76,12 +81,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     };
     let proxy_client = if config.proxy.enabled {
         Some(
-            apiclient::build_client(&ClientSettings {
-                kubeconfig: config.proxy.client_connection.kubeconfig.as_deref(),
-                qps: config.proxy.client_connection.qps,
-                burst: u32::try_from(config.proxy.client_connection.burst).unwrap_or(0),
-                role: "proxy",
-            })
+            apiclient::build_client_logged(
+                &ClientSettings {
+                    kubeconfig: config.proxy.client_connection.kubeconfig.as_deref(),
+                    qps: config.proxy.client_connection.qps,
+                    burst: u32::try_from(config.proxy.client_connection.burst).unwrap_or(0),
+                    role: "proxy",
+                },
+                Some(introspection.api_log()),
+            )
             .await
             .map_err(|source| RunError::Client {
                 role: "proxy",
@@ -103,6 +111,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         servers_stop.clone(),
     )
     .await?;
+    // Read-only state for `keelson diagnose`; a socket that cannot be
+    // served costs diagnose its daemon view, never the node its agent.
+    if let Some(path) = config.effective_diagnose_socket()
+        && let Err(e) =
+            crate::introspection::server::start(&path, introspection.clone(), servers_stop.clone())
+                .await
+    {
+        tracing::warn!(error = %e, "keelson diagnose will not see this daemon's state");
+    }
 
     let roles_stop = shutdown.child_token();
     let mut roles: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
@@ -112,6 +129,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         client,
         registry: registry.clone(),
         health: health.clone(),
+        introspection: introspection.clone(),
         shutdown: roles_stop.clone(),
     };
     if let Some(client) = node_client {

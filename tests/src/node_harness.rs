@@ -212,6 +212,7 @@ impl InProcessNode {
             client,
             registry: keelson::observability::metrics::new_registry(),
             health: keelson::observability::Health::new(),
+            introspection: keelson::introspection::Introspection::new(&opts.node_name),
             shutdown: CancellationToken::new(),
         };
         let role_ctx = ctx.clone();

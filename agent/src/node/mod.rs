@@ -15,6 +15,7 @@ pub mod cgroups;
 pub mod downward;
 pub mod eviction;
 pub mod gc;
+pub mod introspect;
 pub mod lease;
 pub mod pods;
 pub mod status;
@@ -117,7 +118,8 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
     // A separate imageServiceEndpoint is refused by configuration
     // validation: one CRI connection serves both services.
     let recorder =
-        EventRecorder::start(ctx.client.clone(), "kubelet", &ctx.node_name, &ctx.registry);
+        EventRecorder::start(ctx.client.clone(), "kubelet", &ctx.node_name, &ctx.registry)
+            .with_timeline(ctx.introspection.timeline().clone());
     recorder.event(
         &node_ref(&ctx.node_name),
         EventType::Normal,
@@ -195,6 +197,10 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
         });
     }
 
+    let introspector =
+        introspect::NodeIntrospector::new(runtime.clone(), ctx.introspection.api_log().clone());
+    ctx.introspection.set_node(introspector.clone());
+
     let services = NodeServices {
         ctx: ctx.clone(),
         cri,
@@ -212,6 +218,7 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
             let volumes = volumes::VolumeManager::for_node(&services);
             match pods::start_for_node(&services, volumes, cgroups).await {
                 Ok(pods) => {
+                    introspector.set_pods(pods.clone());
                     // kubelet's /healthz `syncloop` check.
                     let check = pods.clone();
                     let every = services.ctx.config.node.sync_frequency.get();
