@@ -177,6 +177,14 @@ impl InProcessNode {
         config.node.pod_logs_dir = dir.path().join("pod-logs");
         config.node.node_ip = host_ipv4();
         config.node.kubeconfig = Some(api.kubeconfig_path().to_path_buf());
+        // The node API on the node IP and a free port, trusting the test
+        // API server's kubelet client certificate.
+        if let Some(ip) = config.node.node_ip {
+            config.node.address = ip.to_string();
+        }
+        config.node.port = i32::from(free_host_port()?);
+        config.node.authentication.x509.client_ca_file =
+            Some(write_client_ca(dir.path(), api.kubelet_client_ca_pem())?);
         ignore_host_disk(&mut config);
         if let Some(f) = &opts.configure {
             f(&mut config);
@@ -374,6 +382,21 @@ impl std::fmt::Debug for BinaryNodeOptions {
     }
 }
 
+/// A free TCP port on the host (bound and released).
+pub fn free_host_port() -> Result<u16, NodeHarnessError> {
+    std::net::TcpListener::bind("0.0.0.0:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| setup("finding a free port")(e.to_string()))
+}
+
+/// Writes the test API server's kubelet client CA for `clientCAFile`.
+pub fn write_client_ca(dir: &Path, pem: &str) -> Result<PathBuf, NodeHarnessError> {
+    let p = dir.join("kubelet-client-ca.crt");
+    std::fs::write(&p, pem).map_err(|e| setup("writing the client CA")(e.to_string()))?;
+    Ok(p)
+}
+
 /// The address keelson's node IP gets inside the containerd namespace
 /// (TEST-NET-1, on the namespace's loopback device).
 pub const SYSTEM_NODE_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
@@ -468,6 +491,20 @@ impl BinaryNode {
         config.node.cgroup_root = ctrd.cgroup_parent();
         config.node.node_ip = Some(IpAddr::V4(SYSTEM_NODE_IP));
         config.node.pod_cidr = ctrd.pod_cidr().to_string();
+        config.node.authentication.x509.client_ca_file =
+            Some(write_client_ca(dir.path(), api.kubelet_client_ca_pem())?);
+        // The API server reaches the node API inside the namespace.
+        let ns_name = ctrd.netns().name().to_string();
+        api.set_node_dialer(std::sync::Arc::new(move |addr| {
+            let ns = ns_name.clone();
+            Box::pin(async move {
+                tokio::task::spawn_blocking(move || {
+                    crate::netns::connect_in(&ns, addr, Duration::from_secs(5))
+                })
+                .await
+                .map_err(std::io::Error::other)?
+            })
+        }));
         ignore_host_disk(&mut config);
         if let Some(f) = &opts.configure {
             f(&mut config);

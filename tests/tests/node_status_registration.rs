@@ -157,12 +157,12 @@ async fn node_appears_with_the_right_fields() {
     );
     assert_eq!(addrs[1].type_, "Hostname");
     assert_eq!(addrs[1].address, node.node_name);
-    // Daemon endpoints.
+    // Daemon endpoints: the node API's port (`node.port`).
     assert_eq!(
         s.daemon_endpoints
             .and_then(|d| d.kubelet_endpoint)
             .map(|e| e.port),
-        Some(10250)
+        Some(node.config.node.port)
     );
     // nodeInfo.
     let info = s.node_info.clone().expect("nodeInfo");

@@ -17,6 +17,7 @@
 
 pub mod duration;
 pub mod eviction;
+pub mod kubelet_api;
 pub mod node;
 pub mod proxy;
 
@@ -359,6 +360,7 @@ impl Config {
             ));
         }
         self.validate_node(&mut errs);
+        kubelet_api::validate(&self.node, &mut errs);
         self.validate_proxy(&mut errs);
         if errs.is_empty() { Ok(()) } else { Err(errs) }
     }

@@ -17,7 +17,10 @@ pub mod eviction;
 pub mod gc;
 pub mod introspect;
 pub mod lease;
+pub mod logs;
 pub mod pods;
+pub mod server;
+pub mod stats;
 pub mod status;
 pub mod volumes;
 
@@ -36,6 +39,9 @@ pub enum NodeError {
     /// The CRI endpoint is malformed.
     #[error("node.containerRuntimeEndpoint: {0}")]
     Runtime(#[source] CriError),
+    /// The node API could not start (kubelet exits in this case too).
+    #[error(transparent)]
+    Server(#[from] server::ServerError),
     /// The root dir could not be created.
     #[error("creating node.rootDir {path}: {source}")]
     RootDir {
@@ -200,6 +206,54 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
     let introspector =
         introspect::NodeIntrospector::new(runtime.clone(), ctx.introspection.api_log().clone());
     ctx.introspection.set_node(introspector.clone());
+    // The node API (kubelet's :10250), its statistics and log rotation.
+    let pods_slot: server::PodsSlot = Default::default();
+    {
+        let stats = stats::StatsProvider::new(
+            stats::StatsConfig {
+                node_name: ctx.node_name.clone(),
+                root_dir: n.root_dir.clone(),
+                pod_logs_dir: n.pod_logs_dir.clone(),
+                cgroup_root: n.cgroup_root.clone(),
+                proc_root: std::path::PathBuf::from("/proc"),
+            },
+            cri.clone(),
+        );
+        let node_ips: Vec<std::net::IpAddr> =
+            crate::node_ip::resolve(n.node_ip).into_iter().collect();
+        server::start(
+            server::ServerDeps {
+                ctx: ctx.clone(),
+                cri: cri.clone(),
+                pods: pods_slot.clone(),
+                stats: stats.clone(),
+                node_ips,
+            },
+            &mut tasks,
+        )
+        .await?;
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            stats.sample(stop).await;
+            "stats-sampler"
+        });
+        let rotation = logs::rotation::LogRotation::new(
+            cri.clone(),
+            logs::rotation::RotationPolicy {
+                max_size: crate::config::kubelet_api::container_log_max_size_bytes(
+                    &n.container_log_max_size,
+                ),
+                max_files: usize::try_from(n.container_log_max_files).unwrap_or(5),
+                max_workers: usize::try_from(n.container_log_max_workers).unwrap_or(1),
+                interval: n.container_log_monitor_interval.get(),
+            },
+        );
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            rotation.run(stop).await;
+            "container-log-rotation"
+        });
+    }
 
     let services = NodeServices {
         ctx: ctx.clone(),
@@ -214,11 +268,13 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
     {
         let services = services.clone();
         let cgroups = overrides.pods_cgroups.clone();
+        let slot = pods_slot.clone();
         tasks.spawn(async move {
             let volumes = volumes::VolumeManager::for_node(&services);
             match pods::start_for_node(&services, volumes, cgroups).await {
                 Ok(pods) => {
                     introspector.set_pods(pods.clone());
+                    let _ = slot.set(pods.clone());
                     // kubelet's /healthz `syncloop` check.
                     let check = pods.clone();
                     let every = services.ctx.config.node.sync_frequency.get();

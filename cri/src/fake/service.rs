@@ -273,12 +273,26 @@ impl RuntimeService for FakeService {
         self.enter("ReopenContainerLog", id.clone()).await?;
         let state = self.state();
         let id = state.container_id(&id)?;
-        let running = state
+        let Some(c) = state
             .containers
             .get(&id)
-            .is_some_and(|c| c.state == api::ContainerState::ContainerRunning);
-        if !running {
+            .filter(|c| c.state == api::ContainerState::ContainerRunning)
+        else {
             return Err(Status::unknown("container is not running"));
+        };
+        // containerd closes the log and opens the path again, creating it
+        // (after a rotation renamed it away).
+        if !c.log_path.is_empty() {
+            let path = std::path::Path::new(&c.log_path);
+            if path.parent().is_some_and(|d| d.is_dir()) {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|e| {
+                        Status::unknown(format!("failed to create and open log file: {e}"))
+                    })?;
+            }
         }
         ok(api::ReopenContainerLogResponse {})
     }

@@ -207,6 +207,73 @@ fn authenticate(
     }
 }
 
+/// `pods/{log,exec,attach,portforward}` and `nodes/proxy`: authenticated,
+/// logged, then proxied to the node's kubelet.
+async fn proxy_to_kubelet(
+    state: &Arc<ApiState>,
+    cert_user: Option<&str>,
+    target: super::kubelet_proxy::Target,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    let (verb, resource, sub, ns, name) = match &target {
+        super::kubelet_proxy::Target::Pod { ns, name, sub } => (
+            if req.method() == http::Method::GET {
+                "get"
+            } else {
+                "create"
+            },
+            "pods",
+            sub.clone(),
+            ns.clone(),
+            name.clone(),
+        ),
+        super::kubelet_proxy::Target::Node { name, .. } => (
+            match req.method().as_str() {
+                "GET" | "HEAD" => "get",
+                "PUT" => "update",
+                "PATCH" => "patch",
+                "DELETE" => "delete",
+                _ => "create",
+            },
+            "nodes",
+            "proxy".to_string(),
+            String::new(),
+            name.clone(),
+        ),
+    };
+    let mut rec = RequestRecord {
+        at: SystemTime::now(),
+        http_version: format!("{:?}", req.version()),
+        method: req.method().to_string(),
+        path: path.clone(),
+        query: req.uri().query().unwrap_or_default().to_string(),
+        verb: verb.to_string(),
+        resource: resource.to_string(),
+        subresource: sub,
+        namespace: ns,
+        name,
+        user: String::new(),
+        user_agent: header(req.headers(), http::header::USER_AGENT),
+        accept: header(req.headers(), http::header::ACCEPT),
+        content_type: header(req.headers(), http::header::CONTENT_TYPE),
+        status: 0,
+    };
+    let resp = match authenticate(state, req.headers(), &path, cert_user) {
+        Ok(user) => {
+            rec.user = user;
+            match super::kubelet_proxy::serve(state, target, req).await {
+                Ok(r) => r,
+                Err(e) => error_response(&e),
+            }
+        }
+        Err(e) => error_response(&e),
+    };
+    rec.status = resp.status().as_u16();
+    state.knobs.log(rec);
+    resp
+}
+
 /// Serves one request.
 async fn handle(
     state: Arc<ApiState>,
@@ -223,6 +290,9 @@ async fn handle(
             std::io::ErrorKind::ConnectionReset,
             "outage (test knob)",
         ));
+    }
+    if let Some(target) = super::kubelet_proxy::route(req.uri().path()) {
+        return Ok(proxy_to_kubelet(&state, cert_user.as_deref(), target, req).await);
     }
     let (parts, body) = req.into_parts();
     let method = parts.method.as_str().to_string();
@@ -292,6 +362,33 @@ async fn process(
     rec.user = user;
     let accept = header(headers, http::header::ACCEPT);
     let content_type = header(headers, http::header::CONTENT_TYPE);
+    if method == "POST" {
+        let review = match path {
+            "/apis/authentication.k8s.io/v1/tokenreviews" => Some(true),
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews" => Some(false),
+            _ => None,
+        };
+        if let Some(is_token) = review {
+            rec.verb = "create".into();
+            rec.resource = if is_token {
+                "tokenreviews"
+            } else {
+                "subjectaccessreviews"
+            }
+            .into();
+            let body = body
+                .collect()
+                .await
+                .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?
+                .to_bytes();
+            let v = if is_token {
+                super::reviews::token_review(state, &body)?
+            } else {
+                super::reviews::subject_access_review(state, &body)?
+            };
+            return Ok(respond(201, "application/json", Bytes::from(v.to_string())));
+        }
+    }
     match routing::route(path)? {
         Route::NonResource(nr) => {
             if method != "GET" && method != "HEAD" {
@@ -545,7 +642,9 @@ pub fn spawn_listener(
                                 let svc = hyper::service::service_fn(move |req| {
                                     handle(state.clone(), cert_user.clone(), req)
                                 });
-                                builder.serve_connection(TokioIo::new(s), svc).await
+                                builder
+                                    .serve_connection_with_upgrades(TokioIo::new(s), svc)
+                                    .await
                             }
                             Err(e) => {
                                 tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
@@ -556,7 +655,9 @@ pub fn spawn_listener(
                             let svc = hyper::service::service_fn(move |req| {
                                 handle(state.clone(), None, req)
                             });
-                            builder.serve_connection(TokioIo::new(stream), svc).await
+                            builder
+                                .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                                .await
                         }
                     }
                 };

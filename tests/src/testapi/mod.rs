@@ -24,12 +24,14 @@ mod fields;
 mod http;
 mod knobs;
 mod kubeconfig;
+mod kubelet_proxy;
 mod namespaces;
 mod objects;
 mod openapi;
 mod patch;
 mod pods;
 mod resources;
+mod reviews;
 mod routing;
 mod schema;
 mod selectors;
@@ -54,6 +56,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use error::{ApiError, TestApiError};
 pub use knobs::{Knobs, Outage, RequestRecord};
+pub use kubelet_proxy::{KUBELET_CLIENT_USER, NodeDialer};
 pub use resources::{RESOURCES, ResourceInfo};
 
 use state::{ApiState, ServerConfig};
@@ -228,6 +231,17 @@ impl TestApiServer {
             https_addr.ip()
         };
         let https_url = format!("https://{}:{}", url_host(https_host), https_addr.port());
+        // kube-apiserver's --kubelet-client-certificate: a client
+        // certificate of this CA (kubeadm's CN, in system:masters so the
+        // kubelets' SubjectAccessReviews allow it).
+        let kubelet_cert = tls::issue_client(
+            &tls.issuer,
+            kubelet_proxy::KUBELET_CLIENT_USER,
+            Some("system:masters"),
+        )?;
+        let kubelet =
+            kubelet_proxy::KubeletClient::new(&kubelet_cert.cert_pem, &kubelet_cert.key_pem)
+                .map_err(TestApiError::Tls)?;
         let state = Arc::new(ApiState {
             store,
             knobs,
@@ -245,7 +259,9 @@ impl TestApiServer {
             },
             https_url: https_url.clone(),
             client_certs: Mutex::new(std::collections::HashMap::new()),
+            kubelet,
         });
+        state.register_cert(&kubelet_cert.der, kubelet_proxy::KUBELET_CLIENT_USER);
         seed(&state, https_host, https_addr.port()).map_err(|e| TestApiError::Option {
             option: "seed",
             message: e.message,
@@ -327,6 +343,34 @@ impl TestApiServer {
     /// PEM of the CA that signed the serving certificate.
     pub fn ca_pem(&self) -> &str {
         &self.state.config.ca_pem
+    }
+
+    /// The CA of this server's kubelet client certificate: what a node's
+    /// `authentication.x509.clientCAFile` must hold (it is [`Self::ca_pem`]).
+    pub fn kubelet_client_ca_pem(&self) -> &str {
+        &self.state.config.ca_pem
+    }
+
+    /// Verifies kubelets' serving certificates against `pem` from now on
+    /// (kube-apiserver's `--kubelet-certificate-authority`); `None`: no
+    /// verification (its default).
+    pub fn set_kubelet_certificate_authority(&self, pem: Option<String>) {
+        *self
+            .state
+            .kubelet
+            .ca
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = pem;
+    }
+
+    /// Dials kubelets with `dialer` (e.g. into a node's network namespace).
+    pub fn set_node_dialer(&self, dialer: NodeDialer) {
+        *self
+            .state
+            .kubelet
+            .dialer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(dialer);
     }
 
     /// Writes another kubeconfig for this server with `user_token` as the

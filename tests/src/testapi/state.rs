@@ -38,6 +38,8 @@ pub struct ApiState {
     pub https_url: String,
     /// Client certificates issued: SHA-256 of the DER → user name.
     pub client_certs: Mutex<HashMap<Vec<u8>, String>>,
+    /// How this server reaches kubelets (`nodes/proxy`, `pods/log`, …).
+    pub kubelet: super::kubelet_proxy::KubeletClient,
 }
 
 impl ApiState {

@@ -253,6 +253,16 @@ impl ClusterNode {
             cfg.node.cgroup_root = self.ctrd.cgroup_parent();
             cfg.node.node_ip = Some(IpAddr::V4(self.ip));
             cfg.node.cluster_dns = vec![IpAddr::V4(CLUSTER_DNS)];
+            // The node API as the kubelet of this cluster has it: a serving
+            // certificate the API server checks (--kubelet-certificate-authority)
+            // and the cluster CA for its kubelet client certificate.
+            let serving = self.cp.serving_cert(&self.name, IpAddr::V4(self.ip))?;
+            let pki = self.dir.join("keelson-pki");
+            std::fs::create_dir_all(&pki).map_err(UpstreamError::io("creating keelson pki"))?;
+            let (crt, key) = serving.write(&pki, "kubelet")?;
+            cfg.node.tls_cert_file = Some(crt);
+            cfg.node.tls_private_key_file = Some(key);
+            cfg.node.authentication.x509.client_ca_file = Some(self.cp.ca_file());
             ignore_host_disk(&mut cfg);
         }
         if proxy_role {
