@@ -100,8 +100,14 @@ pub async fn gather(
             }
         }
     }
-    out.sort_by(|a, b| a.time.cmp(&b.time));
+    sort(&mut out);
     out
+}
+
+/// Orders records by time (parsed: RFC 3339 strings with different
+/// fractions do not sort as text).
+pub fn sort(recs: &mut [TimelineRecord]) {
+    recs.sort_by_key(|r| words::parse_time(&r.time));
 }
 
 /// The newest record with `reason` (and a message starting with `prefix`,
@@ -119,10 +125,82 @@ pub fn latest<'a>(
     })
 }
 
-/// Records at or after `since`.
+/// Records at or after `since`; a run of identical records (the same
+/// event recorded on each sync) is kept once, with its count and the time
+/// of the last one.
 pub fn since(recs: &[TimelineRecord], since: SystemTime) -> Vec<TimelineRecord> {
-    recs.iter()
+    let mut out: Vec<TimelineRecord> = Vec::new();
+    for r in recs
+        .iter()
         .filter(|r| words::parse_time(&r.time).is_some_and(|t| t >= since))
-        .cloned()
-        .collect()
+    {
+        if let Some(last) = out.last_mut()
+            && last.source == r.source
+            && last.reason == r.reason
+            && last.message == r.message
+            && last.field_path == r.field_path
+        {
+            last.count = Some(last.count.unwrap_or(1) + r.count.unwrap_or(1));
+            last.time = r.time.clone();
+            continue;
+        }
+        out.push(r.clone());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(time: &str, reason: &str) -> TimelineRecord {
+        TimelineRecord {
+            time: time.into(),
+            source: RecordSource::Event,
+            kind: "Pod".into(),
+            namespace: "default".into(),
+            name: "web".into(),
+            uid: String::new(),
+            field_path: "spec.containers{app}".into(),
+            type_: "Warning".into(),
+            reason: reason.into(),
+            message: format!("{reason} message"),
+            count: None,
+        }
+    }
+
+    #[test]
+    fn records_sort_by_time_and_repeats_fold() {
+        let mut recs = vec![
+            rec("2026-01-01T00:00:03.554Z", "BackOff"),
+            rec("2026-01-01T00:00:03.55Z", "BackOff"),
+            rec("2026-01-01T00:00:03.6Z", "BackOff"),
+            rec("2026-01-01T00:00:01Z", "Started"),
+            rec("2025-12-31T00:00:00Z", "Pulled"),
+        ];
+        sort(&mut recs);
+        let out = since(
+            &recs,
+            words::parse_time("2026-01-01T00:00:00Z").expect("time"),
+        );
+        let got: Vec<(String, Option<i32>, String)> = out
+            .into_iter()
+            .map(|r| (r.reason, r.count, r.time))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "Started".to_string(),
+                    None,
+                    "2026-01-01T00:00:01Z".to_string()
+                ),
+                (
+                    "BackOff".to_string(),
+                    Some(3),
+                    "2026-01-01T00:00:03.6Z".to_string()
+                ),
+            ]
+        );
+    }
 }

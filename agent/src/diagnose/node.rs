@@ -105,7 +105,7 @@ pub async fn diagnose(ctx: &Context) -> Report {
             None => Vec::new(),
         };
         lease.extend(recs);
-        lease.sort_by(|a, b| a.time.cmp(&b.time));
+        history::sort(&mut lease);
         report.timeline = Some(history::since(&lease, since));
     }
     report
@@ -175,13 +175,21 @@ fn runtime_link(ctx: &Context, rt: &RuntimeFacts, daemon: Option<&NodeState>) ->
                 ),
             )
         }
-        (Err(e), _) | (_, Err(e)) => Link::new(
-            "runtime",
-            T,
-            Mark::Failed,
-            format!("the container runtime does not answer on {endpoint}: {e}"),
-        )
-        .with_next("start the runtime (systemctl status containerd; journalctl -u containerd)"),
+        (Err(e), _) | (_, Err(e)) => {
+            let mut l = Link::new(
+                "runtime",
+                T,
+                Mark::Failed,
+                format!("the container runtime does not answer on {endpoint}: {e}"),
+            )
+            .with_next("start the runtime (systemctl status containerd; journalctl -u containerd)");
+            if daemon.is_some_and(|d| d.node_role && d.runtime_errors.is_empty()) {
+                l.evidence.push(
+                    "the node is still Ready: kubelet (and keelson) report \"container runtime is down\" once the runtime has not answered for 30s".to_string(),
+                );
+            }
+            l
+        }
     };
     if daemon.is_some_and(|d| d.pleg_error.is_some()) {
         link.status = Mark::Failed;

@@ -349,8 +349,9 @@ async fn volumes(f: &Facts<'_>) -> Link {
             T,
             Mark::Failed,
             format!(
-                "MountVolume.SetUp failed for volume {}: {}",
-                p.name, p.summary
+                "MountVolume.SetUp failed for volume {:?} : {}",
+                p.name.split(' ').next().unwrap_or_default(),
+                p.summary
             ),
         )
     } else if let Some(r) = failed_mount {
@@ -758,12 +759,23 @@ fn containers(f: &Facts<'_>) -> Link {
         None => format!("{} container(s) running", parts.len()),
     };
     let mut link = Link::new("containers", T, worst, summary);
+    if f.ctx.daemon().is_none() && f.ctx.socket.is_some() && !f.terminal() {
+        link.evidence.push(
+            "the keelson daemon is down: the status the API server has is the last one keelson wrote, and nothing restarts the containers until it runs again".to_string(),
+        );
+    }
     if let Some(p) = parts.iter().find(|p| p.status == Mark::Failed) {
         let name = p.name.trim_end_matches(" (init)");
+        // `--previous` reads the instance before a restart; a container
+        // that ended for good is read as it is.
+        let restarted = f.status_of(name).is_some_and(|s| {
+            s.restart_count > 0 && s.state.as_ref().is_none_or(|st| st.terminated.is_none())
+        });
         link.next = Some(format!(
-            "kubectl logs -n {} {} -c {name} --previous",
+            "kubectl logs -n {} {} -c {name}{}",
             f.ns(),
-            f.name()
+            f.name(),
+            if restarted { " --previous" } else { "" }
         ));
     }
     link.parts = parts;
@@ -793,8 +805,16 @@ fn probes(f: &Facts<'_>) -> Link {
                 &format!("{title} probe failed"),
                 Some(&c.name),
             );
+            let recovered = daemon
+                .and_then(|d| d.probes.iter().find(|p| p.kind == kind))
+                .is_some_and(|p| p.result == "Success");
             if let Some(r) = failure {
-                evidence.push(format!("last failure ({}): {}", when(&r.time), r.message));
+                evidence.push(format!(
+                    "last failure ({}{}): {}",
+                    when(&r.time),
+                    if recovered { ", passing since" } else { "" },
+                    r.message
+                ));
             }
             let result = daemon
                 .and_then(|d| d.probes.iter().find(|p| p.kind == kind))

@@ -358,15 +358,22 @@ async fn endpoints_link(
     };
     let ns = svc.metadata.namespace.clone().unwrap_or_default();
     let selector = selector_text(svc);
-    let mut evidence = vec![format!(
-        "{} EndpointSlice(s): {}",
-        slices.len(),
-        slices
-            .iter()
-            .filter_map(|s| s.metadata.name.clone())
-            .collect::<Vec<_>>()
-            .join(", ")
-    )];
+    let mut evidence = vec![if slices.is_empty() {
+        format!(
+            "no EndpointSlice labelled kubernetes.io/service-name={}",
+            svc.metadata.name.clone().unwrap_or_default()
+        )
+    } else {
+        format!(
+            "{} EndpointSlice(s): {}",
+            slices.len(),
+            slices
+                .iter()
+                .filter_map(|s| s.metadata.name.clone())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }];
     let mut parts = Vec::new();
     for m in models {
         for e in &m.all {
@@ -793,8 +800,13 @@ fn conntrack_link(models: &[PortModel]) -> Link {
             (
                 Mark::Ok,
                 format!(
-                    "{} entries{}",
+                    "{} entries to {}{}",
                     mine.len(),
+                    addrs
+                        .iter()
+                        .map(|a| SocketAddr::new(*a, s.info.port).to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     if stale > 0 {
                         format!(", {stale} to endpoints that are gone")
                     } else {
@@ -820,7 +832,7 @@ fn conntrack_link(models: &[PortModel]) -> Link {
         T,
         worst,
         if worst == Mark::Ok {
-            format!("{total} port(s): no stale UDP entries")
+            format!("{total} port(s), no stale UDP entries")
         } else {
             "stale UDP entries".to_string()
         },

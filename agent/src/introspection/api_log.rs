@@ -289,19 +289,20 @@ pub struct Logged<S> {
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl<S, B, RB> Service<Request<B>> for Logged<S>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     S::Future: Send + 'static,
-    S::Error: std::fmt::Display,
+    S::Error: Into<BoxError>,
 {
     type Response = Response<RB>;
-    type Error = S::Error;
-    type Future = BoxFuture<Result<Response<RB>, S::Error>>;
+    type Error = BoxError;
+    type Future = BoxFuture<Result<Response<RB>, BoxError>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
@@ -312,11 +313,15 @@ where
         let start = Instant::now();
         let fut = self.inner.call(req);
         Box::pin(async move {
-            let res = fut.await;
+            let res = fut.await.map_err(Into::into);
             let latency = start.elapsed();
             match &res {
                 Ok(r) => log.observe(&role, &method, &path, r.status().as_u16(), None, latency),
-                Err(e) => log.observe(&role, &method, &path, 0, Some(&e.to_string()), latency),
+                Err(e) => {
+                    // The whole chain: "connection refused" is at the bottom.
+                    let text = crate::error_chain::error_chain(e.as_ref());
+                    log.observe(&role, &method, &path, 0, Some(&text), latency)
+                }
             }
             res
         })

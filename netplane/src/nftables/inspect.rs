@@ -9,7 +9,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use netlink_bindings::nftables::{
-    DataAttrs, PushRuleAttrs, PushSetAttrs, PushSetelemListAttrs, SetelemListAttrs,
+    DataAttrs, PushChainAttrs, PushRuleAttrs, PushSetAttrs, PushSetelemListAttrs, SetelemListAttrs,
 };
 
 use super::backend::render_parts;
@@ -196,11 +196,23 @@ pub fn inspect_port(
         let table = table_name(&config.table, id.index);
         let table_label = format!("{} {table}", family_word(family));
         for chain in &part.chains {
+            // A rule dump filtered on a chain that is gone is just empty:
+            // ask for the chain itself first.
+            let exists = match sock.request(MsgKind::GetChain, family, false, |b| {
+                PushChainAttrs::new(b)
+                    .push_table_bytes(table.as_bytes())
+                    .push_name_bytes(chain.name.as_bytes());
+            }) {
+                Ok(_) => true,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => false,
+                Err(e) => return Err(e),
+            };
             let found = match sock.request(MsgKind::GetRule, family, true, |b| {
                 PushRuleAttrs::new(b)
                     .push_table_bytes(table.as_bytes())
                     .push_chain_bytes(chain.name.as_bytes());
             }) {
+                _ if !exists => Found::Missing,
                 Ok(rules) if rules.len() == chain.rules.len() => Found::Present,
                 Ok(rules) => Found::Different(format!("{} rules", rules.len())),
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Found::Missing,

@@ -102,15 +102,11 @@ impl PodsHandle {
                     .as_deref()
                     .and_then(|i| apply_default_tag(i).ok())
                     .and_then(|image| {
-                        let until = lc
-                            .runtime
-                            .images()
-                            .backoff_until(&format!("{uid}_{image}"))?;
+                        let key = format!("{uid}_{image}");
+                        let images = lc.runtime.images();
+                        let until = images.backoff_until(&key)?;
                         (until > backoff.now()).then(|| Backoff {
-                            delay_seconds: until
-                                .duration_since(backoff.now())
-                                .map(|d| d.as_secs())
-                                .unwrap_or(0),
+                            delay_seconds: images.backoff_delay(&key).as_secs(),
                             until: Some(rfc3339(until)),
                         })
                     });
