@@ -71,9 +71,21 @@ pub async fn diagnose(
             ctx.api_error.clone().unwrap_or_default()
         ));
     };
-    let svc = match api.get::<Service>(namespace, name, "the Service").await {
-        Lookup::Found(s) => s,
-        Lookup::NotFound => return Err(format!("service {namespace}/{name} not found")),
+    // A list with a name selector, not a get: kube-proxy's role
+    // (system:node-proxier) may list and watch Services but not get one.
+    let svc = match api
+        .list::<Service>(
+            namespace,
+            &ListParams::default().fields(&format!("metadata.name={name}")),
+            "the Service",
+        )
+        .await
+        .map(|l| l.into_iter().next())
+    {
+        Lookup::Found(Some(s)) => s,
+        Lookup::Found(None) | Lookup::NotFound => {
+            return Err(format!("service {namespace}/{name} not found"));
+        }
         Lookup::Forbidden(m) => {
             let rule = api
                 .missing()
