@@ -5,6 +5,7 @@
 //! directly with a [`role::RoleContext`].
 
 pub mod apiclient;
+pub mod certificates;
 pub mod config;
 pub mod diagnose;
 pub mod error_chain;

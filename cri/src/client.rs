@@ -223,6 +223,19 @@ impl RuntimeClient {
             .await
     }
 
+    /// RuntimeConfig: the runtime's Linux configuration (its cgroup driver).
+    /// containerd < 2.0 answers [`CriError::Unimplemented`].
+    pub async fn runtime_config(&self) -> Result<api::RuntimeConfigResponse, CriError> {
+        let t = self.timeout();
+        let mut c = self.runtime.clone();
+        self.unary(
+            "RuntimeConfig",
+            t,
+            c.runtime_config(Self::request(api::RuntimeConfigRequest {}, t)),
+        )
+        .await
+    }
+
     /// UpdateRuntimeConfig: hands the node's pod CIDR to the runtime.
     pub async fn update_runtime_config(&self, pod_cidr: &str) -> Result<(), CriError> {
         let t = self.timeout();

@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use keelson::apiclient::{ClientSettings, build_client};
 use keelson::config::Config;
 use keelson::node::{NodeError, NodeOverrides};
 use keelson::role::RoleContext;
@@ -193,14 +192,6 @@ impl InProcessNode {
             .validate()
             .map_err(|e| setup("validating the configuration")(format!("{e:?}")))?;
         let config = Arc::new(config);
-        let client = build_client(&ClientSettings {
-            kubeconfig: Some(api.kubeconfig_path()),
-            qps: config.node.kube_api_qps,
-            burst: u32::try_from(config.node.kube_api_burst).unwrap_or(1),
-            role: "node",
-        })
-        .await
-        .map_err(|e| setup("building the node's API client")(e.to_string()))?;
         let admin = api
             .try_client()
             .await
@@ -214,14 +205,31 @@ impl InProcessNode {
         if let Some(f) = &opts.before_start {
             f(&api);
         }
+        let registry = keelson::observability::metrics::new_registry();
+        let health = keelson::observability::Health::new();
+        let shutdown = CancellationToken::new();
+        let introspection = keelson::introspection::Introspection::new(&opts.node_name);
+        // The node's client is built as `keelson run` builds it: with
+        // certificate bootstrap and rotation when the configuration asks.
+        let node_client = keelson::certificates::node::start(
+            &config.node,
+            &opts.node_name,
+            &health,
+            &registry,
+            shutdown.clone(),
+            Some(introspection.api_log()),
+        )
+        .await
+        .map_err(|e| setup("building the node's API client")(e.to_string()))?;
+        let client = node_client.client.clone();
         let ctx = RoleContext {
             config: config.clone(),
             node_name: opts.node_name.clone(),
             client,
-            registry: keelson::observability::metrics::new_registry(),
-            health: keelson::observability::Health::new(),
-            introspection: keelson::introspection::Introspection::new(&opts.node_name),
-            shutdown: CancellationToken::new(),
+            registry,
+            health,
+            introspection,
+            shutdown,
         };
         let role_ctx = ctx.clone();
         let mut overrides = opts.overrides.clone();
@@ -234,7 +242,13 @@ impl InProcessNode {
                 .map_err(|e| setup("creating a fake cgroup tree")(e.to_string()))?;
             overrides.pods_cgroups = Some(Arc::new(keelson::node::cgroups::v2::V2::new(tree)));
         }
-        let task = tokio::spawn(keelson::node::run_with(role_ctx, overrides));
+        let task = tokio::spawn(async move {
+            // A bootstrapping node starts once it has its certificate.
+            if !node_client.ready(&role_ctx.shutdown).await {
+                return Ok(());
+            }
+            keelson::node::run_with(role_ctx, overrides).await
+        });
         Ok(InProcessNode {
             api,
             fake,
@@ -250,6 +264,11 @@ impl InProcessNode {
     /// The temp dir holding the root dir, pod logs and the runtime socket.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The node's health checks (what `/healthz` answers).
+    pub fn health(&self) -> &keelson::observability::Health {
+        &self.ctx.health
     }
 
     /// The Prometheus text of the node's metrics registry.
@@ -290,6 +309,18 @@ impl InProcessNode {
             }
         })
         .await
+    }
+
+    /// Waits until the node role ends on its own and returns how it ended
+    /// (`Ok` when it was already stopped).
+    pub async fn wait_stopped(&mut self) -> Result<(), String> {
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        match task.await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("node task failed: {e}")),
+        }
     }
 
     /// Stops the node role and returns how it ended.

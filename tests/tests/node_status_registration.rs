@@ -297,7 +297,7 @@ async fn registration_sets_configured_labels_and_taints() {
         configure: Some(Arc::new(|c| {
             c.node
                 .node_labels
-                .insert("node-role.kubernetes.io/worker".into(), String::new());
+                .insert("node.kubernetes.io/worker".into(), String::new());
             c.node.register_with_taints = vec![Taint {
                 key: "dedicated".into(),
                 value: Some("gpu".into()),
@@ -320,9 +320,7 @@ async fn registration_sets_configured_labels_and_taints() {
         .expect("node");
     let labels = n.metadata.labels.clone().unwrap_or_default();
     assert_eq!(
-        labels
-            .get("node-role.kubernetes.io/worker")
-            .map(String::as_str),
+        labels.get("node.kubernetes.io/worker").map(String::as_str),
         Some("")
     );
     let spec = n.spec.clone().unwrap_or_default();

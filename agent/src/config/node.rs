@@ -183,6 +183,24 @@ pub struct NodeConfig {
     pub container_log_max_workers: i32,
     /// How often container log sizes are checked (`containerLogMonitorInterval`).
     pub container_log_monitor_interval: KubeDuration,
+    /// Kubeconfig used to request the node's client certificate when
+    /// `kubeconfig` is missing or its certificate expired (kubelet
+    /// `--bootstrap-kubeconfig`). Empty: no TLS bootstrap.
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// Renew the node's client certificate before it expires and use the new
+    /// one without a restart (`rotateCertificates`).
+    pub rotate_certificates: bool,
+    /// OOM score adjustment of keelson's own process, -1000..=1000
+    /// (`oomScoreAdj`). Lowering it needs CAP_SYS_RESOURCE; a refused write
+    /// is logged.
+    pub oom_score_adj: i32,
+    /// Refuse to start while swap is enabled on the node (`failSwapOn`).
+    pub fail_swap_on: bool,
+    /// Refuse to start on a host with cgroup v1 (`failCgroupV1`). keelson
+    /// supports cgroup v1, so its own default is false; a KubeletConfiguration
+    /// file gets upstream's default (true).
+    #[serde(rename = "failCgroupV1")]
+    pub fail_cgroup_v1: bool,
 }
 
 impl Default for NodeConfig {
@@ -250,6 +268,11 @@ impl Default for NodeConfig {
             container_log_max_files: 5,
             container_log_max_workers: 1,
             container_log_monitor_interval: KubeDuration::from_secs(10),
+            bootstrap_kubeconfig: None,
+            rotate_certificates: true,
+            oom_score_adj: -999,
+            fail_swap_on: true,
+            fail_cgroup_v1: false,
         }
     }
 }
@@ -259,7 +282,7 @@ impl Default for NodeConfig {
 /// the file is read through this type to keep "unknown fields fail".
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct TaintConfig {
+pub(crate) struct TaintConfig {
     key: String,
     #[serde(default)]
     value: Option<String>,

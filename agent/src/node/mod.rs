@@ -19,6 +19,7 @@ pub mod introspect;
 pub mod lease;
 pub mod logs;
 pub mod pods;
+pub mod preflight;
 pub mod server;
 pub mod stats;
 pub mod status;
@@ -42,6 +43,12 @@ pub enum NodeError {
     /// The node API could not start (kubelet exits in this case too).
     #[error(transparent)]
     Server(#[from] server::ServerError),
+    /// keelson's cgroup driver is not the container runtime's.
+    #[error(transparent)]
+    CgroupDriver(#[from] cgroups::driver::DriverError),
+    /// The host fails a check the configuration asks for (swap, cgroup v1).
+    #[error(transparent)]
+    Preflight(#[from] preflight::PreflightError),
     /// The root dir could not be created.
     #[error("creating node.rootDir {path}: {source}")]
     RootDir {
@@ -112,6 +119,7 @@ pub async fn run(ctx: RoleContext) -> Result<(), NodeError> {
 pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), NodeError> {
     let cfg = ctx.config.clone();
     let n = &cfg.node;
+    preflight::check(n.fail_swap_on, n.fail_cgroup_v1)?;
     std::fs::create_dir_all(&n.root_dir).map_err(|source| NodeError::RootDir {
         path: n.root_dir.display().to_string(),
         source,
@@ -121,6 +129,9 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
         ClientConfig::with_request_timeout(n.runtime_request_timeout.get()),
     )
     .map_err(NodeError::Runtime)?;
+    // The runtime's cgroup driver must be keelson's (kubelet follows CRI
+    // RuntimeConfig; a mismatch is an error here, not at the first sandbox).
+    cgroups::driver::decide(n.cgroup_driver, cgroups::driver::runtime_driver(&cri).await)?;
     // A separate imageServiceEndpoint is refused by configuration
     // validation: one CRI connection serves both services.
     let recorder =

@@ -422,8 +422,12 @@ impl RuntimeService for FakeService {
         ok(api::UpdateRuntimeConfigResponse {})
     }
 
-    async fn status(&self, _: Request<api::StatusRequest>) -> Reply<api::StatusResponse> {
+    async fn status(&self, req: Request<api::StatusRequest>) -> Reply<api::StatusResponse> {
         self.enter("Status", "").await?;
+        let mut info = std::collections::HashMap::new();
+        if req.get_ref().verbose && !self.0.config.status_config.is_empty() {
+            info.insert("config".to_string(), self.0.config.status_config.clone());
+        }
         let state = self.state();
         let cond = |kind: &str, c: &super::state::Condition| api::RuntimeCondition {
             r#type: kind.to_string(),
@@ -438,7 +442,7 @@ impl RuntimeService for FakeService {
                     cond(NETWORK_READY, &state.network_ready),
                 ],
             }),
-            info: Default::default(),
+            info,
             // containerd 1.6 reports neither handlers nor features.
             runtime_handlers: Vec::new(),
             features: None,
@@ -494,11 +498,14 @@ impl RuntimeService for FakeService {
         _: Request<api::RuntimeConfigRequest>,
     ) -> Reply<api::RuntimeConfigResponse> {
         self.enter("RuntimeConfig", "").await?;
-        ok(api::RuntimeConfigResponse {
-            linux: Some(api::LinuxRuntimeConfiguration {
-                cgroup_driver: api::CgroupDriver::Cgroupfs as i32,
+        match self.0.config.cgroup_driver {
+            Some(d) => ok(api::RuntimeConfigResponse {
+                linux: Some(api::LinuxRuntimeConfiguration {
+                    cgroup_driver: d as i32,
+                }),
             }),
-        })
+            None => Err(unimplemented("RuntimeConfig")),
+        }
     }
 }
 

@@ -16,6 +16,8 @@
 
 mod admission;
 mod allocator;
+mod authn;
+mod csr;
 mod defaults;
 mod discovery;
 mod error;
@@ -107,6 +109,18 @@ pub struct TestApiOptions {
     pub request_log_size: usize,
     /// Service account token issuer (`iss`) and default audience.
     pub issuer: String,
+    /// Lifetime of certificates the CertificateSigningRequest signer issues
+    /// (kube-controller-manager's `--cluster-signing-duration`, default one
+    /// year); a request's `expirationSeconds` may ask for less.
+    pub csr_signing_duration: Duration,
+    /// How far back the signer sets notBefore (upstream: 5 minutes; tests
+    /// of rotation with lifetimes of seconds set 0).
+    pub csr_signing_backdate: Duration,
+    /// Approve kubelet client CertificateSigningRequests as
+    /// kube-controller-manager's csrapproving controller does (bootstrap
+    /// and renewal). Default false: requests wait for an approval through
+    /// the `approval` subresource (`kubectl certificate approve`).
+    pub approve_node_client_csrs: bool,
 }
 
 impl Default for TestApiOptions {
@@ -125,6 +139,9 @@ impl Default for TestApiOptions {
             extra_sans: Vec::new(),
             request_log_size: 10_000,
             issuer: "https://kubernetes.default.svc.cluster.local".to_string(),
+            csr_signing_duration: Duration::from_secs(365 * 24 * 3600),
+            csr_signing_backdate: Duration::from_secs(300),
+            approve_node_client_csrs: false,
         }
     }
 }
@@ -132,7 +149,7 @@ impl Default for TestApiOptions {
 /// A running test API server. Dropping it stops it.
 pub struct TestApiServer {
     state: Arc<ApiState>,
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    issuer: Arc<rcgen::Issuer<'static, rcgen::KeyPair>>,
     http_addr: SocketAddr,
     https_addr: SocketAddr,
     kubeconfig: PathBuf,
@@ -258,10 +275,8 @@ impl TestApiServer {
                 bookmark_interval: opts.bookmark_interval,
             },
             https_url: https_url.clone(),
-            client_certs: Mutex::new(std::collections::HashMap::new()),
             kubelet,
         });
-        state.register_cert(&kubelet_cert.der, kubelet_proxy::KUBELET_CLIENT_USER);
         seed(&state, https_host, https_addr.port()).map_err(|e| TestApiError::Option {
             option: "seed",
             message: e.message,
@@ -292,14 +307,25 @@ impl TestApiServer {
 
         let shutdown = CancellationToken::new();
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config.clone());
+        let issuer = Arc::new(tls.issuer);
         let tasks = vec![
             http::spawn_listener(state.clone(), http_l, None, shutdown.clone()),
             http::spawn_listener(state.clone(), https_l, Some(acceptor), shutdown.clone()),
+            csr::spawn(
+                state.clone(),
+                issuer.clone(),
+                csr::SignerConfig {
+                    duration: opts.csr_signing_duration,
+                    backdate: opts.csr_signing_backdate,
+                    approve_node_clients: opts.approve_node_client_csrs,
+                },
+                shutdown.clone(),
+            ),
         ];
         tracing::info!(http = %http_addr, https = %https_addr, "test API server started");
         Ok(TestApiServer {
             state,
-            issuer: tls.issuer,
+            issuer,
             http_addr,
             https_addr,
             kubeconfig,
@@ -407,7 +433,6 @@ impl TestApiServer {
         group: Option<&str>,
     ) -> Result<(String, String), TestApiError> {
         let c = tls::issue_client(&self.issuer, user, group)?;
-        self.state.register_cert(&c.der, user);
         Ok((c.cert_pem, c.key_pem))
     }
 

@@ -6,6 +6,7 @@
 //! `KEELSON_UPSTREAM_BIN=DIR cargo test -p keelson-tests upstream_` runs
 //! exactly this tier; without the binaries every case is reported skipped.
 
+mod config_cases;
 mod diagnose_cases;
 mod node_api_cases;
 mod node_cases;
@@ -23,6 +24,7 @@ fn main() -> std::process::ExitCode {
         service_cases::CASES,
         node_api_cases::CASES,
         diagnose_cases::CASES,
+        config_cases::CASES,
     ]
     .concat();
     runner::main(&cases)
