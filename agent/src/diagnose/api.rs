@@ -184,19 +184,8 @@ impl ReadApi {
             + DeserializeOwned
             + std::fmt::Debug,
     {
-        if let Some(r) = self.down() {
-            return Lookup::Failed(r);
-        }
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
-        let res = tokio::time::timeout(self.timeout, api.get(name)).await;
-        self.classify(
-            res,
-            "get",
-            &K::group(&()),
-            &K::plural(&()),
-            Some(namespace),
-            needed_for,
-        )
+        self.get_from(api, name, Some(namespace), needed_for).await
     }
 
     /// GET one cluster-scoped object.
@@ -205,17 +194,31 @@ impl ReadApi {
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
         K: Resource<Scope = kube::core::ClusterResourceScope>,
     {
+        let api: Api<K> = Api::all(self.client.clone());
+        self.get_from(api, name, None, needed_for).await
+    }
+
+    /// GET `name` through `api` (namespaced or not).
+    async fn get_from<K>(
+        &self,
+        api: Api<K>,
+        name: &str,
+        namespace: Option<&str>,
+        needed_for: &str,
+    ) -> Lookup<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    {
         if let Some(r) = self.down() {
             return Lookup::Failed(r);
         }
-        let api: Api<K> = Api::all(self.client.clone());
         let res = tokio::time::timeout(self.timeout, api.get(name)).await;
         self.classify(
             res,
             "get",
             &K::group(&()),
             &K::plural(&()),
-            None,
+            namespace,
             needed_for,
         )
     }

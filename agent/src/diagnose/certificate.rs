@@ -4,10 +4,13 @@
 //! the API server with 401 and the node goes NotReady).
 
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use base64::Engine as _;
 use kube::config::Kubeconfig;
+
+use crate::certificates::kubeconfig::current_user;
+use crate::certificates::pair::parse_leaf;
 
 /// What the kubeconfig authenticates with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,23 +34,12 @@ pub enum Credential {
     None,
 }
 
-/// Reads the credential of the kubeconfig's current context.
+/// Reads the credential of the kubeconfig's current context: the user
+/// the node's client picks (`certificates::kubeconfig`), its certificate
+/// read as the certificate manager reads it (`certificates::pair`).
 pub fn credential(kubeconfig: &Path) -> Result<Credential, String> {
     let kc = Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?;
-    let context = kc
-        .current_context
-        .as_deref()
-        .and_then(|c| kc.contexts.iter().find(|n| n.name == c))
-        .or(kc.contexts.first())
-        .and_then(|n| n.context.as_ref());
-    let user = context.and_then(|c| c.user.as_deref());
-    let auth = kc
-        .auth_infos
-        .iter()
-        .find(|a| Some(a.name.as_str()) == user)
-        .or(kc.auth_infos.first())
-        .and_then(|a| a.auth_info.as_ref());
-    let Some(auth) = auth else {
+    let Some(auth) = current_user(&kc) else {
         return Ok(Credential::None);
     };
     let pem = if let Some(data) = &auth.client_certificate_data {
@@ -56,12 +48,11 @@ pub fn credential(kubeconfig: &Path) -> Result<Credential, String> {
             .map_err(|e| format!("client-certificate-data: {e}"))?;
         Some(("inline (client-certificate-data)".to_string(), raw))
     } else if let Some(file) = &auth.client_certificate {
-        let p = Path::new(file);
-        let p = if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            kubeconfig.parent().unwrap_or(Path::new(".")).join(p)
-        };
+        // A relative path is relative to the kubeconfig, as client-go reads it.
+        let p = kubeconfig
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(Path::new(file));
         let raw = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
         Some((p.display().to_string(), raw))
     } else {
@@ -70,14 +61,16 @@ pub fn credential(kubeconfig: &Path) -> Result<Credential, String> {
     if let Some((source, raw)) = pem {
         let (_, pem) = x509_parser::pem::parse_x509_pem(&raw)
             .map_err(|e| format!("{source}: not a PEM certificate: {e}"))?;
-        let cert = pem.parse_x509().map_err(|e| format!("{source}: {e}"))?;
-        let to_time =
-            |t: i64| SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(t).unwrap_or(0));
+        let leaf = parse_leaf(&pem.contents).map_err(|e| format!("{source}: {e}"))?;
+        let subject = std::iter::once(format!("CN={}", leaf.common_name))
+            .chain(leaf.organizations.iter().map(|o| format!("O={o}")))
+            .collect::<Vec<_>>()
+            .join(", ");
         return Ok(Credential::Certificate {
             source,
-            subject: cert.subject().to_string(),
-            not_before: to_time(cert.validity().not_before.timestamp()),
-            not_after: to_time(cert.validity().not_after.timestamp()),
+            subject,
+            not_before: leaf.not_before,
+            not_after: leaf.not_after,
         });
     }
     if auth.token.is_some() || auth.token_file.is_some() {

@@ -9,7 +9,7 @@ use keelson_cri::RuntimeClient;
 
 use super::api::ReadApi;
 use super::daemon::Daemon;
-use super::report::DaemonStatus;
+use super::report::{DaemonStatus, Link, Report, Target};
 use crate::config::Config;
 
 /// Everything a chain may consult.
@@ -71,5 +71,12 @@ impl Context {
                 error: Some(e.clone()),
             },
         }
+    }
+
+    /// The report of a chain on `target`: this node, the daemon's status
+    /// and the permissions the API refused on the way.
+    pub fn report(&self, target: Target, links: Vec<Link>) -> Report {
+        let missing = self.api.as_ref().map(|a| a.missing()).unwrap_or_default();
+        Report::new(target, &self.node, self.daemon_status(), links, missing)
     }
 }

@@ -9,8 +9,8 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::ListParams;
 
-use super::api::{Lookup, ReadApi};
-use super::daemon::Daemon;
+use super::api::Lookup;
+use super::context::Context;
 use super::words;
 use crate::introspection::types::{RecordSource, TimelineRecord};
 
@@ -56,11 +56,8 @@ pub fn from_event(e: &Event) -> TimelineRecord {
 
 /// Every record about `s`, oldest first; an API Event that repeats one the
 /// daemon recorded itself is kept once (the daemon's copy).
-pub async fn gather(
-    api: Option<&ReadApi>,
-    daemon: Option<&Daemon>,
-    s: &Subject<'_>,
-) -> Vec<TimelineRecord> {
+pub async fn gather(ctx: &Context, s: &Subject<'_>) -> Vec<TimelineRecord> {
+    let (api, daemon) = (ctx.api.as_ref(), ctx.daemon());
     let mut out: Vec<TimelineRecord> = Vec::new();
     if let Some(d) = daemon
         && let Ok(recs) = d

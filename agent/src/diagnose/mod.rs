@@ -29,6 +29,7 @@ pub mod render;
 pub mod report;
 pub mod runtime;
 pub mod service;
+pub mod thresholds;
 pub mod words;
 
 use std::path::PathBuf;

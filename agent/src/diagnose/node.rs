@@ -16,13 +16,12 @@ use super::certificate::{self, Credential};
 use super::context::Context;
 use super::history::{self, Subject};
 use super::report::{Link, Mark, Part, Report, Target};
+use super::thresholds;
 use super::words;
 use crate::config::CgroupDriver;
 use crate::introspection::types::{ApiCallStats, NodeState};
-use crate::node::eviction::host_stats::{HostStats, HostStatsConfig};
-use crate::node::eviction::manager::EvictionConfig;
+use crate::node::cgroups::driver;
 use crate::node::eviction::signals;
-use crate::node::eviction::summary::SummaryProvider;
 use crate::node::status::conditions::aggregate;
 
 /// Clock skew beyond which diagnose warns.
@@ -33,6 +32,7 @@ const CERT_WARN: Duration = Duration::from_secs(7 * 24 * 3600);
 struct RuntimeFacts {
     version: Result<api::VersionResponse, String>,
     status: Result<api::StatusResponse, String>,
+    driver: driver::RuntimeDriver,
 }
 
 /// Diagnoses this node.
@@ -42,13 +42,22 @@ pub async fn diagnose(ctx: &Context) -> Report {
         None => None,
     };
     let runtime = match &ctx.cri {
-        Some(cri) => RuntimeFacts {
-            version: cri.version().await.map_err(|e| e.to_string()),
-            status: cri.status_verbose(true).await.map_err(|e| e.to_string()),
-        },
+        Some(cri) => {
+            let status = cri.status_verbose(true).await.map_err(|e| e.to_string());
+            RuntimeFacts {
+                version: cri.version().await.map_err(|e| e.to_string()),
+                driver: if status.is_ok() {
+                    driver::runtime_driver(cri).await
+                } else {
+                    driver::RuntimeDriver::Unknown
+                },
+                status,
+            }
+        }
         None => RuntimeFacts {
             version: Err("no container runtime endpoint configured".into()),
             status: Err("no container runtime endpoint configured".into()),
+            driver: driver::RuntimeDriver::Unknown,
         },
     };
     let api_link = api_server(ctx, daemon_node.as_ref()).await;
@@ -67,23 +76,18 @@ pub async fn diagnose(ctx: &Context) -> Report {
         cgroup_driver_link(ctx, &runtime),
         node_ready_link(ctx, &node_obj, daemon_node.as_ref()),
     ];
-    let missing = ctx.api.as_ref().map(|a| a.missing()).unwrap_or_default();
-    let mut report = Report::new(
+    let mut report = ctx.report(
         Target {
             kind: "Node".into(),
             namespace: None,
             name: ctx.node.clone(),
             port: None,
         },
-        &ctx.node,
-        ctx.daemon_status(),
         links,
-        missing,
     );
     if let Some(since) = ctx.since {
         let recs = history::gather(
-            ctx.api.as_ref(),
-            ctx.daemon(),
+            ctx,
             &Subject {
                 kind: "Node",
                 namespace: None,
@@ -268,75 +272,39 @@ fn cni_link(rt: &RuntimeFacts) -> Link {
 
 async fn pressure_link(ctx: &Context, node: Option<&Node>) -> Link {
     const T: &str = "Resource pressure";
-    let n = &ctx.config.node;
     let mut parts = Vec::new();
-    if let Some(cri) = &ctx.cri {
-        let stats = HostStats::new(
-            HostStatsConfig {
-                root_dir: n.root_dir.clone(),
-                pod_logs_dir: n.pod_logs_dir.clone(),
-                cgroup_root: n.cgroup_root.clone(),
-                proc_root: std::path::PathBuf::from("/proc"),
-            },
-            cri.clone(),
-        );
-        let pods: [Arc<k8s_openapi::api::core::v1::Pod>; 0] = [];
-        if let Ok(summary) = stats.summary(&pods).await {
-            let observed = signals::observations(&summary);
-            for t in &EvictionConfig::from_node_config(n).thresholds {
-                let Some(o) = observed.get(&t.signal) else {
-                    continue;
-                };
-                let limit = signals::quantity(t.value, o.capacity);
-                let bytes = matches!(
-                    signals::signal_resource(t.signal),
-                    "memory" | "ephemeral-storage"
-                );
-                let fmt = |v: i64| {
-                    if bytes {
-                        words::bytes(v)
+    let no_pods: [Arc<k8s_openapi::api::core::v1::Pod>; 0] = [];
+    for r in thresholds::measure(ctx, &no_pods)
+        .await
+        .map(|(_, r)| r)
+        .unwrap_or_default()
+    {
+        let condition = signals::node_condition(r.signal);
+        let (kind, available, limit) = (r.kind, &r.available, &r.limit);
+        let (status, summary) = if r.below {
+            (
+                Mark::Failed,
+                format!(
+                    "{available} available < {kind} {limit}: {condition} True, kubelet evicts pods ({} first)",
+                    if condition == "MemoryPressure" {
+                        "BestEffort, then Burstable above requests"
                     } else {
-                        v.to_string()
+                        "by usage"
                     }
-                };
-                let kind = if t.hard {
-                    "evictionHard"
-                } else {
-                    "evictionSoft"
-                };
-                let condition = signals::node_condition(t.signal);
-                let (status, summary) = if o.available < limit {
-                    (
-                        Mark::Failed,
-                        format!(
-                            "{} available < {kind} {}: {condition} True, kubelet evicts pods ({} first)",
-                            fmt(o.available),
-                            fmt(limit),
-                            if condition == "MemoryPressure" {
-                                "BestEffort, then Burstable above requests"
-                            } else {
-                                "by usage"
-                            }
-                        ),
-                    )
-                } else {
-                    (
-                        if o.available < limit.saturating_mul(2) {
-                            Mark::Warning
-                        } else {
-                            Mark::Ok
-                        },
-                        format!("{} available, {kind} {}", fmt(o.available), fmt(limit)),
-                    )
-                };
-                parts.push(Part {
-                    name: t.signal.to_string(),
-                    status,
-                    summary,
-                    evidence: Vec::new(),
-                });
-            }
-        }
+                ),
+            )
+        } else {
+            (
+                if r.near { Mark::Warning } else { Mark::Ok },
+                format!("{available} available, {kind} {limit}"),
+            )
+        };
+        parts.push(Part {
+            name: r.signal.to_string(),
+            status,
+            summary,
+            evidence: Vec::new(),
+        });
     }
     let conditions: Vec<String> = node
         .into_iter()
@@ -351,29 +319,27 @@ async fn pressure_link(ctx: &Context, node: Option<&Node>) -> Link {
             )
         })
         .collect();
-    let worst = Link::worst_part(&parts);
-    let summary = match parts.iter().find(|p| p.status == Mark::Failed) {
-        Some(p) => format!("{}: {}", p.name, p.summary),
-        None if parts.is_empty() => "no figures (the runtime does not answer)".to_string(),
-        None => "every signal above its eviction threshold".to_string(),
+    let mut link = if parts.is_empty() {
+        Link::new(
+            "pressure",
+            T,
+            Mark::Unknown,
+            "no figures (the runtime does not answer)",
+        )
+    } else {
+        Link::of_parts(
+            "pressure",
+            T,
+            parts,
+            "every signal above its eviction threshold",
+        )
     };
-    let mut link = Link::new(
-        "pressure",
-        T,
-        if parts.is_empty() {
-            Mark::Unknown
-        } else {
-            worst
-        },
-        summary,
-    );
     if !conditions.is_empty() {
         link.evidence.push(format!(
             "kubectl describe node shows: {}",
             conditions.join(", ")
         ));
     }
-    link.parts = parts;
     link
 }
 
@@ -637,52 +603,30 @@ async fn clock_link(ctx: &Context) -> Link {
 
 fn cgroup_driver_link(ctx: &Context, rt: &RuntimeFacts) -> Link {
     const T: &str = "Cgroup driver";
-    let ours = match ctx.config.node.cgroup_driver {
-        CgroupDriver::Systemd => "systemd",
-        CgroupDriver::Cgroupfs => "cgroupfs",
-    };
-    let Ok(s) = &rt.status else {
+    if rt.status.is_err() {
         return Link::new("cgroupDriver", T, Mark::NotReached, "not reached");
-    };
-    // containerd reports its CRI configuration in the verbose status.
-    let systemd = s
-        .info
-        .get("config")
-        .and_then(|raw| serde_json::from_str::<serde_json::Value>(raw).ok())
-        .and_then(|v| {
-            let c = v.get("containerd")?;
-            let default = c.get("defaultRuntimeName")?.as_str()?.to_string();
-            c.get("runtimes")?
-                .get(&default)?
-                .get("options")?
-                .get("SystemdCgroup")?
-                .as_bool()
-        });
-    match systemd {
-        Some(sd) => {
-            let theirs = if sd { "systemd" } else { "cgroupfs" };
-            if theirs == ours {
-                Link::new(
-                    "cgroupDriver",
-                    T,
-                    Mark::Ok,
-                    format!("{ours} on both sides (node.cgroupDriver, runtime SystemdCgroup={sd})"),
-                )
-            } else {
-                Link::new(
-                    "cgroupDriver",
-                    T,
-                    Mark::Failed,
-                    format!("node.cgroupDriver is {ours} but the runtime uses {theirs} (SystemdCgroup={sd}): pods cannot start"),
-                )
-                .with_next("make node.cgroupDriver and the runtime's SystemdCgroup agree")
-            }
+    }
+    let ours = driver::name(ctx.config.node.cgroup_driver);
+    // The daemon's own start-up check: the same question, the same verdict.
+    match driver::decide(ctx.config.node.cgroup_driver, rt.driver) {
+        Ok(used) => {
+            let summary = match rt.driver {
+                driver::RuntimeDriver::Reported(_) => format!(
+                    "{} (the runtime's, from CRI RuntimeConfig; node.cgroupDriver {ours})",
+                    driver::name(used)
+                ),
+                driver::RuntimeDriver::FromStatus(d) => format!(
+                    "{ours} on both sides (node.cgroupDriver, runtime SystemdCgroup={})",
+                    d == CgroupDriver::Systemd
+                ),
+                driver::RuntimeDriver::Unknown => {
+                    format!("node.cgroupDriver is {ours}; the runtime does not report its own")
+                }
+            };
+            Link::new("cgroupDriver", T, Mark::Ok, summary)
         }
-        None => Link::new(
-            "cgroupDriver",
-            T,
-            Mark::Ok,
-            format!("node.cgroupDriver is {ours}; the runtime does not report its own"),
+        Err(e) => Link::new("cgroupDriver", T, Mark::Failed, e.to_string()).with_next(
+            "make node.cgroupDriver and the runtime's driver agree (the node role does not start until they do)",
         ),
     }
 }

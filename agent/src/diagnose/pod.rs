@@ -18,12 +18,9 @@ use super::history::{self, Subject};
 use super::logs;
 use super::report::{Link, Mark, Part, Report, Target, cut_after_failure};
 use super::runtime::{self as rt, PodRuntime};
+use super::thresholds;
 use super::words;
 use crate::introspection::types::{PodState, TimelineRecord};
-use crate::node::eviction::host_stats::{HostStats, HostStatsConfig};
-use crate::node::eviction::manager::EvictionConfig;
-use crate::node::eviction::signals;
-use crate::node::eviction::summary::SummaryProvider;
 use crate::node::pods::podutil;
 use crate::node::pods::qos::{QosClass, pod_qos};
 
@@ -142,8 +139,7 @@ pub async fn diagnose(ctx: &Context, namespace: &str, name: &str) -> Result<Repo
         None => Err("no container runtime endpoint configured".to_string()),
     };
     let records = history::gather(
-        ctx.api.as_ref(),
-        ctx.daemon(),
+        ctx,
         &Subject {
             kind: "Pod",
             namespace: Some(namespace),
@@ -173,19 +169,7 @@ pub async fn diagnose(ctx: &Context, namespace: &str, name: &str) -> Result<Repo
     ];
     links.push(eviction_risk(&facts).await);
     cut_after_failure(&mut links, &["evictionRisk"]);
-    let missing = ctx.api.as_ref().map(|a| a.missing()).unwrap_or_default();
-    let mut report = Report::new(
-        Target {
-            kind: "Pod".into(),
-            namespace: Some(namespace.into()),
-            name: name.into(),
-            port: None,
-        },
-        &ctx.node,
-        ctx.daemon_status(),
-        links,
-        missing,
-    );
+    let mut report = ctx.report(Target::pod(namespace, name), links);
     if let Some(since) = ctx.since {
         report.timeline = Some(history::since(&facts.records, since));
     }
@@ -957,69 +941,35 @@ async fn eviction_risk(f: &Facts<'_>) -> Link {
         }
     }
     // Measured now, as the eviction manager measures.
-    if let Some(cri) = &f.ctx.cri {
-        let n = &f.ctx.config.node;
-        let stats = HostStats::new(
-            HostStatsConfig {
-                root_dir: n.root_dir.clone(),
-                pod_logs_dir: n.pod_logs_dir.clone(),
-                cgroup_root: n.cgroup_root.clone(),
-                proc_root: std::path::PathBuf::from("/proc"),
-            },
-            cri.clone(),
-        );
-        let pods = [Arc::new(f.pod.clone())];
-        if let Ok(summary_now) = stats.summary(&pods).await {
-            let observed = signals::observations(&summary_now);
-            for t in &EvictionConfig::from_node_config(n).thresholds {
-                let Some(o) = observed.get(&t.signal) else {
-                    continue;
-                };
-                let limit = signals::quantity(t.value, o.capacity);
-                let kind = if t.hard {
-                    "evictionHard"
-                } else {
-                    "evictionSoft"
-                };
-                let memoryish = matches!(
-                    crate::node::eviction::signals::signal_resource(t.signal),
-                    "memory" | "ephemeral-storage"
-                );
-                let fmt = |v: i64| {
-                    if memoryish {
-                        words::bytes(v)
-                    } else {
-                        v.to_string()
-                    }
-                };
-                evidence.push(format!(
-                    "{}: {} available, {kind} threshold {}",
-                    t.signal,
-                    fmt(o.available),
-                    fmt(limit)
-                ));
-                if o.available < limit && status != Mark::Failed {
-                    status = Mark::Failed;
-                    summary = format!("{} is below its {kind} threshold", t.signal);
-                } else if o.available < limit.saturating_mul(2) && status == Mark::Ok {
-                    status = Mark::Warning;
-                    summary = format!("{} is within twice its threshold", t.signal);
-                }
+    let pods = [Arc::new(f.pod.clone())];
+    if let Some((summary_now, readings)) = thresholds::measure(f.ctx, &pods).await {
+        for r in &readings {
+            let kind = r.kind;
+            evidence.push(format!(
+                "{}: {} available, {kind} threshold {}",
+                r.signal, r.available, r.limit
+            ));
+            if r.below && status != Mark::Failed {
+                status = Mark::Failed;
+                summary = format!("{} is below its {kind} threshold", r.signal);
+            } else if r.near && status == Mark::Ok {
+                status = Mark::Warning;
+                summary = format!("{} is within twice its threshold", r.signal);
             }
-            if let Some(p) = summary_now.pods.get(podutil::uid(&f.pod)) {
-                if let Some(ws) = p.memory_working_set {
-                    evidence.push(format!(
-                        "pod memory working set: {}",
-                        words::bytes(ws as i64)
-                    ));
-                }
-                let eph = p.ephemeral_storage_used();
-                if eph > 0 {
-                    evidence.push(format!(
-                        "pod ephemeral storage: {}",
-                        words::bytes(eph as i64)
-                    ));
-                }
+        }
+        if let Some(p) = summary_now.pods.get(podutil::uid(&f.pod)) {
+            if let Some(ws) = p.memory_working_set {
+                evidence.push(format!(
+                    "pod memory working set: {}",
+                    words::bytes(ws as i64)
+                ));
+            }
+            let eph = p.ephemeral_storage_used();
+            if eph > 0 {
+                evidence.push(format!(
+                    "pod ephemeral storage: {}",
+                    words::bytes(eph as i64)
+                ));
             }
         }
     }

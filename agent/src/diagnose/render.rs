@@ -147,12 +147,7 @@ mod tests {
             evidence: vec!["Last State: Terminated\nExit Code: 3".into()],
         });
         let r = Report::new(
-            Target {
-                kind: "Pod".into(),
-                namespace: Some("default".into()),
-                name: "web".into(),
-                port: None,
-            },
+            Target::pod("default", "web"),
             "n1",
             DaemonStatus {
                 running: true,

@@ -109,6 +109,18 @@ impl Link {
         self
     }
 
+    /// A link made of `parts`: their worst mark, summed up by the first
+    /// failed part ("name: summary"), or by `healthy` when none failed.
+    pub fn of_parts(id: &str, title: &str, parts: Vec<Part>, healthy: impl Into<String>) -> Link {
+        let summary = match parts.iter().find(|p| p.status == Mark::Failed) {
+            Some(p) => format!("{}: {}", p.name, p.summary),
+            None => healthy.into(),
+        };
+        let mut link = Link::new(id, title, Link::worst_part(&parts), summary);
+        link.parts = parts;
+        link
+    }
+
     /// The worst mark of its parts (`Ok` without parts).
     pub fn worst_part(parts: &[Part]) -> Mark {
         parts
@@ -144,6 +156,18 @@ pub struct Target {
     /// The Service port asked for (`name` or number), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<String>,
+}
+
+impl Target {
+    /// A pod.
+    pub fn pod(namespace: &str, name: &str) -> Target {
+        Target {
+            kind: "Pod".into(),
+            namespace: Some(namespace.into()),
+            name: name.into(),
+            port: None,
+        }
+    }
 }
 
 impl std::fmt::Display for Target {
@@ -331,12 +355,7 @@ mod tests {
         assert_eq!(links[2].status, Mark::NotReached);
         assert_eq!(links[3].status, Mark::Warning);
         let r = Report::new(
-            Target {
-                kind: "Pod".into(),
-                namespace: Some("default".into()),
-                name: "web".into(),
-                port: None,
-            },
+            Target::pod("default", "web"),
             "n1",
             daemon(),
             links,

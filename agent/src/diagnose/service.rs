@@ -207,23 +207,18 @@ pub async fn diagnose(
         }
     }
     cut_after_failure(&mut links, &["conntrack", "probe"]);
-    let missing = api.missing();
-    let mut report = Report::new(
+    let mut report = ctx.report(
         Target {
             kind: "Service".into(),
             namespace: Some(namespace.into()),
             name: name.into(),
             port: port.map(str::to_string),
         },
-        &ctx.node,
-        ctx.daemon_status(),
         links,
-        missing,
     );
     if let Some(since) = ctx.since {
         let recs = history::gather(
-            ctx.api.as_ref(),
-            ctx.daemon(),
+            ctx,
             &Subject {
                 kind: "Service",
                 namespace: Some(namespace),
@@ -625,14 +620,8 @@ fn selection_link(
             evidence,
         });
     }
-    let worst = Link::worst_part(&parts);
-    let summary = match parts.iter().find(|p| p.status == Mark::Failed) {
-        Some(p) => format!("{}: {}", p.name, p.summary),
-        None => format!("{} port(s) have endpoints to send to", parts.len()),
-    };
-    let mut link = Link::new("selection", T, worst, summary);
-    link.parts = parts;
-    link
+    let healthy = format!("{} port(s) have endpoints to send to", parts.len());
+    Link::of_parts("selection", T, parts, healthy)
 }
 
 fn data_plane_link(
