@@ -57,6 +57,7 @@ fn diagnose_config(node: &ClusterNode, agents: Agents) -> anyhow::Result<PathBuf
 
 async fn diagnose(
     node: &ClusterNode,
+    agents: Agents,
     config: &Path,
     args: &[&str],
 ) -> anyhow::Result<(i32, Report)> {
@@ -79,6 +80,21 @@ async fn diagnose(
             String::from_utf8_lossy(&out.stderr)
         )
     })?;
+    // With KEELSON_DIAGNOSE_DOCS=DIR the text form (rendered from this
+    // report, as the command renders it) goes to DIR for docs/diagnose.md.
+    if let Some(dir) = std::env::var_os("KEELSON_DIAGNOSE_DOCS") {
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir)?;
+        let file = format!("upstream-{}-{}.txt", agents.name(), args[0]);
+        std::fs::write(
+            dir.join(file),
+            format!(
+                "$ keelson diagnose {}\n{}",
+                args.join(" "),
+                keelson::diagnose::render::text(&report)
+            ),
+        )?;
+    }
     Ok((code, report))
 }
 
@@ -118,7 +134,7 @@ async fn diagnose_with_the_node_and_proxy_identities(
         },
     )
     .await?;
-    let (code, r) = diagnose(&node, &config, &["pod", &format!("{ns}/no-config")]).await?;
+    let (code, r) = diagnose(&node, agents, &config, &["pod", &format!("{ns}/no-config")]).await?;
     let dump = serde_json::to_string_pretty(&r)?;
     ensure!(code == 1, "exit {code}\n{dump}");
     ensure!(r.first_failure.as_deref() == Some("volumes"), "{dump}");
@@ -166,7 +182,7 @@ async fn diagnose_with_the_node_and_proxy_identities(
         },
     )
     .await?;
-    let (code, r) = diagnose(&node, &config, &["node"]).await?;
+    let (code, r) = diagnose(&node, agents, &config, &["node"]).await?;
     let dump = serde_json::to_string_pretty(&r)?;
     for id in ["runtime", "api", "lease", "nodeReady", "certificate"] {
         ensure!(status_of(&r, id)? == Mark::Ok, "{id}\n{dump}");
@@ -183,7 +199,13 @@ async fn diagnose_with_the_node_and_proxy_identities(
     Api::<Service>::namespaced(c.clone(), &ns)
         .create(&PostParams::default(), &svc)
         .await?;
-    let (code, r) = diagnose(&node, &config, &["service", &format!("{ns}/nomatch")]).await?;
+    let (code, r) = diagnose(
+        &node,
+        agents,
+        &config,
+        &["service", &format!("{ns}/nomatch")],
+    )
+    .await?;
     let dump = serde_json::to_string_pretty(&r)?;
     ensure!(code == 1, "exit {code}\n{dump}");
     ensure!(r.first_failure.as_deref() == Some("endpoints"), "{dump}");
