@@ -6,32 +6,18 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
+use crate::node::logs::format::cri_messages;
+
 /// Bytes read from the end of the file.
 const TAIL_BYTES: u64 = 64 * 1024;
 
-/// The messages of CRI log lines, partial lines joined.
+/// The messages of CRI log lines, partial lines joined, without their
+/// newlines (the node API's parser, `node::logs::format`).
 pub fn messages(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut partial = String::new();
-    for line in text.lines() {
-        let mut fields = line.splitn(4, ' ');
-        let (Some(_time), Some(_stream), Some(tag)) = (fields.next(), fields.next(), fields.next())
-        else {
-            continue;
-        };
-        let msg = fields.next().unwrap_or_default();
-        match tag {
-            "P" => partial.push_str(msg),
-            _ => {
-                partial.push_str(msg);
-                out.push(std::mem::take(&mut partial));
-            }
-        }
-    }
-    if !partial.is_empty() {
-        out.push(partial);
-    }
-    out
+    cri_messages(text.as_bytes())
+        .into_iter()
+        .map(|m| m.strip_suffix('\n').map(str::to_string).unwrap_or(m))
+        .collect()
 }
 
 /// The last `n` messages of the log file at `path`.
