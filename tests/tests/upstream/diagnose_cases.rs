@@ -12,12 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, ensure};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
 use keelson::config::Config;
 use keelson::diagnose::report::{Mark, Report};
 use keelson_tests::node_harness::keelson_bin;
-use keelson_tests::support::wait_for;
 use keelson_tests::upstream::{Agents, Case, ClusterNode, Env};
 use kube::Api;
 use kube::api::PostParams;
@@ -165,23 +163,7 @@ async fn diagnose_with_the_node_and_proxy_identities(
     );
 
     // The node: everything its identity needs (Node, Lease, /version).
-    let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-node-lease");
-    wait_for(
-        "the node's Lease",
-        Duration::from_secs(60),
-        Duration::from_millis(200),
-        || {
-            let leases = leases.clone();
-            let name = node.name.clone();
-            async move {
-                match leases.get_opt(&name).await {
-                    Ok(Some(_)) => Ok(()),
-                    other => Err(format!("{other:?}")),
-                }
-            }
-        },
-    )
-    .await?;
+    crate::node_cases::wait_lease(c, &node.name).await?;
     let (code, r) = diagnose(&node, agents, &config, &["node"]).await?;
     let dump = serde_json::to_string_pretty(&r)?;
     for id in ["runtime", "api", "lease", "nodeReady", "certificate"] {
