@@ -179,6 +179,18 @@ pub struct HostStatsConfig {
     pub proc_root: PathBuf,
 }
 
+impl HostStatsConfig {
+    /// The node role's: its directories and cgroup root, the host's procfs.
+    pub fn for_node(n: &crate::config::NodeConfig) -> HostStatsConfig {
+        HostStatsConfig {
+            root_dir: n.root_dir.clone(),
+            pod_logs_dir: n.pod_logs_dir.clone(),
+            cgroup_root: n.cgroup_root.clone(),
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
 /// The real summary provider.
 #[derive(Clone)]
 pub struct HostStats {
