@@ -49,6 +49,7 @@ struct Pending {
 pub struct EventRecorder {
     tx: mpsc::Sender<Pending>,
     dropped: Option<IntCounterVec>,
+    timeline: Option<crate::introspection::Timeline>,
 }
 
 impl std::fmt::Debug for EventRecorder {
@@ -95,7 +96,18 @@ impl EventRecorder {
             dropped: dropped.clone(),
         };
         tokio::spawn(writer.run(rx));
-        EventRecorder { tx, dropped }
+        EventRecorder {
+            tx,
+            dropped,
+            timeline: None,
+        }
+    }
+
+    /// Also keeps every event on `timeline` (what `keelson diagnose` shows,
+    /// even when the API server never got the event).
+    pub fn with_timeline(mut self, timeline: crate::introspection::Timeline) -> Self {
+        self.timeline = Some(timeline);
+        self
     }
 
     /// Queues an event about `object`. Never blocks; drops when the queue is full.
@@ -106,11 +118,27 @@ impl EventRecorder {
         reason: &str,
         message: impl Into<String>,
     ) {
+        let message = message.into();
+        if let Some(t) = &self.timeline {
+            t.record(
+                crate::introspection::types::RecordSource::Event,
+                crate::introspection::ObjectKey {
+                    kind: object.kind.clone().unwrap_or_default(),
+                    namespace: object.namespace.clone().unwrap_or_default(),
+                    name: object.name.clone().unwrap_or_default(),
+                    uid: object.uid.clone().unwrap_or_default(),
+                    field_path: object.field_path.clone().unwrap_or_default(),
+                },
+                kind.as_str(),
+                reason,
+                &message,
+            );
+        }
         let p = Pending {
             object: object.clone(),
             kind,
             reason: reason.to_string(),
-            message: message.into(),
+            message,
         };
         if self.tx.try_send(p).is_err() {
             count_drop(&self.dropped, "queue_full");

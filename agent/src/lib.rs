@@ -7,8 +7,10 @@
 pub mod apiclient;
 pub mod certificates;
 pub mod config;
+pub mod diagnose;
 pub mod error_chain;
 pub mod events;
+pub mod introspection;
 pub mod lifecycle;
 pub mod node;
 pub mod node_ip;

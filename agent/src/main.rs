@@ -32,6 +32,9 @@ enum Command {
     },
     /// Print keelson's version and the Kubernetes version it implements.
     Version,
+    /// Explain why a pod, this node or a Service does not work, link by
+    /// link, from the node (read-only; docs/diagnose.md).
+    Diagnose(keelson::diagnose::DiagnoseArgs),
     /// Remove the proxy role's nftables tables and eBPF programs from this
     /// network namespace and exit (kube-proxy's `--cleanup`). Stop keelson
     /// first. Does nothing when the configuration disables the proxy role.
@@ -181,6 +184,23 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        Command::Diagnose(args) => {
+            // Quiet unless asked: the report is the output.
+            if std::env::var_os("RUST_LOG").is_some() {
+                observability::logging::init(&keelson::config::LoggingConfig::default());
+            }
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: starting the async runtime: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            ExitCode::from(rt.block_on(keelson::diagnose::run(args)))
         }
         Command::Run(args) => match run_command(args) {
             Ok(()) => ExitCode::SUCCESS,

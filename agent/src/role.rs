@@ -8,6 +8,7 @@ use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::introspection::Introspection;
 use crate::observability::Health;
 
 /// Everything a role needs to run.
@@ -23,6 +24,8 @@ pub struct RoleContext {
     pub registry: Registry,
     /// Health registry shared by both roles.
     pub health: Health,
+    /// What `keelson diagnose` may read: each role registers its provider.
+    pub introspection: Introspection,
     /// Cancelled when the process shuts down; a role stops its work and returns.
     pub shutdown: CancellationToken,
 }

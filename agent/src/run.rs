@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::apiclient::{self, ClientSettings};
 use crate::config::{self, Config};
+use crate::introspection::Introspection;
 use crate::observability::{self, Health};
 use crate::role::RoleContext;
 use crate::{certificates, lifecycle, node, proxy};
@@ -50,6 +51,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     let node_name = config.effective_node_name();
     let registry = observability::metrics::new_registry();
     let health = Health::new();
+    let introspection = Introspection::new(&node_name);
     tracing::info!(
         node = %node_name,
         version = crate::version::KEELSON_VERSION,
@@ -88,6 +90,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
                 &health,
                 &registry,
                 shutdown.child_token(),
+                Some(introspection.api_log()),
             )
             .await
             .map_err(RunError::Credentials)?,
@@ -97,12 +100,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     };
     let proxy_client = if config.proxy.enabled {
         Some(
-            apiclient::build_client(&ClientSettings {
-                kubeconfig: config.proxy.client_connection.kubeconfig.as_deref(),
-                qps: config.proxy.client_connection.qps,
-                burst: u32::try_from(config.proxy.client_connection.burst).unwrap_or(0),
-                role: "proxy",
-            })
+            apiclient::build_client_logged(
+                &ClientSettings {
+                    kubeconfig: config.proxy.client_connection.kubeconfig.as_deref(),
+                    qps: config.proxy.client_connection.qps,
+                    burst: u32::try_from(config.proxy.client_connection.burst).unwrap_or(0),
+                    role: "proxy",
+                },
+                Some(introspection.api_log()),
+            )
             .await
             .map_err(|source| RunError::Client {
                 role: "proxy",
@@ -124,6 +130,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         servers_stop.clone(),
     )
     .await?;
+    // Read-only state for `keelson diagnose`; a socket that cannot be
+    // served costs diagnose its daemon view, never the node its agent.
+    if let Some(path) = config.effective_diagnose_socket()
+        && let Err(e) =
+            crate::introspection::server::start(&path, introspection.clone(), servers_stop.clone())
+                .await
+    {
+        tracing::warn!(error = %e, "keelson diagnose will not see this daemon's state");
+    }
 
     let roles_stop = shutdown.child_token();
     let mut roles: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
@@ -133,6 +148,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         client,
         registry: registry.clone(),
         health: health.clone(),
+        introspection: introspection.clone(),
         shutdown: roles_stop.clone(),
     };
     if let Some(nc) = node_client {

@@ -208,6 +208,7 @@ impl InProcessNode {
         let registry = keelson::observability::metrics::new_registry();
         let health = keelson::observability::Health::new();
         let shutdown = CancellationToken::new();
+        let introspection = keelson::introspection::Introspection::new(&opts.node_name);
         // The node's client is built as `keelson run` builds it: with
         // certificate bootstrap and rotation when the configuration asks.
         let node_client = keelson::certificates::node::start(
@@ -216,6 +217,7 @@ impl InProcessNode {
             &health,
             &registry,
             shutdown.clone(),
+            Some(introspection.api_log()),
         )
         .await
         .map_err(|e| setup("building the node's API client")(e.to_string()))?;
@@ -226,6 +228,7 @@ impl InProcessNode {
             client,
             registry,
             health,
+            introspection,
             shutdown,
         };
         let role_ctx = ctx.clone();

@@ -44,6 +44,7 @@ async fn world() -> SysWorld {
         ctrd,
         node_name: format!("sysapi-{}", keelson_tests::netns::unique_suffix()),
         state,
+        extra: None,
     };
     let root: PathBuf = w.state.path().join("root");
     let logs: PathBuf = w.state.path().join("pod-logs/pods");

@@ -71,6 +71,15 @@ pub async fn load_config(kubeconfig: Option<&Path>) -> Result<kube::Config, Clie
 /// unreachable server shows up as errors of the requests (watchers retry
 /// them with backoff).
 pub async fn build_client(s: &ClientSettings<'_>) -> Result<kube::Client, ClientError> {
+    build_client_logged(s, None).await
+}
+
+/// [`build_client`] whose requests are also counted in `log` (the daemon's
+/// own request log, for `keelson diagnose`).
+pub async fn build_client_logged(
+    s: &ClientSettings<'_>,
+    log: Option<&crate::introspection::ApiLog>,
+) -> Result<kube::Client, ClientError> {
     let mut config = load_config(s.kubeconfig).await?;
     config.connect_timeout = Some(Duration::from_secs(10));
     if let Ok(v) = HeaderValue::from_str(&crate::version::user_agent(s.role)) {
@@ -79,6 +88,14 @@ pub async fn build_client(s: &ClientSettings<'_>) -> Result<kube::Client, Client
             .push((HeaderName::from_static("user-agent"), v));
     }
     let builder = ClientBuilder::try_from(config).map_err(ClientError::Build)?;
-    let bucket = TokenBucket::new(s.qps, s.burst);
-    Ok(builder.with_layer(&RateLimitLayer::new(bucket)).build())
+    let limit = RateLimitLayer::new(TokenBucket::new(s.qps, s.burst));
+    // The log sits below the rate limit: its latencies are the API
+    // server's, not the client's own waiting.
+    Ok(match log {
+        Some(log) => builder
+            .with_layer(&log.layer(s.role))
+            .with_layer(&limit)
+            .build(),
+        None => builder.with_layer(&limit).build(),
+    })
 }

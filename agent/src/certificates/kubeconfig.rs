@@ -32,7 +32,8 @@ fn kc_err(path: &Path, e: impl std::fmt::Display) -> CertError {
     CertError::Kubeconfig(format!("kubeconfig {}: {e}", path.display()))
 }
 
-fn current_user(kc: &Kubeconfig) -> Option<AuthInfo> {
+/// The user of the kubeconfig's current context.
+pub fn current_user(kc: &Kubeconfig) -> Option<AuthInfo> {
     let ctx_name = kc.current_context.clone()?;
     let ctx = kc
         .contexts

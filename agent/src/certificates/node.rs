@@ -111,9 +111,10 @@ pub async fn start(
     health: &Health,
     registry: &Registry,
     shutdown: CancellationToken,
+    api_log: Option<&crate::introspection::ApiLog>,
 ) -> Result<NodeClient, CertError> {
     let plain = |kc: Option<PathBuf>| async move {
-        apiclient::build_client(&settings(node, kc.as_deref()))
+        apiclient::build_client_logged(&settings(node, kc.as_deref()), api_log)
             .await
             .map_err(|e| CertError::Client(e.to_string()))
     };
@@ -203,6 +204,7 @@ pub async fn start(
             burst: u32::try_from(node.kube_api_burst).unwrap_or(1),
             user_agent: crate::version::user_agent("node"),
             connect_timeout: Duration::from_secs(10),
+            api_log: api_log.cloned(),
         },
     )?;
     let bootstrap_client = match &node.bootstrap_kubeconfig {

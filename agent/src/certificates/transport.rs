@@ -240,6 +240,8 @@ pub struct RotatingClientSettings {
     pub user_agent: String,
     /// Connect timeout.
     pub connect_timeout: Duration,
+    /// The daemon's request log (for `keelson diagnose`), if kept.
+    pub api_log: Option<crate::introspection::ApiLog>,
 }
 
 /// Builds an API client for `config`'s server and CA whose client
@@ -283,6 +285,7 @@ pub fn rotating_client(
         .map_err(|e| CertError::Client(e.to_string()))?;
     let service = ServiceBuilder::new()
         .layer(RateLimitLayer::new(TokenBucket::new(s.qps, s.burst)))
+        .option_layer(s.api_log.as_ref().map(|l| l.layer("node")))
         .layer(config.base_uri_layer())
         .layer(extra)
         .map_err(BoxError::from)

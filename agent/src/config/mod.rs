@@ -42,6 +42,9 @@ pub const KIND: &str = "KeelsonConfiguration";
 /// kubelet's healthz address (`healthzBindAddress` + `healthzPort`), the
 /// default of [`Config::healthz_bind_address`] when the node role runs.
 pub const NODE_HEALTHZ_BIND_ADDRESS: &str = "127.0.0.1:10248";
+/// The diagnose socket's file name under `node.rootDir` (the default of
+/// [`Config::diagnose_socket`] when the node role runs).
+pub const DIAGNOSE_SOCKET_NAME: &str = "diagnose.sock";
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
@@ -93,6 +96,11 @@ pub struct Config {
     pub healthz_bind_address: Option<String>,
     /// Where `/metrics` is served (kube-proxy's `metricsBindAddress`, 127.0.0.1:10249).
     pub metrics_bind_address: String,
+    /// The Unix socket `keelson diagnose` reads the daemon's state from
+    /// (owner root, mode 0600). Unset: `<node.rootDir>/diagnose.sock` when
+    /// the node role runs, none with only the proxy role (set it to serve
+    /// one there). Empty disables it.
+    pub diagnose_socket: Option<PathBuf>,
     /// Longest time shutdown may take before keelson exits anyway.
     pub shutdown_timeout: KubeDuration,
     /// Logging.
@@ -111,6 +119,7 @@ impl Default for Config {
             node_name: None,
             healthz_bind_address: None,
             metrics_bind_address: "127.0.0.1:10249".to_string(),
+            diagnose_socket: None,
             shutdown_timeout: KubeDuration::from_secs(30),
             logging: LoggingConfig::default(),
             node: NodeConfig::default(),
@@ -332,6 +341,18 @@ impl Config {
         }
     }
 
+    /// Where the daemon serves its state to `keelson diagnose`, if
+    /// anywhere: the configured path, else `<node.rootDir>/diagnose.sock`
+    /// when the node role runs (like kubelet's sockets under its root dir).
+    pub fn effective_diagnose_socket(&self) -> Option<PathBuf> {
+        match &self.diagnose_socket {
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) => Some(p.clone()),
+            None if self.node.enabled => Some(self.node.root_dir.join(DIAGNOSE_SOCKET_NAME)),
+            None => None,
+        }
+    }
+
     /// This node's name: the configured one, else the host name lowercased.
     pub fn effective_node_name(&self) -> String {
         match self.node_name.as_deref() {
@@ -372,6 +393,15 @@ impl Config {
             check_socket_addr(&mut errs, "healthzBindAddress", a);
         }
         check_socket_addr(&mut errs, "metricsBindAddress", &self.metrics_bind_address);
+        if let Some(p) = &self.diagnose_socket
+            && !p.as_os_str().is_empty()
+            && !p.is_absolute()
+        {
+            errs.push(FieldError::new(
+                "diagnoseSocket",
+                "must be an absolute path (or empty to disable)",
+            ));
+        }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.logging.level) {
             errs.push(FieldError::new("logging.level", e.to_string()));
         }

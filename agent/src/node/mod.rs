@@ -15,6 +15,7 @@ pub mod cgroups;
 pub mod downward;
 pub mod eviction;
 pub mod gc;
+pub mod introspect;
 pub mod lease;
 pub mod logs;
 pub mod pods;
@@ -154,7 +155,8 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
     // A separate imageServiceEndpoint is refused by configuration
     // validation: one CRI connection serves both services.
     let recorder =
-        EventRecorder::start(ctx.client.clone(), "kubelet", &ctx.node_name, &ctx.registry);
+        EventRecorder::start(ctx.client.clone(), "kubelet", &ctx.node_name, &ctx.registry)
+            .with_timeline(ctx.introspection.timeline().clone());
     recorder.event(
         &node_ref(&ctx.node_name),
         EventType::Normal,
@@ -232,6 +234,9 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
         });
     }
 
+    let introspector =
+        introspect::NodeIntrospector::new(runtime.clone(), ctx.introspection.api_log().clone());
+    ctx.introspection.set_node(introspector.clone());
     // The node API (kubelet's :10250), its statistics and log rotation.
     let pods_slot: server::PodsSlot = Default::default();
     {
@@ -301,6 +306,7 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
             let volumes = volumes::VolumeManager::for_node(&services);
             match pods::start_for_node(&services, volumes, cgroups, systemd_bus).await {
                 Ok(pods) => {
+                    introspector.set_pods(pods.clone());
                     let _ = slot.set(pods.clone());
                     // kubelet's /healthz `syncloop` check.
                     let check = pods.clone();

@@ -12,6 +12,7 @@
 
 pub mod conntrack_sysctl;
 pub mod events;
+pub mod introspect;
 pub mod settings;
 pub mod watch;
 
@@ -65,7 +66,7 @@ pub enum ProxyError {
     },
 }
 
-fn nftables_config(
+pub(crate) fn nftables_config(
     cfg: &ProxyConfig,
     families: &[keelson_netplane::model::IpFamily],
     node_ips: &std::collections::BTreeMap<keelson_netplane::model::IpFamily, std::net::IpAddr>,
@@ -210,6 +211,7 @@ pub async fn run(ctx: RoleContext) -> Result<(), ProxyError> {
 
     let nft = nftables_config(&cfg, &families, &node_ips)?;
     let backend = open_backend(&cfg, nft)?;
+    let mode = backend.name();
     let (proxier, handle) = Proxier::new(
         ProxierConfig {
             node_name: ctx.node_name.clone(),
@@ -220,6 +222,11 @@ pub async fn run(ctx: RoleContext) -> Result<(), ProxyError> {
         backend,
         &ctx.registry,
     )?;
+    ctx.introspection
+        .set_proxy(Arc::new(introspect::ProxyIntrospector::new(
+            handle.clone(),
+            mode,
+        )));
     // Health-check node ports listen where NodePorts do.
     let local = settings::local_addresses();
     let mut hc_addresses = Vec::new();
@@ -240,7 +247,8 @@ pub async fn run(ctx: RoleContext) -> Result<(), ProxyError> {
         "kube-proxy",
         &ctx.node_name,
         &ctx.registry,
-    );
+    )
+    .with_timeline(ctx.introspection.timeline().clone());
     let failures = conntrack_sysctl::apply(
         &cfg.conntrack,
         online_cpus(),

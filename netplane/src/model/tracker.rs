@@ -356,6 +356,11 @@ impl ChangeTracker {
             .collect()
     }
 
+    /// Whether changes of `svc` wait for a sync.
+    pub fn is_pending(&self, svc: &NamespacedName) -> bool {
+        self.dirty.contains_key(svc)
+    }
+
     /// The NodePort addresses to program (committed or pending): the value a
     /// full resync must program.
     pub fn node_port_addresses(&self) -> &BTreeMap<IpFamily, NodePortAddresses> {

@@ -93,7 +93,7 @@ fn fixed_for(
 
 /// The tables a service port's objects go to, with its rendering split
 /// accordingly (one table when Services are not sharded).
-fn render_parts(
+pub(crate) fn render_parts(
     config: &NftablesConfig,
     key: &ServicePortKey,
     state: Option<&ServicePortState>,

@@ -16,6 +16,7 @@ pub mod backend;
 pub mod config;
 pub mod encode;
 pub mod expr;
+pub mod inspect;
 pub mod layout;
 pub mod listing;
 pub mod names;

@@ -244,6 +244,57 @@ fn parse_entry(payload: &[u8]) -> Option<Entry> {
     })
 }
 
+/// One conntrack entry, as diagnose shows it (any protocol).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flow {
+    /// IP protocol number.
+    pub protocol: u8,
+    /// Original source address.
+    pub orig_src: IpAddr,
+    /// Original destination address (the Service IP).
+    pub orig_dst: IpAddr,
+    /// Original destination port.
+    pub orig_dport: u16,
+    /// Reply source address (the endpoint after DNAT).
+    pub reply_src: IpAddr,
+    /// Reply source port (the endpoint's port).
+    pub reply_sport: u16,
+}
+
+const CTA_PROTO_SRC_PORT: u16 = 2;
+
+fn parse_flow(payload: &[u8]) -> Option<Flow> {
+    let (orig, _) = find(payload, CTA_TUPLE_ORIG)?;
+    let (reply, _) = find(payload, CTA_TUPLE_REPLY)?;
+    let (proto, _) = find(orig, CTA_TUPLE_PROTO)?;
+    let (num, _) = find(proto, CTA_PROTO_NUM)?;
+    let port = |tuple: &[u8], ty: u16| -> Option<u16> {
+        let (p, _) = find(tuple, CTA_TUPLE_PROTO)?;
+        let (v, _) = find(p, ty)?;
+        Some(u16::from_be_bytes([*v.first()?, *v.get(1)?]))
+    };
+    Some(Flow {
+        protocol: *num.first()?,
+        orig_src: tuple_addr(orig, false)?,
+        orig_dst: tuple_addr(orig, true)?,
+        orig_dport: port(orig, CTA_PROTO_DST_PORT).unwrap_or(0),
+        reply_src: tuple_addr(reply, false)?,
+        reply_sport: port(reply, CTA_PROTO_SRC_PORT).unwrap_or(0),
+    })
+}
+
+/// Reads conntrack entries (read-only; for diagnose).
+pub fn flows(family: IpFamily) -> io::Result<Vec<Flow>> {
+    let mut socket = NfSocket::open()?;
+    let entries = socket.request_raw(
+        (CTNL_SUBSYS << 8) | IPCTNL_MSG_CT_GET,
+        true,
+        nfproto(family),
+        |_| {},
+    )?;
+    Ok(entries.iter().filter_map(|e| parse_flow(e)).collect())
+}
+
 /// Deletes conntrack entries in the network namespace it was opened in.
 #[derive(Debug)]
 pub struct ConntrackCleaner {

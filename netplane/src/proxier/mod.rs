@@ -9,7 +9,7 @@ pub mod http;
 pub mod metrics;
 pub mod runner;
 
-pub use conntrack::{ConntrackCleaner, CtFilter, filters_for};
+pub use conntrack::{ConntrackCleaner, CtFilter, Flow, filters_for, flows};
 pub use health::{Listen, ListenFailure, ProxyHealth, ServiceHealthServer, StdListen};
 pub use metrics::ProxyMetrics;
 pub use runner::{LogEvents, Proxier, ProxierConfig, ProxyEvents, ProxyHandle, SyncReport};

@@ -231,6 +231,19 @@ impl ProxyHandle {
         let _ = rx.wait_for(|p| *p).await;
     }
 
+    /// What the data plane was last told for a Service's ports, and whether
+    /// newer changes of it wait for a sync (read-only, for diagnose).
+    pub fn programmed_service(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> (Vec<Arc<crate::model::ServicePortState>>, bool) {
+        let svc = crate::model::NamespacedName::new(namespace, name);
+        let t = self.shared.tracker();
+        let ports = t.applied_service(&svc).into_iter().cloned().collect();
+        (ports, t.is_pending(&svc))
+    }
+
     /// Whether changes are waiting for a sync.
     pub fn has_pending(&self) -> bool {
         self.shared.tracker().has_pending()

@@ -227,6 +227,13 @@ impl Containerd {
         })
     }
 
+    /// Stops containerd (SIGTERM, then SIGKILL) and leaves it down, as a
+    /// crashed or stopped runtime: pods keep running in their shims, CRI
+    /// calls fail. [`Containerd::restart`] starts it again.
+    pub fn stop(&mut self) {
+        stop_child(self.child.take());
+    }
+
     /// Restarts containerd (SIGTERM, wait, start again on the same root,
     /// state and socket), as an upgrade or a crash-restart would. Pods keep
     /// running (their shims survive); clients reconnect on their next call.

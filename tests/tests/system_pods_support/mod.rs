@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use keelson::config::KubeDuration;
 use keelson_tests::containerd::Containerd;
 use keelson_tests::images::BUSYBOX_IMAGE;
-use keelson_tests::node_harness::{BinaryNode, BinaryNodeOptions};
+use keelson_tests::node_harness::{BinaryNode, BinaryNodeOptions, Configure};
 use keelson_tests::support::wait_for;
 use keelson_tests::testapi::{TestApiOptions, TestApiServer};
 use kube::Api;
@@ -36,6 +36,8 @@ pub struct SysWorld {
     pub ctrd: Containerd,
     pub node_name: String,
     pub state: tempfile::TempDir,
+    /// More configuration for keelson (after the world's own).
+    pub extra: Option<Configure>,
 }
 
 impl Drop for SysWorld {
@@ -50,6 +52,11 @@ impl Drop for SysWorld {
 impl SysWorld {
     /// Starts containerd, the API server and keelson.
     pub async fn start() -> SysWorld {
+        Self::start_with(None).await
+    }
+
+    /// [`SysWorld::start`] with more configuration for keelson.
+    pub async fn start_with(extra: Option<Configure>) -> SysWorld {
         let ctrd = Containerd::start().await.expect("containerd");
         let api = TestApiServer::start(TestApiOptions::default())
             .await
@@ -66,6 +73,7 @@ impl SysWorld {
             ctrd,
             node_name: format!("sysnode-{}", keelson_tests::netns::unique_suffix()),
             state,
+            extra,
         };
         w.start_keelson();
         w
@@ -75,6 +83,7 @@ impl SysWorld {
     pub fn start_keelson(&mut self) {
         let root: PathBuf = self.state.path().join("root");
         let logs: PathBuf = self.state.path().join("pod-logs/pods");
+        let extra = self.extra.clone();
         let node = BinaryNode::start(
             &self.ctrd,
             &self.api,
@@ -84,6 +93,9 @@ impl SysWorld {
                     c.node.root_dir = root.clone();
                     c.node.pod_logs_dir = logs.clone();
                     c.node.node_status_update_frequency = KubeDuration::from_secs(2);
+                    if let Some(f) = &extra {
+                        f(c);
+                    }
                 })),
                 ..BinaryNodeOptions::default()
             },

@@ -7,6 +7,7 @@
 //! exactly this tier; without the binaries every case is reported skipped.
 
 mod config_cases;
+mod diagnose_cases;
 mod node_api_cases;
 mod node_cases;
 mod pod_cases;
@@ -22,6 +23,7 @@ fn main() -> std::process::ExitCode {
         pod_cases::CASES,
         service_cases::CASES,
         node_api_cases::CASES,
+        diagnose_cases::CASES,
         config_cases::CASES,
     ]
     .concat();

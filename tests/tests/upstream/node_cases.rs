@@ -135,7 +135,8 @@ async fn node_registers_with_lease(env: Arc<Env>, agents: Agents) -> anyhow::Res
 
 /// Waits for a node's Lease, owned by its Node (kubelet's lease controller
 /// sets the owner once the Node exists).
-async fn wait_lease(client: &kube::Client, name: &str) -> anyhow::Result<Lease> {
+/// Waits for the node's Lease, owned by its Node.
+pub(crate) async fn wait_lease(client: &kube::Client, name: &str) -> anyhow::Result<Lease> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let lease = wait_for(
         "the node's Lease, owned by its Node",

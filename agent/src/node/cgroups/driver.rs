@@ -43,7 +43,8 @@ pub enum DriverError {
     },
 }
 
-fn name(d: CgroupDriver) -> &'static str {
+/// The driver's name as configured and as the runtime reports it.
+pub fn name(d: CgroupDriver) -> &'static str {
     match d {
         CgroupDriver::Cgroupfs => "cgroupfs",
         CgroupDriver::Systemd => "systemd",

@@ -181,6 +181,20 @@ pub struct HostStatsConfig {
     pub proc_root: PathBuf,
 }
 
+impl HostStatsConfig {
+    /// The node role's: its directories, cgroup root and driver, the
+    /// host's procfs.
+    pub fn for_node(n: &crate::config::NodeConfig) -> HostStatsConfig {
+        HostStatsConfig {
+            root_dir: n.root_dir.clone(),
+            pod_logs_dir: n.pod_logs_dir.clone(),
+            cgroup_root: n.cgroup_root.clone(),
+            cgroup_driver: n.cgroup_driver,
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
 /// The real summary provider.
 #[derive(Clone)]
 pub struct HostStats {

@@ -55,13 +55,7 @@ pub fn start(
     let n = &ctx.config.node;
     let summary: Arc<dyn SummaryProvider> = summary.unwrap_or_else(|| {
         Arc::new(host_stats::HostStats::new(
-            host_stats::HostStatsConfig {
-                root_dir: n.root_dir.clone(),
-                pod_logs_dir: n.pod_logs_dir.clone(),
-                cgroup_root: n.cgroup_root.clone(),
-                cgroup_driver: n.cgroup_driver,
-                proc_root: std::path::PathBuf::from("/proc"),
-            },
+            host_stats::HostStatsConfig::for_node(n),
             services.cri.clone(),
         ))
     });

@@ -69,6 +69,28 @@ pub fn parse_cri(line: &[u8]) -> Result<Message<'_>, String> {
     })
 }
 
+/// The messages of CRI log `data`, in order: partial lines (`P`) joined
+/// with the line that completes them, each message with its newline as
+/// written (a last line cut short has none). Lines that do not parse are
+/// skipped, as kubelet's reader skips them.
+pub fn cri_messages(data: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut message: Vec<u8> = Vec::new();
+    for line in data.split_inclusive(|c| *c == b'\n') {
+        let Ok(m) = parse_cri(line) else {
+            continue;
+        };
+        message.extend_from_slice(&m.content);
+        if message.last() == Some(&b'\n') {
+            out.push(String::from_utf8_lossy(&std::mem::take(&mut message)).into_owned());
+        }
+    }
+    if !message.is_empty() {
+        out.push(String::from_utf8_lossy(&message).into_owned());
+    }
+    out
+}
+
 #[derive(serde::Deserialize)]
 struct JsonLine {
     #[serde(default)]
@@ -152,6 +174,16 @@ pub fn fixed_timestamp(ts: &str) -> Option<String> {
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cri_messages_join_partials_and_skip_what_does_not_parse() {
+        let data = b"2024-01-01T00:00:00.1Z stdout F one\n\
+                     not a log line\n\
+                     2024-01-01T00:00:00.2Z stderr P tw\n\
+                     2024-01-01T00:00:00.3Z stderr F o\n\
+                     2024-01-01T00:00:00.4Z stdout P cut sh";
+        assert_eq!(cri_messages(data), ["one\n", "two\n", "cut sh"]);
+    }
 
     #[test]
     fn cri_lines() {

@@ -13,6 +13,7 @@ pub mod deps;
 pub mod events;
 mod gc_state;
 pub mod housekeeping;
+mod introspect;
 pub mod lifecycle;
 pub mod metrics;
 pub mod node_wiring;

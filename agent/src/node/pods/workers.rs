@@ -261,6 +261,14 @@ impl PodWorkers {
         Some((terminated, deleted, evicted))
     }
 
+    /// When a pod's last sync ended and when its worker syncs again at the
+    /// latest (a back-off's end, a retry), for diagnose.
+    pub fn timing(&self, uid: &str) -> Option<(SystemTime, Option<Instant>)> {
+        let w = self.lock().get(uid).cloned()?;
+        let st = w.lock();
+        Some((st.last_sync_end, st.requeue_at))
+    }
+
     /// UIDs with a worker.
     pub fn uids(&self) -> Vec<String> {
         self.lock().keys().cloned().collect()

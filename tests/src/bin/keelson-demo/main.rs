@@ -17,7 +17,9 @@
 //!    the shipped ClusterRole (`packaging/kubernetes/proxy/rbac.yaml`);
 //! 7. `kubectl logs` and `kubectl exec` of the Pod: the API server proxies
 //!    them to keelson's node API (:10250) with its kubelet client
-//!    certificate, which keelson's `clientCAFile` trusts.
+//!    certificate, which keelson's `clientCAFile` trusts;
+//! 8. `keelson diagnose service default/hello --probe` on the node: the
+//!    healthy chain, link by link, from the Service to a real connection.
 //!
 //! Then it waits for Ctrl-C (`--check`: it stops at once) and tears down in
 //! order: the workload through the API (keelson terminates the Pod), keelson
@@ -132,7 +134,7 @@ fn cancel_on_signals(token: CancellationToken) -> std::io::Result<()> {
 }
 
 fn step(n: u32, text: &str) {
-    println!("\n[{n}/6] {text}");
+    println!("\n[{n}/8] {text}");
 }
 
 /// Runs `fut` unless interrupted first.
@@ -203,6 +205,9 @@ impl Kubectl {
 /// Everything that runs; dropped in reverse order of creation on any exit.
 struct Running {
     keelson: Keelson,
+    /// The keelson binary and its configuration (for `keelson diagnose`).
+    bin: PathBuf,
+    config: PathBuf,
     controllers: CancellationToken,
     _stop_controllers: tokio_util::sync::DropGuard,
     ctrd: Containerd,
@@ -227,9 +232,12 @@ async fn demo(args: &Args, interrupt: CancellationToken) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut run = or_interrupt(&interrupt, start_everything(&bin, timeout)).await?;
     let result = match or_interrupt(&interrupt, show_workload(&run, &manifests, timeout)).await {
-        Ok(svc) => or_interrupt(&interrupt, show_node_api(&run))
-            .await
-            .map(|()| svc),
+        Ok(svc) => match or_interrupt(&interrupt, show_node_api(&run)).await {
+            Ok(()) => or_interrupt(&interrupt, show_diagnosis(&run))
+                .await
+                .map(|()| svc),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     let outcome = match result {
@@ -435,6 +443,8 @@ async fn start_everything(bin: &Path, timeout: Duration) -> anyhow::Result<Runni
     ));
     Ok(Running {
         keelson,
+        bin: bin.to_path_buf(),
+        config: config_path,
         _stop_controllers: controllers.clone().drop_guard(),
         controllers,
         ctrd,
@@ -628,6 +638,46 @@ async fn show_node_api(run: &Running) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Step 8: `keelson diagnose service default/hello --probe` on the node.
+async fn show_diagnosis(run: &Running) -> anyhow::Result<()> {
+    step(
+        8,
+        "keelson diagnose: the Service's chain as the node sees it, link by link",
+    );
+    let config = run.config.display().to_string();
+    let args = [
+        "diagnose",
+        "--config",
+        config.as_str(),
+        "service",
+        "default/hello",
+        "--probe",
+    ];
+    println!(
+        "    $ nsenter --net={} keelson {}",
+        run.ctrd.netns().path().display(),
+        args.join(" ")
+    );
+    let mut cmd = run.ctrd.netns().command(&run.bin.display().to_string());
+    cmd.args(args).stdin(Stdio::null());
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .context("running keelson diagnose")?
+        .context("running keelson diagnose")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    for l in text.lines() {
+        println!("    {l}");
+    }
+    if !out.status.success() || !text.contains("Verdict: ✔ healthy") {
+        bail!(
+            "keelson diagnose did not find the healthy chain ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 fn try_it(run: &Running, svc: &Shown) {
     println!("\nTry it yourself (in another shell, as root):");
     println!("    export KUBECONFIG={}", run.kubectl.kubeconfig.display());
@@ -635,6 +685,12 @@ fn try_it(run: &Running, svc: &Shown) {
     println!("    kubectl get events");
     println!("    kubectl logs -f hello");
     println!("    kubectl exec -it hello -- sh");
+    println!(
+        "    nsenter --net={} {} diagnose --config {} pod default/hello",
+        run.ctrd.netns().path().display(),
+        run.bin.display(),
+        run.config.display()
+    );
     println!(
         "    nsenter --net={} curl http://{}:{}/",
         run.ctrd.netns().path().display(),

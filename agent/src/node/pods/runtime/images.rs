@@ -252,6 +252,11 @@ impl ImageManager {
         self.backoff.update_expires_at(key)
     }
 
+    /// The current pull back-off delay of `key`.
+    pub fn backoff_delay(&self, key: &str) -> std::time::Duration {
+        self.backoff.get(key)
+    }
+
     fn clock_now(&self) -> std::time::SystemTime {
         self.backoff.now()
     }

@@ -158,6 +158,11 @@ impl RuntimeManager {
         &self.crash_backoff
     }
 
+    /// The image manager (read side: pull back-off, for diagnose).
+    pub fn images(&self) -> &ImageManager {
+        &self.images
+    }
+
     /// kubelet's `GetPodStatus`: the pod's sandboxes and containers, found
     /// by the pod UID label.
     pub async fn get_pod_status(

@@ -213,21 +213,7 @@ pub fn last_log_text(path: &Path) -> String {
     let Ok(data) = std::fs::read(path) else {
         return String::new();
     };
-    let text = String::from_utf8_lossy(&data);
-    let mut messages: Vec<String> = Vec::new();
-    let mut partial = String::new();
-    for line in text.lines() {
-        let mut parts = line.splitn(4, ' ');
-        let (Some(_time), Some(_stream), Some(tag)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        let msg = parts.next().unwrap_or_default();
-        partial.push_str(msg);
-        if tag != "P" {
-            messages.push(std::mem::take(&mut partial) + "\n");
-        }
-    }
+    let messages = crate::node::logs::format::cri_messages(&data);
     let start = messages
         .len()
         .saturating_sub(MAX_TERMINATION_MESSAGE_LOG_LINES);

@@ -1,0 +1,719 @@
+//! `keelson diagnose` against real parts: the keelson binary in both roles
+//! on a private containerd (real runc, CNI, nftables in the containerd's
+//! namespace), the test API server. One node serves every scenario (they
+//! do not interfere: each breaks its own pod or Service), then the node
+//! itself is broken: the API server refuses connections (the Lease is not
+//! renewed), then containerd is stopped.
+//!
+//! Each scenario checks that diagnose names the broken link and shows the
+//! evidence; every request diagnose sends to the API server is a GET (it is
+//! read-only), and the tampered nftables table is still tampered after it
+//! ran. With `KEELSON_DIAGNOSE_DOCS=DIR` the text output of each scenario
+//! is written to `DIR/<scenario>.txt` (docs/diagnose.md shows them).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod system_pods_support;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use keelson::config::KubeDuration;
+use keelson::diagnose::report::{Link, Mark, Report};
+use keelson_netplane::fixtures::{EndpointSpec, SliceBuilder};
+use keelson_netplane::model::Protocol;
+use keelson_tests::node_harness::keelson_bin;
+use keelson_tests::support::{require_root, wait_for};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+use system_pods_support::{IMAGE, SysWorld, condition, container_status};
+
+const T: Duration = Duration::from_secs(120);
+const SERVICE_CIDR: &str = "10.96.0.0/12";
+
+/// Runs `keelson diagnose` in the node's namespace.
+struct Diagnose {
+    netns: PathBuf,
+    knobs: keelson_tests::testapi::Knobs,
+    bin: PathBuf,
+    config: PathBuf,
+    docs: Option<PathBuf>,
+}
+
+impl Diagnose {
+    async fn raw(&self, args: &[&str]) -> (i32, String, String) {
+        let mut cmd = std::process::Command::new("nsenter");
+        cmd.arg(format!("--net={}", self.netns.display()))
+            .arg("--")
+            .arg(&self.bin)
+            .arg("diagnose")
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .stdin(std::process::Stdio::null());
+        let started = SystemTime::now();
+        let out = tokio::task::spawn_blocking(move || cmd.output())
+            .await
+            .unwrap()
+            .expect("keelson diagnose runs");
+        // Read-only: every request diagnose sent is a GET (get or list).
+        let sent: Vec<_> = self
+            .knobs
+            .requests()
+            .into_iter()
+            .filter(|r| r.at >= started && r.user_agent.starts_with("keelson-diagnose/"))
+            .collect();
+        for r in &sent {
+            assert!(
+                r.method == "GET" && (r.verb == "get" || r.verb == "list" || r.verb.is_empty()),
+                "diagnose sent a write: {} {} ({})",
+                r.method,
+                r.path,
+                r.verb
+            );
+        }
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// The JSON report and the exit code; the text form goes to the docs
+    /// directory when asked.
+    async fn report(&self, scenario: &str, args: &[&str]) -> (i32, Report) {
+        let mut json_args = args.to_vec();
+        json_args.extend(["-o", "json"]);
+        let (code, out, err) = self.raw(&json_args).await;
+        let report: Report = serde_json::from_str(&out).unwrap_or_else(|e| {
+            panic!("{scenario}: diagnose output is not a report ({e}): exit {code}\n{out}\n{err}")
+        });
+        if let Some(dir) = &self.docs {
+            let (_, text, _) = self.raw(args).await;
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(
+                dir.join(format!("{scenario}.txt")),
+                format!("$ keelson diagnose {}\n{text}", args.join(" ")),
+            )
+            .unwrap();
+            std::fs::write(dir.join(format!("{scenario}.json")), &out).unwrap();
+        }
+        (code, report)
+    }
+}
+
+fn link<'a>(r: &'a Report, id: &str) -> &'a Link {
+    r.link(id).unwrap_or_else(|| {
+        panic!(
+            "no link {id} in {}",
+            serde_json::to_string_pretty(r).unwrap()
+        )
+    })
+}
+
+/// Every text of a link: summary, evidence, parts, next.
+fn text_of(l: &Link) -> String {
+    let mut s = format!(
+        "{}\n{}\n{}\n",
+        l.summary,
+        l.evidence.join("\n"),
+        l.next.as_deref().unwrap_or_default()
+    );
+    for p in &l.parts {
+        s.push_str(&format!(
+            "{}: {}\n{}\n",
+            p.name,
+            p.summary,
+            p.evidence.join("\n")
+        ));
+    }
+    s
+}
+
+fn assert_broken_at(scenario: &str, code: i32, r: &Report, id: &str, needles: &[&str]) {
+    let dump = serde_json::to_string_pretty(r).unwrap();
+    assert_eq!(code, 1, "{scenario}: exit code\n{dump}");
+    assert_eq!(r.status, Mark::Failed, "{scenario}\n{dump}");
+    assert_eq!(r.first_failure.as_deref(), Some(id), "{scenario}\n{dump}");
+    let text = text_of(link(r, id));
+    for n in needles {
+        assert!(
+            text.contains(n),
+            "{scenario}: {n:?} not in link {id}:\n{text}\n{dump}"
+        );
+    }
+}
+
+fn pod_ip(p: &k8s_openapi::api::core::v1::Pod) -> Option<IpAddr> {
+    p.status.as_ref()?.pod_ip.as_ref()?.parse().ok()
+}
+
+async fn create_service(w: &SysWorld, name: &str, selector: &str) -> Service {
+    let svc: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"selector": {"app": selector},
+                 "ports": [{"name": "http", "port": 80, "targetPort": 80, "protocol": "TCP"}]}
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(w.admin.clone(), "default")
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap()
+}
+
+async fn create_slice(w: &SysWorld, service: &str, pod: &str, ip: IpAddr, ready: bool) {
+    let ep = if ready {
+        EndpointSpec::ready(&ip.to_string())
+    } else {
+        EndpointSpec::not_ready(&ip.to_string())
+    };
+    let mut slice = SliceBuilder::new("default", service, &format!("{service}-1"), "IPv4")
+        .port("http", Protocol::Tcp, 80)
+        .endpoint(ep.node(&w.node_name))
+        .build();
+    // The EndpointSlice controller points each endpoint at its pod.
+    if let Some(e) = slice.endpoints.iter_mut().flatten().next() {
+        e.target_ref = Some(k8s_openapi::api::core::v1::ObjectReference {
+            kind: Some("Pod".into()),
+            namespace: Some("default".into()),
+            name: Some(pod.into()),
+            ..Default::default()
+        });
+    }
+    Api::<EndpointSlice>::namespaced(w.admin.clone(), "default")
+        .create(&PostParams::default(), &slice)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diagnose_names_each_broken_link_with_its_evidence() {
+    if !require_root("diagnose_names_each_broken_link_with_its_evidence") {
+        return;
+    }
+    let mut w = SysWorld::start_with(Some(Arc::new(|c: &mut keelson::config::Config| {
+        c.proxy.enabled = true;
+        c.proxy.client_connection.kubeconfig = c.node.kubeconfig.clone();
+        c.proxy.cluster_cidr = "10.244.0.0/16".into();
+        c.proxy.min_sync_period = KubeDuration::from_secs(0);
+        // No periodic verification within the test: the tampered table
+        // stays tampered until diagnose has looked at it.
+        c.proxy.sync_period = KubeDuration::from_secs(3600);
+        c.proxy.healthz_bind_address = "127.0.0.1:10256".into();
+    })))
+    .await;
+    let node = w.node.as_ref().unwrap();
+    let d = Diagnose {
+        netns: w.ctrd.netns().path().to_path_buf(),
+        knobs: w.api.knobs().clone(),
+        bin: keelson_bin().unwrap(),
+        config: node.dir().join("config.yaml"),
+        docs: std::env::var_os("KEELSON_DIAGNOSE_DOCS").map(PathBuf::from),
+    };
+    let nodes: Api<Node> = Api::all(w.admin.clone());
+    wait_for(
+        "the Node to be Ready",
+        T,
+        Duration::from_millis(200),
+        || async {
+            let n = nodes
+                .get_opt(&w.node_name)
+                .await
+                .map_err(|e| e.to_string())?;
+            let ready = n
+                .as_ref()
+                .and_then(|n| n.status.as_ref()?.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready").cloned());
+            match ready {
+                Some(c) if c.status == "True" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+    .unwrap();
+
+    // Every broken pod at once, plus a healthy one.
+    let httpd = json!({"name": "httpd", "image": IMAGE,
+        "command": ["httpd", "-f", "-p", "80", "-h", "/www"],
+        "ports": [{"containerPort": 80}],
+        "readinessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 1}});
+    w.create_pod("web", json!({"containers": [httpd.clone()]}))
+        .await;
+    let mut web_labels = w.pods().get("web").await.unwrap();
+    web_labels.metadata.labels = Some([("app".to_string(), "hello".to_string())].into());
+    w.pods()
+        .replace("web", &PostParams::default(), &web_labels)
+        .await
+        .unwrap();
+    w.create_pod(
+        "no-image",
+        json!({"containers": [{"name": "app", "image": "keelson.local/missing:1"}]}),
+    )
+    .await;
+    w.create_pod(
+        "no-config",
+        json!({"containers": [{"name": "app", "image": IMAGE, "command": ["sleep", "3600"],
+                               "volumeMounts": [{"name": "config", "mountPath": "/etc/app"}]}],
+               "volumes": [{"name": "config", "configMap": {"name": "app-config"}}]}),
+    )
+    .await;
+    w.create_pod(
+        "crasher",
+        json!({"containers": [{"name": "app", "image": IMAGE,
+            "command": ["sh", "-c", "echo starting; echo 'fatal: /etc/app/config.yaml not found' >&2; exit 3"]}]}),
+    )
+    .await;
+    w.create_pod(
+        "oom",
+        json!({"restartPolicy": "Never",
+               "containers": [{"name": "app", "image": IMAGE, "command": ["tail", "/dev/zero"],
+                               "resources": {"limits": {"memory": "16Mi"}}}]}),
+    )
+    .await;
+    let mut unready = httpd.clone();
+    unready["readinessProbe"]["httpGet"]["path"] = json!("/healthz");
+    w.create_pod("unready", json!({"containers": [unready]}))
+        .await;
+
+    // Services: one healthy, one whose selector matches nothing, one whose
+    // only endpoint is not ready.
+    let hello = create_service(&w, "hello", "hello").await;
+    create_service(&w, "nomatch", "nothing").await;
+    create_service(&w, "unready", "unready").await;
+    let web = w
+        .wait_pod("web", "web Running and Ready", T, |p| {
+            let ready = condition(p, "Ready").map(|c| c.status.as_str()) == Some("True");
+            match pod_ip(p) {
+                Some(ip) if ready => Ok(ip),
+                _ => Err(format!("{:?}", p.status)),
+            }
+        })
+        .await;
+    create_slice(&w, "hello", "web", web, true).await;
+    // The node has no uplink: Service traffic goes to the pod bridge (made
+    // by CNI with the first pod).
+    w.ctrd
+        .netns()
+        .ip(&["route", "replace", SERVICE_CIDR, "dev", "kbr0"])
+        .unwrap();
+    let unready_ip = w
+        .wait_pod("unready", "unready Running", T, |p| {
+            pod_ip(p).ok_or("no IP".into())
+        })
+        .await;
+    create_slice(&w, "unready", "unready", unready_ip, false).await;
+
+    // --- The healthy chains.
+    let (code, r) = d.report("pod-healthy", &["pod", "default/web"]).await;
+    assert_eq!(code, 0, "{}", serde_json::to_string_pretty(&r).unwrap());
+    assert!(r.daemon.running, "{:?}", r.daemon);
+    for id in [
+        "bound",
+        "admitted",
+        "volumes",
+        "sandbox",
+        "images",
+        "containers",
+        "probes",
+    ] {
+        assert_eq!(link(&r, id).status, Mark::Ok, "{id}: {:?}", link(&r, id));
+    }
+    assert!(text_of(link(&r, "sandbox")).contains(&format!("pod IP {web}")));
+    let hello_ok = wait_for(
+        "hello programmed",
+        T,
+        Duration::from_millis(500),
+        || async {
+            let (code, r) = d
+                .report("service-healthy", &["service", "default/hello", "--probe"])
+                .await;
+            if code == 0 && link(&r, "probe").status == Mark::Ok {
+                Ok(r)
+            } else {
+                Err(serde_json::to_string(&r).unwrap())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(link(&hello_ok, "dataPlane").status, Mark::Ok);
+    assert!(text_of(link(&hello_ok, "selection")).contains(&format!("{web}:80")));
+    assert!(
+        text_of(link(&hello_ok, "selection"))
+            .contains("the running proxy programmed the same endpoints"),
+        "{:?}",
+        link(&hello_ok, "selection")
+    );
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(w.admin.clone(), "kube-node-lease");
+    wait_for(
+        "the node's Lease",
+        T,
+        Duration::from_millis(200),
+        || async {
+            match leases.get_opt(&w.node_name).await {
+                Ok(Some(_)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let (code, r) = d.report("node-healthy", &["node"]).await;
+    assert_eq!(code, 0, "{}", serde_json::to_string_pretty(&r).unwrap());
+    for id in ["runtime", "cni", "api", "lease", "nodeReady"] {
+        assert_eq!(link(&r, id).status, Mark::Ok, "{id}: {:?}", link(&r, id));
+    }
+
+    // --- A missing image.
+    w.wait_pod(
+        "no-image",
+        "no-image ErrImagePull/ImagePullBackOff",
+        T,
+        |p| {
+            let reason = container_status(p, "app")
+                .and_then(|s| s.state.as_ref()?.waiting.as_ref()?.reason.clone())
+                .unwrap_or_default();
+            if reason == "ErrImagePull" || reason == "ImagePullBackOff" {
+                Ok(())
+            } else {
+                Err(reason)
+            }
+        },
+    )
+    .await;
+    let (code, r) = d
+        .report("missing-image", &["pod", "default/no-image"])
+        .await;
+    assert_broken_at(
+        "missing image",
+        code,
+        &r,
+        "images",
+        &[
+            "keelson.local/missing:1",
+            "Failed to pull image",
+            "credentials: none",
+        ],
+    );
+    assert_eq!(link(&r, "containers").status, Mark::NotReached);
+
+    // --- A missing ConfigMap.
+    let (code, r) = d
+        .report("missing-configmap", &["pod", "default/no-config"])
+        .await;
+    assert_broken_at(
+        "missing ConfigMap",
+        code,
+        &r,
+        "volumes",
+        &[
+            "configmap \"app-config\" not found",
+            "config (configmap \"app-config\")",
+        ],
+    );
+
+    // --- A crash loop.
+    w.wait_pod("crasher", "crasher CrashLoopBackOff", T, |p| {
+        let reason = container_status(p, "app")
+            .and_then(|s| s.state.as_ref()?.waiting.as_ref()?.reason.clone())
+            .unwrap_or_default();
+        if reason == "CrashLoopBackOff" {
+            Ok(())
+        } else {
+            Err(reason)
+        }
+    })
+    .await;
+    let (code, r) = d
+        .report("crash-loop", &["pod", "default/crasher", "--since", "10m"])
+        .await;
+    assert_broken_at(
+        "crash loop",
+        code,
+        &r,
+        "containers",
+        &[
+            "CrashLoopBackOff",
+            "Exit Code: 3",
+            "| fatal: /etc/app/config.yaml not found",
+            "| starting",
+            "next start",
+            "back-off",
+        ],
+    );
+    let next = link(&r, "containers").next.clone().unwrap_or_default();
+    assert_eq!(next, "kubectl logs -n default crasher -c app --previous");
+    let timeline = r.timeline.clone().expect("timeline with --since");
+    assert!(
+        timeline.iter().any(|t| t.reason == "BackOff"
+            && t.source == keelson::introspection::types::RecordSource::Event),
+        "{timeline:?}"
+    );
+    assert!(
+        timeline.iter().any(
+            |t| t.source == keelson::introspection::types::RecordSource::ApiWrite
+                && t.message.contains("pods/status")
+        ),
+        "{timeline:?}"
+    );
+
+    // --- An OOM kill.
+    w.wait_pod("oom", "oom OOMKilled", T, |p| {
+        let reason = container_status(p, "app")
+            .and_then(|s| s.state.as_ref()?.terminated.as_ref()?.reason.clone())
+            .unwrap_or_default();
+        if reason == "OOMKilled" {
+            Ok(())
+        } else {
+            Err(format!("{:?}", p.status))
+        }
+    })
+    .await;
+    let (code, r) = d.report("oom-kill", &["pod", "default/oom"]).await;
+    assert_broken_at(
+        "OOM kill",
+        code,
+        &r,
+        "containers",
+        &["OOMKilled", "Exit Code: 137", "memory limit (16Mi)"],
+    );
+
+    // --- A failing readiness probe.
+    w.wait_pod(
+        "unready",
+        "an Unhealthy event for unready",
+        T,
+        |p| match container_status(p, "httpd") {
+            Some(s) if s.state.as_ref().is_some_and(|s| s.running.is_some()) && !s.ready => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    let r = wait_for(
+        "diagnose to show the readiness failure",
+        T,
+        Duration::from_secs(1),
+        || async {
+            let (code, r) = d
+                .report("failing-readiness", &["pod", "default/unready"])
+                .await;
+            if code == 1 && text_of(link(&r, "probes")).contains("Readiness probe failed") {
+                Ok((code, r))
+            } else {
+                Err(serde_json::to_string(&r).unwrap())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_broken_at(
+        "failing readiness probe",
+        r.0,
+        &r.1,
+        "probes",
+        &[
+            "httpd readiness",
+            "Failure",
+            "http-get http://:80/healthz",
+            "HTTP probe failed with statuscode: 404",
+        ],
+    );
+
+    // --- A Service whose selector matches nothing.
+    let (code, r) = d
+        .report("selector-matches-nothing", &["service", "default/nomatch"])
+        .await;
+    assert_broken_at(
+        "selector matching nothing",
+        code,
+        &r,
+        "endpoints",
+        &["app=nothing", "no pod in namespace default matches"],
+    );
+
+    // --- A Service whose endpoints are not ready.
+    let (code, r) = d
+        .report("endpoints-not-ready", &["service", "default/unready:http"])
+        .await;
+    assert_broken_at(
+        "endpoints not ready",
+        code,
+        &r,
+        "endpoints",
+        &[
+            "0 of 1 endpoints ready",
+            &format!("{unready_ip}:80"),
+            "not ready",
+            "keelson diagnose pod default/unready",
+        ],
+    );
+
+    // --- A tampered data plane: someone deleted hello's service chain (and
+    // the map element that jumps to it).
+    let chains = w
+        .ctrd
+        .netns()
+        .exec("nft", &["list", "table", "ip", "keelson"])
+        .unwrap();
+    let chain = chains
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("chain "))
+        .map(|l| l.trim_end_matches(" {").to_string())
+        .find(|c| c.starts_with("service-") && c.ends_with("default/hello/tcp/http"))
+        .unwrap_or_else(|| panic!("no service chain for hello in:\n{chains}"));
+    let cluster_ip = hello.spec.unwrap().cluster_ip.unwrap();
+    let script = w.state.path().join("tamper.nft");
+    std::fs::write(
+        &script,
+        format!(
+            "delete element ip keelson service-ips {{ {cluster_ip} . tcp . 80 }}\nflush chain ip keelson {chain}\ndelete chain ip keelson {chain}\n"
+        ),
+    )
+    .unwrap();
+    w.ctrd
+        .netns()
+        .exec("nft", &["-f", &script.display().to_string()])
+        .unwrap();
+    let tampered = w
+        .ctrd
+        .netns()
+        .exec("nft", &["list", "table", "ip", "keelson"])
+        .unwrap();
+    assert!(
+        !tampered.contains(&format!("chain {chain} {{")),
+        "the chain was not deleted:\n{tampered}"
+    );
+    let (code, r) = d
+        .report("tampered-table", &["service", "default/hello"])
+        .await;
+    assert_broken_at(
+        "tampered table",
+        code,
+        &r,
+        "dataPlane",
+        &[
+            &format!("chain {chain} missing from table ip keelson"),
+            &format!("element {cluster_ip} . tcp . 80 in service-ips missing"),
+        ],
+    );
+    // Diagnose changed nothing: the chain is still gone.
+    let after = w
+        .ctrd
+        .netns()
+        .exec("nft", &["list", "table", "ip", "keelson"])
+        .unwrap();
+    assert!(
+        !after.contains(&format!("chain {chain} {{")),
+        "diagnose must not repair the table:\n{after}"
+    );
+
+    // --- The API server unreachable: the Lease is not renewed.
+    w.api.knobs().refuse_connections();
+    let r = wait_for(
+        "lease renewals to fail",
+        T,
+        Duration::from_secs(2),
+        || async {
+            let (code, r) = d.report("api-unreachable", &["node"]).await;
+            if code == 1 && link(&r, "lease").status == Mark::Failed {
+                Ok(r)
+            } else {
+                Err(serde_json::to_string(&r).unwrap())
+            }
+        },
+    )
+    .await;
+    w.api.knobs().resume();
+    let r = r.unwrap();
+    let api = text_of(link(&r, "api"));
+    assert_eq!(link(&r, "api").status, Mark::Failed, "{api}");
+    assert!(api.contains("unreachable"), "{api}");
+    assert!(api.contains("NodeStatusUnknown"), "{api}");
+    let lease = text_of(link(&r, "lease"));
+    assert!(
+        lease.contains("renewals fail") || lease.contains("not renewed"),
+        "{lease}"
+    );
+    assert!(lease.contains("failed in a row"), "{lease}");
+
+    // --- containerd stopped.
+    w.ctrd.stop();
+    let (code, r) = d.report("containerd-stopped", &["node"]).await;
+    let restarted = w.ctrd.restart().await;
+    assert_eq!(code, 1, "{}", serde_json::to_string_pretty(&r).unwrap());
+    let runtime = link(&r, "runtime");
+    assert_eq!(runtime.status, Mark::Failed, "{runtime:?}");
+    assert!(runtime.summary.contains("does not answer"), "{runtime:?}");
+    assert_eq!(link(&r, "cni").status, Mark::NotReached);
+    restarted.unwrap();
+
+    // --- Bad input: an unknown pod or Service is a one-line error.
+    for (args, message) in [
+        (
+            ["pod", "default/nope"],
+            "error: pod default/nope not found\n",
+        ),
+        (
+            ["service", "default/nope"],
+            "error: service default/nope not found\n",
+        ),
+    ] {
+        let (code, out, err) = d.raw(&args).await;
+        assert_eq!((code, out.as_str(), err.as_str()), (2, "", message));
+    }
+    let (code, _, err) = d.raw(&["service", "default/hello:9999"]).await;
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        "error: service default/hello has no port 9999 (ports: http 80/TCP)\n"
+    );
+
+    // --- keelson stopped: CRI, the kernel and the API are read directly.
+    // Killed, not dropped: its config and kubeconfig stay for diagnose.
+    let stopped = w.node.as_mut().unwrap().stop(Duration::ZERO);
+    let (code, r) = d.report("daemon-down", &["pod", "default/crasher"]).await;
+    assert!(!r.daemon.running, "{stopped}\n{:?}", r.daemon);
+    assert!(
+        r.daemon
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("diagnose.sock"),
+        "{:?}",
+        r.daemon
+    );
+    assert_broken_at(
+        "daemon down",
+        code,
+        &r,
+        "containers",
+        &[
+            "Exit Code: 3",
+            "| fatal: /etc/app/config.yaml not found",
+            "the status the API server has is the last one keelson wrote",
+        ],
+    );
+    let (code, r) = d
+        .report("daemon-down-service", &["service", "default/hello"])
+        .await;
+    assert!(!r.daemon.running);
+    // The table keelson left behind is still compared with the model.
+    assert_broken_at(
+        "daemon down, tampered table",
+        code,
+        &r,
+        "dataPlane",
+        &[
+            "missing from table ip keelson",
+            "no running keelson proxy keeps this table",
+        ],
+    );
+}
