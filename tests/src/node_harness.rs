@@ -597,6 +597,24 @@ impl BinaryNode {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// The keelson process's pid (`nsenter` execs keelson in place, so the
+    /// child's pid is keelson's); `None` once it was stopped.
+    pub fn pid(&self) -> Option<i32> {
+        self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok())
+    }
+
+    /// The pid of the running keelson process, or why there is none
+    /// (with the end of its log).
+    pub fn live_pid(&mut self) -> Result<i32, String> {
+        match (self.running(), self.pid()) {
+            (true, Some(pid)) => Ok(pid),
+            _ => Err(format!(
+                "keelson is not running; its log ends with:\n{}",
+                self.log_tail(30)
+            )),
+        }
+    }
+
     /// Whether the process is still running.
     pub fn running(&mut self) -> bool {
         match self.child.as_mut() {
@@ -614,6 +632,31 @@ impl BinaryNode {
     /// status line and headers included.
     pub async fn health(&self, ctrd: &Containerd, path: &str) -> Result<String, String> {
         self.http_get(ctrd, self.healthz_addr, path).await
+    }
+
+    /// Waits until `/healthz` answers 200 and returns keelson's pid; fails
+    /// with the end of keelson's log when it exits or stays unhealthy.
+    pub async fn wait_healthy(
+        &mut self,
+        ctrd: &Containerd,
+        timeout: Duration,
+    ) -> Result<i32, String> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let pid = self.live_pid()?;
+            if let Ok(answer) = self.health(ctrd, "/healthz").await
+                && answer.split_whitespace().nth(1) == Some("200")
+            {
+                return Ok(pid);
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "keelson not healthy after {timeout:?}; its log ends with:\n{}",
+                    self.log_tail(30)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     async fn http_get(

@@ -15,7 +15,7 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,24 +46,6 @@ fn rss_of(pid: i32) -> u64 {
         })
         .unwrap_or(0)
         * 1024
-}
-
-fn keelson_pid(config: &Path) -> Result<i32> {
-    let needle = config.display().to_string();
-    for entry in std::fs::read_dir("/proc")? {
-        let entry = entry?;
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let text = String::from_utf8_lossy(&cmdline);
-        if text.contains("run") && text.contains(&needle) && text.contains("keelson") {
-            return Ok(pid);
-        }
-    }
-    bail!("keelson process with config {needle} not found")
 }
 
 /// Opens a TLS connection to the node API inside the namespace.
@@ -138,7 +120,7 @@ async fn main() -> Result<()> {
     let state = tempfile::tempdir()?;
     let logs_dir: PathBuf = state.path().join("pod-logs");
     let logs2 = logs_dir.clone();
-    let node = BinaryNode::start(
+    let mut node = BinaryNode::start(
         &ctrd,
         &api,
         BinaryNodeOptions {
@@ -152,7 +134,10 @@ async fn main() -> Result<()> {
             ..BinaryNodeOptions::default()
         },
     )?;
-    let pid = keelson_pid(&node.dir().join("config.yaml"))?;
+    let pid = node
+        .wait_healthy(&ctrd, Duration::from_secs(60))
+        .await
+        .map_err(anyhow::Error::msg)?;
     let ns = ctrd.netns().name().to_string();
     let addr = SocketAddr::new(SYSTEM_NODE_IP.into(), 10250);
     let (cert, key) = api.issue_client_certificate("bench", Some("system:masters"))?;

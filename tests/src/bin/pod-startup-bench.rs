@@ -46,28 +46,6 @@ fn clock_ticks() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// The pid of the keelson process started with `config`.
-fn keelson_pid(config: &Path) -> Result<i32> {
-    let needle = config.display().to_string();
-    for entry in std::fs::read_dir("/proc")? {
-        let entry = entry?;
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.iter().any(|a| a == "run") && args.iter().any(|a| a == &needle) {
-            return Ok(pid);
-        }
-    }
-    bail!("keelson process with config {needle} not found")
-}
-
 /// (utime + stime) in seconds.
 fn cpu_seconds(pid: i32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -283,7 +261,7 @@ async fn against_test_api(args: &Args, bin: &str) -> Result<()> {
     let ctrd = Containerd::start().await.context("starting containerd")?;
     let testapi = TestApiServer::start(TestApiOptions::default()).await?;
     let admin = testapi.client().await;
-    let node = BinaryNode::start(
+    let mut node = BinaryNode::start(
         &ctrd,
         &testapi,
         BinaryNodeOptions {
@@ -291,18 +269,10 @@ async fn against_test_api(args: &Args, bin: &str) -> Result<()> {
             ..BinaryNodeOptions::default()
         },
     )?;
-    let config = node.dir().join("config.yaml");
-    // Wait for keelson to be up.
-    let mut pid = None;
-    for _ in 0..100 {
-        if let Ok(p) = keelson_pid(&config) {
-            pid = Some(p);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let pid = pid.context("keelson did not start")?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pid = node
+        .wait_healthy(&ctrd, Duration::from_secs(60))
+        .await
+        .map_err(anyhow::Error::msg)?;
     let api: Api<Pod> = Api::namespaced(admin, "default");
     println!("pod startup: create request → Running seen through a watch (test API server)");
     println!(
