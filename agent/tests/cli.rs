@@ -55,13 +55,12 @@ fn check_config_refuses_what_the_node_role_does_not_implement() {
     let file = dir.path().join("config.yaml");
     std::fs::write(
         &file,
-        "apiVersion: keelson.dev/v1alpha1\nkind: KeelsonConfiguration\nnode:\n  cgroupDriver: systemd\n  imageServiceEndpoint: unix:///run/other-image.sock\n  registerWithTaints:\n  - key: a\n    effect: NoSchedule\n",
+        "apiVersion: keelson.dev/v1alpha1\nkind: KeelsonConfiguration\nnode:\n  imageServiceEndpoint: unix:///run/other-image.sock\n  registerWithTaints:\n  - key: a\n    effect: NoSchedule\n",
     )
     .expect("write config");
     let out = keelson(&["check-config", file.to_str().expect("utf-8 path")]);
     assert_eq!(out.status.code(), Some(2), "status {:?}", out.status);
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("node.cgroupDriver:"), "stderr: {stderr}");
     assert!(
         stderr.contains("node.imageServiceEndpoint:"),
         "stderr: {stderr}"
@@ -87,19 +86,18 @@ const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/config/upstream
 
 /// `check-config` with kubeadm's own files prints the effective
 /// KeelsonConfiguration, lists the upstream fields accepted at their
-/// default on stderr, and refuses what keelson cannot honour with the file
-/// and field named.
+/// default on stderr; kubeadm's `cgroupDriver: systemd` is kept.
 #[test]
 fn check_config_reads_kubeadms_files() {
     let dir = tempfile::tempdir().expect("dir");
     let kubelet = std::fs::read_to_string(format!("{TESTDATA}/kubeadm-kubelet-config.yaml"))
         .expect("kubeadm kubelet config");
-    let cgroupfs = dir.path().join("config.yaml");
+    let kubelet_file = dir.path().join("config.yaml");
     std::fs::write(
-        &cgroupfs,
+        &kubelet_file,
         kubelet.replace(
             "cgroupDriver: systemd",
-            "cgroupDriver: cgroupfs\nfailCgroupV1: false",
+            "cgroupDriver: systemd\nfailCgroupV1: false",
         ),
     )
     .expect("write");
@@ -108,7 +106,7 @@ fn check_config_reads_kubeadms_files() {
     let out = keelson(&[
         "check-config",
         "--kubelet-config",
-        &cgroupfs.display().to_string(),
+        &kubelet_file.display().to_string(),
         "--proxy-config",
         &proxy,
         "--kubeadm-flags",
@@ -122,6 +120,10 @@ fn check_config_reads_kubeadms_files() {
     let printed = keelson::config::Config::from_yaml_str(&stdout)
         .expect("the output is a KeelsonConfiguration");
     assert_eq!(printed.node.cluster_domain, "cluster.local");
+    assert_eq!(
+        printed.node.cgroup_driver,
+        keelson::config::CgroupDriver::Systemd
+    );
     assert_eq!(printed.proxy.cluster_cidr, "10.244.0.0/16");
     assert_eq!(
         printed.node.node_ip,
@@ -134,16 +136,6 @@ fn check_config_reads_kubeadms_files() {
     );
     assert!(
         stderr.contains("note:") && stderr.contains("mode \"\""),
-        "{stderr}"
-    );
-
-    // kubeadm's file as it is: cgroupDriver systemd is refused, by name.
-    let original = format!("{TESTDATA}/kubeadm-kubelet-config.yaml");
-    let out = keelson(&["check-config", "--kubelet-config", &original]);
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("kubeadm-kubelet-config.yaml:") && stderr.contains("cgroupDriver:"),
         "{stderr}"
     );
 }

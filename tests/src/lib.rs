@@ -13,5 +13,6 @@ pub mod node_api;
 pub mod node_harness;
 pub mod proxy_cases;
 pub mod support;
+pub mod systemd_double;
 pub mod testapi;
 pub mod upstream;

@@ -242,6 +242,14 @@ impl InProcessNode {
                 .map_err(|e| setup("creating a fake cgroup tree")(e.to_string()))?;
             overrides.pods_cgroups = Some(Arc::new(keelson::node::cgroups::v2::V2::new(tree)));
         }
+        if overrides.systemd_bus.is_none() {
+            // The systemd cgroup driver never reaches the host's systemd:
+            // without a test's own bus it gets one where nobody listens.
+            overrides.systemd_bus = Some(format!(
+                "unix:path={}",
+                dir.path().join("no-systemd-bus").display()
+            ));
+        }
         let task = tokio::spawn(async move {
             // A bootstrapping node starts once it has its certificate.
             if !node_client.ready(&role_ctx.shutdown).await {

@@ -551,12 +551,6 @@ impl Config {
                 ));
             }
         }
-        if n.cgroup_driver == CgroupDriver::Systemd {
-            errs.push(FieldError::new(
-                "node.cgroupDriver",
-                "\"systemd\" is not supported by keelson's node role; use \"cgroupfs\"",
-            ));
-        }
         if let Some(ip) = n.node_ip
             && (ip.is_loopback() || ip.is_unspecified())
         {

@@ -21,9 +21,8 @@ pub enum CgroupDriver {
     /// keelson writes the cgroup filesystem itself (kubelet's `cgroupfs`).
     #[default]
     Cgroupfs,
-    /// Slices and scopes through systemd (kubelet's `systemd`). Parsed so
-    /// the error names the field, but refused by validation: the node role
-    /// does not implement it.
+    /// Pod and QoS cgroups are transient systemd slices created over D-Bus
+    /// (kubelet's `systemd`; kubeadm's default).
     Systemd,
 }
 
@@ -71,7 +70,9 @@ pub struct NodeConfig {
     pub cluster_domain: String,
     /// Resolver file used as the base for pod DNS (`resolvConf`).
     pub resolv_conf: PathBuf,
-    /// `cgroupDriver`; only `cgroupfs` passes validation.
+    /// How pod and QoS cgroups are made: `cgroupfs` or `systemd`
+    /// (`cgroupDriver`). A runtime that reports its driver (CRI
+    /// `RuntimeConfig`) is followed, as kubelet does.
     pub cgroup_driver: CgroupDriver,
     /// Root of the `kubepods` hierarchy (`cgroupRoot`).
     pub cgroup_root: String,

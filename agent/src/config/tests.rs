@@ -129,12 +129,13 @@ fn soft_eviction_requires_grace_period() {
 }
 
 #[test]
-fn systemd_cgroup_driver_is_refused() {
-    let err = parse("node:\n  cgroupDriver: systemd\n").expect_err("systemd");
-    assert_eq!(err.field_paths(), vec!["node.cgroupDriver".to_string()]);
-    assert!(err.to_string().contains("not supported"), "{err}");
+fn both_cgroup_drivers_are_valid() {
+    let cfg = parse("node:\n  cgroupDriver: systemd\n").expect("systemd is valid");
+    assert_eq!(cfg.node.cgroup_driver, CgroupDriver::Systemd);
     let cfg = parse("node:\n  cgroupDriver: cgroupfs\n").expect("cgroupfs is valid");
     assert_eq!(cfg.node.cgroup_driver, CgroupDriver::Cgroupfs);
+    let err = parse("node:\n  cgroupDriver: docker\n").expect_err("unknown driver");
+    assert!(err.to_string().contains("cgroupDriver"), "{err}");
 }
 
 #[test]

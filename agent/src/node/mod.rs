@@ -102,6 +102,10 @@ pub struct NodeOverrides {
     /// The cgroup filesystem pods use (default: the host's); tests give a
     /// fake tree so nothing is created on the host.
     pub pods_cgroups: Option<Arc<dyn cgroups::CgroupFs>>,
+    /// The D-Bus address where the `systemd` cgroup driver finds systemd
+    /// (default: the system bus); tests give a private bus with a double
+    /// of systemd.
+    pub systemd_bus: Option<String>,
 }
 
 impl std::fmt::Debug for NodeOverrides {
@@ -131,7 +135,23 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
     .map_err(NodeError::Runtime)?;
     // The runtime's cgroup driver must be keelson's (kubelet follows CRI
     // RuntimeConfig; a mismatch is an error here, not at the first sandbox).
-    cgroups::driver::decide(n.cgroup_driver, cgroups::driver::runtime_driver(&cri).await)?;
+    let driver =
+        cgroups::driver::decide(n.cgroup_driver, cgroups::driver::runtime_driver(&cri).await)?;
+    let (ctx, cfg) = if driver == n.cgroup_driver {
+        (ctx, cfg)
+    } else {
+        let mut followed = (*cfg).clone();
+        followed.node.cgroup_driver = driver;
+        let followed = Arc::new(followed);
+        (
+            RoleContext {
+                config: followed.clone(),
+                ..ctx
+            },
+            followed,
+        )
+    };
+    let n = &cfg.node;
     // A separate imageServiceEndpoint is refused by configuration
     // validation: one CRI connection serves both services.
     let recorder =
@@ -226,6 +246,7 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
                 root_dir: n.root_dir.clone(),
                 pod_logs_dir: n.pod_logs_dir.clone(),
                 cgroup_root: n.cgroup_root.clone(),
+                cgroup_driver: n.cgroup_driver,
                 proc_root: std::path::PathBuf::from("/proc"),
             },
             cri.clone(),
@@ -279,10 +300,11 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
     {
         let services = services.clone();
         let cgroups = overrides.pods_cgroups.clone();
+        let systemd_bus = overrides.systemd_bus.clone();
         let slot = pods_slot.clone();
         tasks.spawn(async move {
             let volumes = volumes::VolumeManager::for_node(&services);
-            match pods::start_for_node(&services, volumes, cgroups).await {
+            match pods::start_for_node(&services, volumes, cgroups, systemd_bus).await {
                 Ok(pods) => {
                     introspector.set_pods(pods.clone());
                     let _ = slot.set(pods.clone());

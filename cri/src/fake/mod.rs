@@ -471,6 +471,17 @@ impl FakeRuntime {
             .collect()
     }
 
+    /// The configuration each sandbox was created with (its cgroup
+    /// parent, labels, ...).
+    pub fn sandbox_configs(&self) -> Vec<api::PodSandboxConfig> {
+        let state = lock(&self.shared.state);
+        state
+            .sandboxes
+            .values()
+            .map(|sb| sb.config.clone())
+            .collect()
+    }
+
     /// Status of every container, as ContainerStatus would report it.
     pub fn containers(&self) -> Vec<api::ContainerStatus> {
         let state = lock(&self.shared.state);

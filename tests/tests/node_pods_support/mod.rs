@@ -123,6 +123,7 @@ async fn start_lifecycle(
             env: Arc::new(ApiEnvSources::new(admin.clone())),
             allocatable: Arc::new(allocatable),
             cgroups: Some(Arc::new(V2::new(cgroup_root))),
+            systemd_bus: None,
             clock: Some(clock),
             node_ips: vec!["192.168.50.1".parse().unwrap()],
             network: None,

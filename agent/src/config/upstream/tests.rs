@@ -72,34 +72,17 @@ fn kubeadm_kubelet_file_runs_with_upstream_defaults() {
         kubeconfig: Some("/etc/kubernetes/kubelet.conf".into()),
         ..Overrides::default()
     };
-    // kubeadm writes cgroupDriver: systemd, which keelson does not
-    // implement yet: that one field, and nothing else, is refused.
-    let err = load(
+    // kubeadm writes cgroupDriver: systemd; the file is accepted as is.
+    let loaded = load(
         &Sources {
             kubelet_config: Some(testdata("kubeadm-kubelet-config.yaml")),
             ..Sources::default()
         },
         &overrides,
     )
-    .expect_err("systemd driver refused");
-    assert_eq!(err.field_paths(), ["cgroupDriver"], "{err}");
-    // The same file on a node whose containerd uses cgroupfs.
-    let text = std::fs::read_to_string(testdata("kubeadm-kubelet-config.yaml")).expect("read");
-    let f = Files::new();
-    let file = f.write(
-        "config.yaml",
-        &text.replace("cgroupDriver: systemd", "cgroupDriver: cgroupfs"),
-    );
-    let loaded = load(
-        &Sources {
-            kubelet_config: Some(file),
-            ..Sources::default()
-        },
-        &overrides,
-    )
     .expect("kubeadm's file is accepted");
     let n = &loaded.config.node;
-    assert_eq!(n.cgroup_driver, CgroupDriver::Cgroupfs);
+    assert_eq!(n.cgroup_driver, CgroupDriver::Systemd);
     assert_eq!(
         n.cluster_dns,
         vec!["10.96.0.10".parse::<std::net::IpAddr>().expect("ip")]

@@ -8,8 +8,6 @@
 //! answer `RuntimeConfig`, containerd's own configuration in a verbose
 //! `Status` (`SystemdCgroup` of its default runtime's options) says which
 //! driver it uses, and a mismatch stops the node role with both named.
-//! keelson's node role implements the `cgroupfs` driver only, so a runtime
-//! that reports `systemd` is refused with what to change.
 
 use std::time::Duration;
 
@@ -31,18 +29,9 @@ pub enum RuntimeDriver {
 /// keelson and the runtime disagree.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DriverError {
-    /// The runtime reported a driver keelson's node role does not implement.
-    #[error(
-        "the container runtime uses the {runtime:?} cgroup driver (CRI RuntimeConfig), which keelson's node role does not implement; configure the runtime with the cgroupfs driver (containerd: SystemdCgroup = false in the runc runtime's options)"
-    )]
-    Unsupported {
-        /// The runtime's driver.
-        runtime: &'static str,
-    },
     /// The configured driver is not the runtime's.
     #[error(
-        "cgroup driver mismatch: keelson is configured with {configured:?} (node.cgroupDriver) but the container runtime uses {runtime:?} ({origin}); make them the same (containerd: SystemdCgroup = {} in the runc runtime's options)",
-        *configured == "systemd"
+        "cgroup driver mismatch: keelson is configured with {configured:?} (node.cgroupDriver) but the container runtime uses {runtime:?} ({origin}); set node.cgroupDriver: {runtime} (or cgroupDriver: {runtime} in the KubeletConfiguration)"
     )]
     Mismatch {
         /// keelson's `cgroupDriver`.
@@ -132,9 +121,6 @@ pub fn decide(
     runtime: RuntimeDriver,
 ) -> Result<CgroupDriver, DriverError> {
     match runtime {
-        RuntimeDriver::Reported(CgroupDriver::Systemd) => {
-            Err(DriverError::Unsupported { runtime: "systemd" })
-        }
         RuntimeDriver::Reported(d) => {
             if d != configured {
                 tracing::info!(
@@ -199,9 +185,14 @@ mod tests {
             decide(Cgroupfs, RuntimeDriver::Reported(Cgroupfs)),
             Ok(Cgroupfs)
         );
+        // The runtime's answer wins, as kubelet ≥ 1.34.
         assert_eq!(
             decide(Cgroupfs, RuntimeDriver::Reported(Systemd)),
-            Err(DriverError::Unsupported { runtime: "systemd" })
+            Ok(Systemd)
+        );
+        assert_eq!(
+            decide(Systemd, RuntimeDriver::Reported(Cgroupfs)),
+            Ok(Cgroupfs)
         );
         assert_eq!(decide(Cgroupfs, RuntimeDriver::Unknown), Ok(Cgroupfs));
         assert_eq!(
@@ -213,7 +204,7 @@ mod tests {
         assert!(
             text.contains("\"cgroupfs\" (node.cgroupDriver)")
                 && text.contains("uses \"systemd\"")
-                && text.contains("SystemdCgroup = false"),
+                && text.contains("set node.cgroupDriver: systemd"),
             "{text}"
         );
     }

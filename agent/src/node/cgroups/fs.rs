@@ -37,6 +37,9 @@ pub enum CgroupError {
     /// The host's cgroup layout could not be understood.
     #[error("cgroup layout: {0}")]
     Layout(String),
+    /// systemd refused or failed a request of the systemd driver.
+    #[error("cgroup driver systemd: {0}")]
+    Systemd(String),
     /// Processes were still in the cgroup after being killed.
     #[error("cgroup {name}: processes still present after kill: {pids:?}")]
     Busy {
@@ -65,6 +68,14 @@ impl CgroupError {
 pub trait CgroupFs: Send + Sync + std::fmt::Debug {
     /// `"v1"` or `"v2"`.
     fn version(&self) -> &'static str;
+
+    /// The cgroup's path as the driver names it on the host (kubelet's
+    /// `CgroupManager.Name`): `/a/b/c` for cgroupfs; the systemd driver
+    /// expands slices (`/a.slice/a-b.slice/a-b-c.slice`). The container
+    /// runtime gets this as a sandbox's cgroup parent.
+    fn literal_name(&self, name: &CgroupName) -> String {
+        name.to_cgroupfs()
+    }
 
     /// Creates `name` (and missing ancestors) and applies `resources`.
     /// Creating an existing cgroup only applies the resources.

@@ -55,9 +55,15 @@ impl PodCgroups {
         }
     }
 
-    /// What the sandbox gets as `cgroup_parent` (cgroupfs form).
+    /// What the sandbox gets as `cgroup_parent`: the driver's form of the
+    /// pod's cgroup (`/kubepods/burstable/pod<uid>`, or with systemd
+    /// `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`).
     pub fn cgroup_parent(&self, pod: &Pod) -> String {
-        self.name_of(pod).to_cgroupfs()
+        let name = self.name_of(pod);
+        match &self.qos {
+            Some(q) => q.fs().literal_name(&name),
+            None => name.to_cgroupfs(),
+        }
     }
 
     /// The limits the pod's cgroup gets.

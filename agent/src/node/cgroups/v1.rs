@@ -229,10 +229,12 @@ pub(crate) fn list_child_dirs(dir: &Path) -> Result<Vec<String>, CgroupError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn fake() -> (tempfile::TempDir, V1) {
+    /// A fake v1 layout: cpu, memory, pids and cpuset hierarchies in a temp
+    /// dir (cpuset with CPUs and memory nodes to inherit).
+    pub(crate) fn fake() -> (tempfile::TempDir, V1) {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut mounts = BTreeMap::new();
         for c in ["cpu", "memory", "pids", "cpuset"] {

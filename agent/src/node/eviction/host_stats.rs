@@ -175,17 +175,21 @@ pub struct HostStatsConfig {
     pub pod_logs_dir: PathBuf,
     /// `cgroupRoot` (cgroupfs form).
     pub cgroup_root: String,
+    /// How the cgroups are named on the host (`cgroupDriver`).
+    pub cgroup_driver: crate::config::CgroupDriver,
     /// procfs mount.
     pub proc_root: PathBuf,
 }
 
 impl HostStatsConfig {
-    /// The node role's: its directories and cgroup root, the host's procfs.
+    /// The node role's: its directories, cgroup root and driver, the
+    /// host's procfs.
     pub fn for_node(n: &crate::config::NodeConfig) -> HostStatsConfig {
         HostStatsConfig {
             root_dir: n.root_dir.clone(),
             pod_logs_dir: n.pod_logs_dir.clone(),
             cgroup_root: n.cgroup_root.clone(),
+            cgroup_driver: n.cgroup_driver,
             proc_root: PathBuf::from("/proc"),
         }
     }
@@ -237,18 +241,31 @@ impl HostStats {
         }
     }
 
-    fn kubepods(&self) -> CgroupName {
+    fn kubepods_name(&self) -> CgroupName {
         CgroupName::from_cgroupfs(&self.cfg.cgroup_root).child("kubepods")
+    }
+
+    /// `name` as directories on the host (the driver's form).
+    fn on_host(&self, name: &CgroupName) -> CgroupName {
+        CgroupName::from_cgroupfs(&crate::node::cgroups::literal_name(
+            self.cfg.cgroup_driver,
+            name,
+        ))
+    }
+
+    fn kubepods(&self) -> CgroupName {
+        self.on_host(&self.kubepods_name())
     }
 
     fn pod_cgroup(&self, pod: &Pod) -> CgroupName {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let kubepods = self.kubepods_name();
         let tier = match pod_qos(pod) {
-            QosClass::Guaranteed => self.kubepods(),
-            QosClass::Burstable => self.kubepods().child("burstable"),
-            QosClass::BestEffort => self.kubepods().child("besteffort"),
+            QosClass::Guaranteed => kubepods,
+            QosClass::Burstable => kubepods.child("burstable"),
+            QosClass::BestEffort => kubepods.child("besteffort"),
         };
-        tier.child(&format!("pod{uid}"))
+        self.on_host(&tier.child(&format!("pod{uid}")))
     }
 
     fn meminfo(&self) -> Option<String> {

@@ -121,7 +121,10 @@ fn start_notifiers(
         tracing::info!("eviction manager: memory cgroup mount point not found");
         return;
     };
-    let kubepods = CgroupName::from_cgroupfs(&n.cgroup_root).child("kubepods");
+    let kubepods = CgroupName::from_cgroupfs(&crate::node::cgroups::literal_name(
+        n.cgroup_driver,
+        &CgroupName::from_cgroupfs(&n.cgroup_root).child("kubepods"),
+    ));
     for t in cfg.thresholds.iter().filter(|t| {
         matches!(
             t.signal,

@@ -73,9 +73,6 @@ pub enum PodsError {
     /// The cgroup filesystem could not be used.
     #[error("pod cgroups: {0}")]
     Cgroups(#[from] cgroups::CgroupError),
-    /// `node.cgroupDriver: systemd` is not implemented.
-    #[error("node.cgroupDriver: systemd is not supported; use cgroupfs")]
-    SystemdDriver,
     /// The resolver configuration could not be read.
     #[error("node.resolvConf: {0}")]
     ResolvConf(String),
@@ -107,8 +104,12 @@ pub struct PodsDeps {
     pub env: Arc<dyn EnvSources>,
     /// Node allocatable (downward API defaults).
     pub allocatable: AllocatableFn,
-    /// Cgroup filesystem (`None`: the host's).
+    /// Cgroup filesystem (`None`: the host's); the `systemd` driver
+    /// manages it through systemd.
     pub cgroups: Option<Arc<dyn CgroupFs>>,
+    /// The D-Bus address of systemd for the `systemd` cgroup driver
+    /// (`None`: the system bus).
+    pub systemd_bus: Option<String>,
     /// Clock (`None`: the wall clock).
     pub clock: Option<SharedClock>,
     /// The node's IPs (first is primary).
@@ -371,9 +372,6 @@ async fn runtime_name(cri: &RuntimeClient, stop: &CancellationToken) -> Result<S
 /// Starts the pod lifecycle; everything stops with `stop`.
 pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle, PodsError> {
     let cfg = &deps.config;
-    if cfg.cgroup_driver == crate::config::CgroupDriver::Systemd {
-        return Err(PodsError::SystemdDriver);
-    }
     let clock: SharedClock = deps
         .clock
         .clone()
@@ -392,6 +390,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         Some(fs) => fs,
         None => cgroups::open_host()?,
     };
+    let fs = cgroups::for_driver(cfg.cgroup_driver, fs, deps.systemd_bus.as_deref())?;
     let (allocatable_cg, memory_capacity) = kubepods_allocatable(cfg);
     let qos_cgroups = cfg
         .cgroups_per_qos

@@ -15,11 +15,12 @@ use crate::node::cgroups::CgroupFs;
 use crate::node::volumes::VolumeManager;
 
 /// Starts the pod lifecycle of the node role (`cgroups`: `None` for the
-/// host's cgroup filesystem).
+/// host's cgroup filesystem; `systemd_bus`: `None` for the system bus).
 pub async fn start_for_node(
     services: &NodeServices,
     volumes: VolumeManager,
     cgroups: Option<Arc<dyn CgroupFs>>,
+    systemd_bus: Option<String>,
 ) -> Result<PodsHandle, PodsError> {
     let ctx = &services.ctx;
     let cfg = ctx.config.node.clone();
@@ -53,6 +54,7 @@ pub async fn start_for_node(
             env: volumes,
             allocatable,
             cgroups,
+            systemd_bus,
             clock: None,
             node_ips,
             network: Some(network),

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use super::cgroup::{CgroupUsage, Layout, net_dev};
 use super::types::*;
+use crate::node::cgroups::{CgroupName, literal_name};
 use crate::node::eviction::host_stats::{du, loadavg_tasks, stat_value};
 use crate::node::eviction::summary::DiskUsage;
 use crate::node::pods::runtime::labels;
@@ -46,6 +47,8 @@ pub struct StatsConfig {
     pub pod_logs_dir: PathBuf,
     /// `cgroupRoot`.
     pub cgroup_root: String,
+    /// How the cgroups are named on the host (`cgroupDriver`).
+    pub cgroup_driver: crate::config::CgroupDriver,
     /// procfs.
     pub proc_root: PathBuf,
 }
@@ -229,26 +232,46 @@ impl StatsProvider {
         })
     }
 
-    fn kubepods(&self) -> String {
-        let root = self.cfg.cgroup_root.trim_matches('/');
-        if root.is_empty() {
-            "kubepods".to_string()
-        } else {
-            format!("{root}/kubepods")
+    /// The host path (relative to a hierarchy's mount) of a QoS-level
+    /// cgroup, `kubepods` plus `tier` components, in the driver's form.
+    fn qos_path(&self, tier: &[&str]) -> String {
+        let mut name = CgroupName::from_cgroupfs(&self.cfg.cgroup_root).child("kubepods");
+        for t in tier {
+            name = name.child(t);
         }
+        literal_name(self.cfg.cgroup_driver, &name)
+            .trim_start_matches('/')
+            .to_string()
+    }
+
+    fn kubepods(&self) -> String {
+        self.qos_path(&[])
     }
 
     /// The pod cgroup of `uid` (whichever QoS tier holds it).
     fn pod_cgroup(&self, uid: &str) -> Option<String> {
         let layout = self.layout.as_ref()?;
-        let kp = self.kubepods();
+        let pod = format!("pod{uid}");
         [
-            format!("{kp}/pod{uid}"),
-            format!("{kp}/burstable/pod{uid}"),
-            format!("{kp}/besteffort/pod{uid}"),
+            self.qos_path(&[&pod]),
+            self.qos_path(&["burstable", &pod]),
+            self.qos_path(&["besteffort", &pod]),
         ]
         .into_iter()
         .find(|rel| layout.memory_dir(rel).is_some_and(|d| d.is_dir()))
+    }
+
+    /// A container's cgroup below its pod's: `<id>` (containerd with
+    /// cgroupfs), or the runtime's scope with systemd
+    /// (`cri-containerd-<id>.scope`, CRI-O's `crio-<id>.scope`).
+    fn container_cgroup(&self, pod_cg: &str, id: &str) -> Option<CgroupUsage> {
+        let layout = self.layout.as_ref()?;
+        match self.cfg.cgroup_driver {
+            crate::config::CgroupDriver::Cgroupfs => layout.usage_rel(&format!("{pod_cg}/{id}")),
+            crate::config::CgroupDriver::Systemd => ["cri-containerd", "crio"]
+                .iter()
+                .find_map(|prefix| layout.usage_rel(&format!("{pod_cg}/{prefix}-{id}.scope"))),
+        }
     }
 
     /// `CPUStats` with the rate since the previous sample of `key`.
@@ -591,7 +614,7 @@ impl StatsProvider {
         for c in &p.containers {
             let usage = pod_cg
                 .as_deref()
-                .and_then(|rel| layout.and_then(|l| l.usage_rel(&format!("{rel}/{}", c.id))));
+                .and_then(|rel| self.container_cgroup(rel, &c.id));
             let mut cs = ContainerStats {
                 name: c.name.clone(),
                 start_time: rfc3339_ns(c.created_at),
