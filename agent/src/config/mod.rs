@@ -540,6 +540,14 @@ impl Config {
                 ));
             }
         }
+        for (i, pattern) in n.allowed_unsafe_sysctls.iter().enumerate() {
+            if let Err(e) = crate::node::pods::admission::sysctl::check_pattern(pattern) {
+                errs.push(FieldError::new(
+                    format!("node.allowedUnsafeSysctls[{i}]"),
+                    e,
+                ));
+            }
+        }
     }
 
     fn validate_proxy(&self, errs: &mut Vec<FieldError>) {

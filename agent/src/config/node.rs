@@ -147,6 +147,10 @@ pub struct NodeConfig {
     /// Client-side burst to the API server (`kubeAPIBurst`).
     #[serde(rename = "kubeAPIBurst")]
     pub kube_api_burst: i32,
+    /// Unsafe sysctls (or `prefix*` patterns) pods may set beyond kubelet's
+    /// safe list (`allowedUnsafeSysctls`); others fail admission with
+    /// `SysctlForbidden`.
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 impl Default for NodeConfig {
@@ -199,6 +203,7 @@ impl Default for NodeConfig {
             provider_id: String::new(),
             kube_api_qps: 50.0,
             kube_api_burst: 100,
+            allowed_unsafe_sysctls: Vec::new(),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! [`PodsHandle`] for the rest of the node role (PLEG health for the Ready
 //! condition, active pods and pod kills for eviction).
 
+pub mod admission;
 pub mod backoff;
 pub mod cache;
 pub mod clock;
@@ -119,16 +120,15 @@ pub struct PodsDeps {
     pub probes: bool,
     /// Probe manager settings.
     pub probe_config: keelson_probes::ProbeManagerConfig,
-    /// Pod admission (kubelet's admit handlers, e.g. the eviction
-    /// manager's); `None` admits every pod.
+    /// The eviction manager's admit handler (the first of kubelet's;
+    /// the others are the pod lifecycle's own, see [`admission`]).
     pub admit: Option<AdmitFn>,
+    /// Where admission reads this node's Node (`None`: a watch of it
+    /// through `client`).
+    pub node: Option<Arc<dyn admission::node::NodeSource>>,
 }
 
-/// Decides whether a pod new to this node may run; a rejection carries
-/// kubelet's reason (e.g. `Evicted`) and message.
-pub type AdmitFn = Arc<dyn Fn(&Pod) -> Result<(), AdmitRejection> + Send + Sync>;
-
-pub use crate::node::eviction::AdmitRejection;
+pub use admission::{AdmitFn, AdmitRejection};
 
 impl std::fmt::Debug for PodsDeps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -534,15 +534,29 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
     let pleg_health = pleg.health();
     tokio::spawn(pleg.run(stop.clone()));
 
-    // Sources.
+    // Sources: API pods once the Node was listed.
+    let node_source: Arc<dyn admission::node::NodeSource> = match deps.node.clone() {
+        Some(n) => n,
+        None => admission::node::ApiNodeSource::start(
+            deps.client.clone(),
+            &deps.node_name,
+            stop.clone(),
+        ),
+    };
     let (src_tx, mut src_rx) = mpsc::unbounded_channel::<SourceEvent>();
-    tokio::spawn(source::api::run(
-        deps.client.clone(),
-        deps.node_name.clone(),
-        store.clone(),
-        src_tx.clone(),
-        stop.clone(),
-    ));
+    {
+        let node_source = node_source.clone();
+        let (client, name, store, tx, stop) = (
+            deps.client.clone(),
+            deps.node_name.clone(),
+            store.clone(),
+            src_tx.clone(),
+            stop.clone(),
+        );
+        tokio::spawn(async move {
+            source::api::run(client, name, store, tx, stop, node_source.synced()).await
+        });
+    }
     tokio::spawn(source::file::run(
         cfg.static_pod_path
             .clone()
@@ -565,7 +579,21 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         let stop = stop.clone();
         let sync_loop = sync_loop.clone();
         let mut admission = Admission {
-            admit: deps.admit.clone(),
+            admitter: admission::Admitter::new(admission::AdmitterParts {
+                node_name: deps.node_name.clone(),
+                node: node_source,
+                allocatable: deps.allocatable.clone(),
+                max_pods: cfg.max_pods,
+                eviction: deps.admit.clone(),
+                sysctls: admission::sysctl::SysctlAllowlist::new(
+                    admission::sysctl::kernel_version(),
+                    &cfg.allowed_unsafe_sysctls,
+                ),
+                apparmor: admission::apparmor::AppArmorAdmission::new(
+                    admission::apparmor::validate_host(std::path::Path::new("/")),
+                ),
+                rejections: metrics.admission_rejections_total.clone(),
+            }),
             rejected,
         };
         tokio::spawn(async move {
@@ -579,7 +607,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     ev = src_rx.recv() => match ev {
-                        Some(ev) => dispatch(&workers, &store, &mut admission, ev, &api_synced, &static_synced),
+                        Some(ev) => dispatch(&workers, &store, &mut admission, ev, &api_synced, &static_synced).await,
                         None => return,
                     },
                     uid = wake_rx.recv() => match uid {
@@ -606,15 +634,38 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
 /// kubelet's admission of pods new to the node (`HandlePodAdditions`): a
 /// rejected pod never reaches a worker; it ends `Failed` with the
 /// rejection's reason and `Pod was rejected: <message>`, with a Warning
-/// event, and stays rejected.
+/// event, and stays rejected. Pods are admitted one at a time by the
+/// dispatcher (kubelet's allocation mutex), each against the pods admitted
+/// before it.
 struct Admission {
-    admit: Option<AdmitFn>,
+    admitter: admission::Admitter,
     rejected: Rejected,
+}
+
+/// kubelet's `GetActivePods` as admission sees them: the pods the node
+/// should run (a pod deleted from its source no longer counts, even while
+/// it stops) whose worker still syncs them, unless their phase is terminal,
+/// or is stopping them.
+fn admitted_pods(workers: &PodWorkers) -> Vec<Arc<Pod>> {
+    let lc = workers.lifecycle();
+    workers
+        .pods_using_resources()
+        .into_iter()
+        .filter_map(|(p, terminating)| {
+            let current = lc.store.get(podutil::uid(&p))?;
+            let status_phase = lc.status.get(podutil::uid(&current)).and_then(|s| s.phase);
+            let terminal = podutil::is_terminal_phase(podutil::phase(&current))
+                || status_phase
+                    .as_deref()
+                    .is_some_and(podutil::is_terminal_phase);
+            (terminating || !terminal).then_some(current)
+        })
+        .collect()
 }
 
 impl Admission {
     /// Whether the dispatcher must not hand `pod` to a worker.
-    fn holds_back(&mut self, workers: &PodWorkers, pod: &Pod) -> bool {
+    async fn holds_back(&mut self, workers: &PodWorkers, pod: &Pod) -> bool {
         let uid = podutil::uid(pod);
         let lc = workers.lifecycle();
         if rejected_contains(&self.rejected, uid) {
@@ -624,20 +675,21 @@ impl Admission {
             }
             return true;
         }
-        let Some(admit) = &self.admit else {
-            return false;
-        };
         if workers.phase(uid).is_some() || podutil::is_terminal_phase(podutil::phase(pod)) {
             return false;
         }
-        let Err(rejection) = admit(pod) else {
+        let others = admitted_pods(workers);
+        let Err(rejection) = self
+            .admitter
+            .admit(pod, &others, admission::Operation::Add)
+            .await
+        else {
             return false;
         };
         self.rejected
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(uid.to_string());
-        tracing::info!(pod = %podutil::key(pod), reason = %rejection.reason, message = %rejection.message, "pod rejected by admission");
         lc.events.pod(
             pod,
             crate::events::EventType::Warning,
@@ -658,7 +710,7 @@ impl Admission {
     }
 }
 
-fn dispatch(
+async fn dispatch(
     workers: &PodWorkers,
     store: &PodStore,
     admission: &mut Admission,
@@ -677,7 +729,7 @@ fn dispatch(
                 }
                 return;
             }
-            if admission.holds_back(workers, &pod) {
+            if admission.holds_back(workers, &pod).await {
                 return;
             }
             let kind = if workers.phase(podutil::uid(&pod)).is_some() {

@@ -287,6 +287,22 @@ impl PodWorkers {
             .collect()
     }
 
+    /// Pods whose containers may still use the node's resources: those
+    /// syncing, and those terminating (`true`).
+    pub fn pods_using_resources(&self) -> Vec<(Arc<Pod>, bool)> {
+        self.lock()
+            .values()
+            .filter_map(|w| {
+                let st = w.lock();
+                match st.phase {
+                    Phase::Syncing => Some((st.pod.clone(), false)),
+                    Phase::Terminating => Some((st.pod.clone(), true)),
+                    Phase::Terminated | Phase::Finished => None,
+                }
+            })
+            .collect()
+    }
+
     async fn wait(&self, w: &Worker) -> bool {
         loop {
             let requeue = {
