@@ -90,8 +90,17 @@ async fn second_pod_exceeding_allocatable_memory_is_out_of_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overhead_and_pod_level_resources_count_in_the_fit() {
     let w = World::new().await;
-    // 3 cpu of containers + 1500m overhead > 4 cpu.
-    let mut spec = json!({"overhead": {"cpu": "1500m"},
+    // 3 cpu of containers + 1500m overhead (from the RuntimeClass, copied
+    // into the pod by the API server) > 4 cpu.
+    let rc: k8s_openapi::api::node::v1::RuntimeClass = serde_json::from_value(json!({
+        "metadata": {"name": "vm"}, "handler": "runc",
+        "overhead": {"podFixed": {"cpu": "1500m"}}}))
+    .unwrap();
+    Api::<k8s_openapi::api::node::v1::RuntimeClass>::all(w.admin.clone())
+        .create(&kube::api::PostParams::default(), &rc)
+        .await
+        .unwrap();
+    let mut spec = json!({"runtimeClassName": "vm",
         "containers": [{"name": "app", "image": IMAGE, "resources": {"requests": {"cpu": "3"}}}]});
     w.create_pod("overhead", spec.clone()).await;
     assert_rejected(

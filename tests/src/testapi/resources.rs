@@ -324,6 +324,23 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         returns_deleted_object: false,
     },
+    // Read by kubelet's RuntimeClass manager and the RuntimeClass
+    // admission plugin (overhead, scheduling, missing class refused).
+    ResourceInfo {
+        group: "node.k8s.io",
+        version: "v1",
+        plural: "runtimeclasses",
+        singular: "runtimeclass",
+        kind: "RuntimeClass",
+        namespaced: false,
+        short_names: &[],
+        categories: &[],
+        subresources: &[],
+        storage: "runtimeclasses",
+        fields: &[],
+        tracks_generation: false,
+        returns_deleted_object: false,
+    },
     // Stored only (no controller, no authorization): served so that
     // keelson's packaging manifests (DaemonSet, RBAC) can be applied with
     // kubectl and validated against the upstream types.

@@ -468,6 +468,10 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         allocatable: deps.allocatable.clone(),
         hooks: HookRunner::new(deps.cri.clone(), crate::version::KUBERNETES_MINOR),
         clock: clock.clone(),
+        runtime_classes: Arc::new(runtime::runtime_class::ApiRuntimeClasses::start(
+            deps.client.clone(),
+            stop.clone(),
+        )),
     }));
 
     let store = PodStore::new();

@@ -14,6 +14,7 @@ use super::hooks::HookRunner;
 use super::images::ImageManager;
 use super::labels::POD_UID;
 use super::linux_resources::CpuQuota;
+use super::runtime_class::RuntimeClasses;
 use super::security::SeccompSettings;
 use super::status::{ContainerStatus, RuntimePodStatus, SandboxStatus};
 use crate::node::cgroups::PodCgroups;
@@ -83,6 +84,7 @@ pub struct RuntimeManager {
     pub(super) allocatable: AllocatableFn,
     pub(super) hooks: HookRunner,
     pub(super) clock: SharedClock,
+    pub(super) runtime_classes: Arc<dyn RuntimeClasses>,
 }
 
 impl std::fmt::Debug for RuntimeManager {
@@ -121,6 +123,8 @@ pub struct RuntimeParts {
     pub hooks: HookRunner,
     /// Clock.
     pub clock: SharedClock,
+    /// RuntimeClass → runtime handler.
+    pub runtime_classes: Arc<dyn RuntimeClasses>,
 }
 
 impl RuntimeManager {
@@ -140,6 +144,7 @@ impl RuntimeManager {
             allocatable: p.allocatable,
             hooks: p.hooks,
             clock: p.clock,
+            runtime_classes: p.runtime_classes,
         }
     }
 

@@ -17,6 +17,7 @@ pub mod kill;
 pub mod labels;
 pub mod linux_resources;
 pub mod manager;
+pub mod runtime_class;
 pub mod sandbox;
 pub mod security;
 pub mod service_env;

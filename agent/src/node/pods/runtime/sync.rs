@@ -464,9 +464,23 @@ impl RuntimeManager {
                 gofmt::quote(&podutil::format_pod(pod))
             )));
         }
+        let runtime_class = podutil::spec(pod).runtime_class_name.as_deref();
+        let handler = match self.runtime_classes.lookup_handler(runtime_class) {
+            Ok(h) => h,
+            Err(e) => {
+                failed_event(&e);
+                return Err(fail(format!(
+                    "Failed to create sandbox for pod {}: {e}",
+                    gofmt::quote(&podutil::format_pod(pod))
+                )));
+            }
+        };
+        if !handler.is_empty() {
+            tracing::debug!(pod = %podutil::key(pod), runtime_handler = %handler, "running pod with runtime handler");
+        }
         let id = match self
             .metrics
-            .runtime_op("run_podsandbox", self.cri.run_pod_sandbox(config, ""))
+            .runtime_op("run_podsandbox", self.cri.run_pod_sandbox(config, &handler))
             .await
         {
             Ok(id) => id,
