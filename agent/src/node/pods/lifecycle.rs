@@ -11,6 +11,7 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Secret};
 use tokio::time::Instant;
 
+use super::active_deadline;
 use super::cache::RuntimeCache;
 use super::clock::SharedClock;
 use super::deps::{EnvSources, PodVolumes};
@@ -242,6 +243,17 @@ impl PodLifecycle {
             .or_else(|| pod.status.clone())
             .unwrap_or_default();
         let failures = lock(&self.reasons).get(uid).cloned().unwrap_or_default();
+        // kubelet's pod sync handlers (`ShouldEvict`): past its active
+        // deadline the pod is Failed (with a Normal event each time).
+        let evicted = active_deadline::past(pod, old.start_time.as_ref(), self.clock.now());
+        if evicted {
+            self.events.pod(
+                pod,
+                EventType::Normal,
+                active_deadline::REASON,
+                active_deadline::MESSAGE,
+            );
+        }
         generate_pod_status(
             pod,
             rt,
@@ -252,8 +264,19 @@ impl PodLifecycle {
                 host_ips: &self.host_ips,
                 runtime_name: self.runtime.runtime_name(),
                 pod_is_terminal: terminal,
+                evicted: evicted.then_some((active_deadline::REASON, active_deadline::MESSAGE)),
             },
         )
+    }
+
+    /// When the pod's active deadline passes (the worker syncs it then).
+    pub fn active_deadline(&self, pod: &Pod) -> Option<SystemTime> {
+        let start = self
+            .status
+            .get(podutil::uid(pod))
+            .and_then(|s| s.start_time)
+            .or_else(|| pod.status.as_ref().and_then(|s| s.start_time.clone()));
+        active_deadline::deadline(pod, start.as_ref())
     }
 
     fn update_reasons(&self, uid: &str, result: &super::runtime::PodSyncResult) {

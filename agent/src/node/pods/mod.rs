@@ -6,6 +6,7 @@
 //! [`PodsHandle`] for the rest of the node role (PLEG health for the Ready
 //! condition, active pods and pod kills for eviction).
 
+pub mod active_deadline;
 pub mod admission;
 pub mod backoff;
 pub mod cache;

@@ -340,6 +340,14 @@ impl PodWorkers {
         });
     }
 
+    /// kubelet's `ShouldSync` of the active deadline handler: the pod is
+    /// synced again when its `activeDeadlineSeconds` pass.
+    fn requeue_at_deadline(&self, w: &Worker, pod: &Pod) {
+        if let Some(t) = self.lifecycle.active_deadline(pod) {
+            self.requeue(w, self.until(t));
+        }
+    }
+
     fn until(&self, t: SystemTime) -> Duration {
         t.duration_since(self.lifecycle.clock.now())
             .unwrap_or(Duration::ZERO)
@@ -395,6 +403,7 @@ impl PodWorkers {
                                 next = next.min(self.until(t));
                             }
                             self.requeue(&w, next);
+                            self.requeue_at_deadline(&w, &pod);
                         }
                         Some(Err(f)) => {
                             if !only_backoff(&f.message) {
@@ -410,6 +419,7 @@ impl PodWorkers {
                                 None => jitter(BACKOFF_PERIOD, BACKOFF_JITTER),
                             };
                             self.requeue(&w, next);
+                            self.requeue_at_deadline(&w, &pod);
                         }
                     }
                 }

@@ -77,6 +77,9 @@ pub struct StatusInputs<'a> {
     pub runtime_name: &'a str,
     /// Whether the pod is terminal (containers will not restart).
     pub pod_is_terminal: bool,
+    /// A pod sync handler asks for the pod to fail (reason, message):
+    /// kubelet's `ShouldEvict` (active deadline).
+    pub evicted: Option<(&'a str, &'a str)>,
 }
 
 fn waiting(reason: &str, message: &str) -> ApiState {
@@ -721,6 +724,13 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
         s.reason = old.reason.clone().or_else(|| api.reason.clone());
         s.message = old.message.clone().or_else(|| api.message.clone());
     }
+    if let Some((reason, message)) = inp.evicted {
+        s.phase = Some("Failed".into());
+        s.reason = Some(reason.to_string());
+        s.message = Some(message.to_string());
+    }
+    let phase = s.phase.clone().unwrap_or_default();
+    let phase = phase.as_str();
     if podutil::is_terminal_phase(api.phase.as_deref().unwrap_or_default())
         && api.phase.as_deref() != Some(phase)
     {

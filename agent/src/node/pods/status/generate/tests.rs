@@ -82,6 +82,7 @@ fn generate(
             host_ips: &["192.168.1.10".to_string()],
             runtime_name: "containerd",
             pod_is_terminal: terminal,
+            evicted: None,
         },
     )
 }
@@ -355,6 +356,7 @@ fn probe_results_set_started_and_ready() {
             host_ips: &[],
             runtime_name: "containerd",
             pod_is_terminal: false,
+            evicted: None,
         },
     );
     let cs = &s.container_statuses.as_ref().expect("cs")[0];
