@@ -211,7 +211,7 @@ impl RuntimeManager {
                 })),
             )
             .await?;
-        let mut statuses = Vec::new();
+        let mut raw = Vec::new();
         for c in &containers {
             match self
                 .metrics
@@ -220,13 +220,31 @@ impl RuntimeManager {
             {
                 Ok(resp) => {
                     if let Some(s) = resp.status {
-                        statuses.push(ContainerStatus::from_cri(&s, &c.pod_sandbox_id));
+                        raw.push((s, c.pod_sandbox_id.clone()));
                     }
                 }
                 Err(e) if e.is_not_found() => continue,
                 Err(e) => return Err(e),
             }
         }
+        let convert = move || -> Vec<ContainerStatus> {
+            raw.iter()
+                .map(|(s, sb)| ContainerStatus::from_cri(s, sb))
+                .collect()
+        };
+        // Termination messages and log tails are file reads: off the
+        // async threads.
+        let statuses = if containers.is_empty() {
+            Vec::new()
+        } else {
+            tokio::task::spawn_blocking(convert)
+                .await
+                .map_err(|e| CriError::Other {
+                    method: "ContainerStatus",
+                    code: keelson_cri::Code::Internal,
+                    message: format!("converting container statuses: {e}"),
+                })?
+        };
         let mut status = RuntimePodStatus::new(uid, name, namespace, sb_statuses, statuses);
         status.timestamp = self.clock.now();
         Ok(status)

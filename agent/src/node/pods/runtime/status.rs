@@ -8,13 +8,7 @@ use std::time::SystemTime;
 use keelson_cri::api;
 
 use super::labels::{container_info_from_annotations, container_info_from_labels};
-
-/// Longest termination message kept (`MaxContainerTerminationMessageLength`).
-pub const MAX_TERMINATION_MESSAGE_LENGTH: usize = 4 * 1024;
-/// Longest message taken from the logs (`MaxContainerTerminationMessageLogLength`).
-pub const MAX_TERMINATION_MESSAGE_LOG_LENGTH: usize = 2048;
-/// Most log lines taken (`MaxContainerTerminationMessageLogLines`).
-pub const MAX_TERMINATION_MESSAGE_LOG_LINES: usize = 80;
+use super::log_tail::{MAX_TERMINATION_MESSAGE_LENGTH, last_log_text, read_at_most};
 
 /// A container's state as kubelet models it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -97,7 +91,9 @@ pub struct ContainerStatus {
 impl ContainerStatus {
     /// Converts a CRI ContainerStatus; for an exited container the
     /// termination message (file, or logs for `FallbackToLogsOnError`) is
-    /// appended to the runtime's message.
+    /// appended to the runtime's message — bounded blocking reads, so
+    /// callers on the async runtime convert exited containers in
+    /// `spawn_blocking` ([`reads_files`]).
     pub fn from_cri(s: &api::ContainerStatus, sandbox_id: &str) -> Self {
         let labels = container_info_from_labels(&s.labels);
         let ann = container_info_from_annotations(&s.annotations);
@@ -176,7 +172,8 @@ impl ContainerStatus {
 }
 
 /// Reads the termination message file through the container's mount of
-/// `path`; says whether the logs should be read instead.
+/// `path` (at most 4 KiB, from its end); says whether the logs should be
+/// read instead. Blocking file I/O.
 fn termination_message(s: &api::ContainerStatus, path: &str, fallback: bool) -> (String, bool) {
     if path.is_empty() {
         return (String::new(), fallback);
@@ -185,10 +182,13 @@ fn termination_message(s: &api::ContainerStatus, path: &str, fallback: bool) -> 
         if m.container_path != path {
             continue;
         }
-        return match read_tail(Path::new(&m.host_path), MAX_TERMINATION_MESSAGE_LENGTH) {
+        return match read_at_most(Path::new(&m.host_path), MAX_TERMINATION_MESSAGE_LENGTH) {
             Ok(data) => {
                 let empty = data.is_empty();
-                (data, fallback && empty)
+                (
+                    String::from_utf8_lossy(&data).into_owned(),
+                    fallback && empty,
+                )
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), fallback),
             Err(e) => (
@@ -200,46 +200,10 @@ fn termination_message(s: &api::ContainerStatus, path: &str, fallback: bool) -> 
     (String::new(), fallback)
 }
 
-/// The last `max` bytes of a file, as text.
-fn read_tail(path: &Path, max: usize) -> std::io::Result<String> {
-    let data = std::fs::read(path)?;
-    let start = data.len().saturating_sub(max);
-    Ok(String::from_utf8_lossy(&data[start..]).into_owned())
-}
-
-/// The end of a CRI-format log (`<time> <stream> <P|F> <text>` per line):
-/// at most 80 lines and 2048 bytes of text, partial lines joined.
-pub fn last_log_text(path: &Path) -> String {
-    let Ok(data) = std::fs::read(path) else {
-        return String::new();
-    };
-    let text = String::from_utf8_lossy(&data);
-    let mut messages: Vec<String> = Vec::new();
-    let mut partial = String::new();
-    for line in text.lines() {
-        let mut parts = line.splitn(4, ' ');
-        let (Some(_time), Some(_stream), Some(tag)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        let msg = parts.next().unwrap_or_default();
-        partial.push_str(msg);
-        if tag != "P" {
-            messages.push(std::mem::take(&mut partial) + "\n");
-        }
-    }
-    let start = messages
-        .len()
-        .saturating_sub(MAX_TERMINATION_MESSAGE_LOG_LINES);
-    let joined: String = messages[start..].concat();
-    let cut = joined
-        .len()
-        .saturating_sub(MAX_TERMINATION_MESSAGE_LOG_LENGTH);
-    let mut cut = cut;
-    while cut < joined.len() && !joined.is_char_boundary(cut) {
-        cut += 1;
-    }
-    joined[cut..].to_string()
+/// Whether converting this CRI status reads files (an exited container's
+/// termination message or log tail).
+pub fn reads_files(s: &api::ContainerStatus) -> bool {
+    ContainerState::from_cri(s.state) == ContainerState::Exited
 }
 
 /// A sandbox as the runtime reports it.
@@ -422,20 +386,6 @@ mod tests {
         assert_eq!(c.message, "bye");
         assert_eq!(c.exit_code, 3);
         assert_eq!(c.state, ContainerState::Exited);
-    }
-
-    #[test]
-    fn log_fallback_reads_the_cri_log_tail() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let log = dir.path().join("0.log");
-        std::fs::write(
-            &log,
-            "2024-01-01T00:00:00.000000001Z stdout F first\n\
-             2024-01-01T00:00:00.000000002Z stderr P part\n\
-             2024-01-01T00:00:00.000000003Z stderr F ial\n",
-        )
-        .expect("w");
-        assert_eq!(last_log_text(&log), "first\npartial\n");
     }
 
     #[test]

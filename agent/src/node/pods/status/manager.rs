@@ -402,6 +402,7 @@ impl StatusManager {
             tracing::error!(pod = %podutil::key(pod), error = %e, "status update on pod aborted");
             return;
         }
+        super::normalize::normalize(pod, &mut status);
         set_transition_times(&mut status, &old, &now);
         match &old.start_time {
             Some(t) => status.start_time = Some(t.clone()),

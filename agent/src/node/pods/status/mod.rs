@@ -3,6 +3,7 @@
 
 pub mod generate;
 pub mod manager;
+pub mod normalize;
 pub mod patch;
 
 pub use generate::{
