@@ -127,6 +127,8 @@ mod tests {
         assert!(names.contains(&"serviceaccounts/token"));
         assert!(group("discovery.k8s.io").is_some());
         assert!(group("batch").is_none());
-        assert_eq!(group_list()["groups"].as_array().map(Vec::len), Some(5));
+        assert!(group("node.k8s.io").is_some());
+        assert!(names.contains(&"pods/resize"));
+        assert_eq!(group_list()["groups"].as_array().map(Vec::len), Some(6));
     }
 }

@@ -29,6 +29,7 @@ mod objects;
 mod openapi;
 mod patch;
 mod pods;
+mod resize;
 mod resources;
 mod routing;
 mod schema;

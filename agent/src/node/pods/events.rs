@@ -48,6 +48,16 @@ pub const FAILED_CREATE_POD_CONTAINER: &str = "FailedCreatePodContainer";
 pub const NETWORK_NOT_READY: &str = "NetworkNotReady";
 /// A sync failed for a reason not reported otherwise.
 pub const FAILED_SYNC: &str = "FailedSync";
+/// A resize was allocated and is being actuated.
+pub const RESIZE_STARTED: &str = "ResizeStarted";
+/// A resize does not fit now.
+pub const RESIZE_DEFERRED: &str = "ResizeDeferred";
+/// A resize can never fit.
+pub const RESIZE_INFEASIBLE: &str = "ResizeInfeasible";
+/// A resize finished.
+pub const RESIZE_COMPLETED: &str = "ResizeCompleted";
+/// Actuating a resize failed.
+pub const RESIZE_ERROR: &str = "ResizeError";
 
 /// `spec.containers{name}` / `spec.initContainers{name}`: the `fieldPath`
 /// kubelet's events give a container (`GenerateContainerRef`).

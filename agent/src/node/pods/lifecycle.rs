@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Secret};
 use tokio::time::Instant;
 
 use super::active_deadline;
+use super::allocation::{AllocationManager, resize_message};
 use super::cache::RuntimeCache;
 use super::clock::SharedClock;
 use super::deps::{EnvSources, PodVolumes};
@@ -120,6 +121,7 @@ pub struct PodLifecycle {
     pub(crate) clock: SharedClock,
     pub(crate) host_ips: Vec<String>,
     pub(crate) network: Option<NetworkCheck>,
+    pub(crate) allocation: Arc<AllocationManager>,
     reasons: Mutex<HashMap<String, HashMap<String, StartFailure>>>,
     first_seen: Mutex<HashMap<String, Instant>>,
     started_reported: Mutex<HashSet<String>>,
@@ -161,6 +163,8 @@ pub struct LifecycleParts {
     pub host_ips: Vec<String>,
     /// Network readiness.
     pub network: Option<NetworkCheck>,
+    /// Allocated resources and resize conditions.
+    pub allocation: Arc<AllocationManager>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -185,6 +189,7 @@ impl PodLifecycle {
             clock: p.clock,
             host_ips: p.host_ips,
             network: p.network,
+            allocation: p.allocation,
             reasons: Mutex::new(HashMap::new()),
             first_seen: Mutex::new(HashMap::new()),
             started_reported: Mutex::new(HashSet::new()),
@@ -254,6 +259,25 @@ impl PodLifecycle {
                 active_deadline::MESSAGE,
             );
         }
+        // `determinePodResizeStatus`: a terminal pod has no resize.
+        let resize_conditions = if terminal {
+            self.allocation.conditions().clear_in_progress(uid);
+            self.allocation.conditions().clear_pending(uid);
+            Vec::new()
+        } else {
+            self.allocation.conditions().list(uid)
+        };
+        let pod_cgroup = self
+            .cgroups
+            .qos()
+            .and_then(|q| q.fs().read(&self.cgroups.name_of(pod)).ok())
+            .map(|mut c| {
+                // cgroup v2's "max" reads as -1: no limit.
+                if c.memory.is_some_and(|m| m < 0) {
+                    c.memory = None;
+                }
+                c
+            });
         generate_pod_status(
             pod,
             rt,
@@ -265,8 +289,59 @@ impl PodLifecycle {
                 runtime_name: self.runtime.runtime_name(),
                 pod_is_terminal: terminal,
                 evicted: evicted.then_some((active_deadline::REASON, active_deadline::MESSAGE)),
+                resize_conditions: &resize_conditions,
+                pod_cgroup: pod_cgroup.as_ref(),
             },
         )
+    }
+
+    /// At the start of a sync (kubelet's `SyncPod`): a running container
+    /// whose allocated resources are not actuated yet means a resize is in
+    /// progress; once none is, the condition goes with a `ResizeCompleted`
+    /// event.
+    fn track_resize_progress(&self, pod: &Pod, rt: &RuntimePodStatus) {
+        let uid = podutil::uid(pod);
+        let running = |name: &str| {
+            rt.find_container(name)
+                .is_some_and(|c| c.state == super::runtime::status::ContainerState::Running)
+        };
+        let generation = pod.metadata.generation.unwrap_or(0);
+        let conds = self.allocation.conditions();
+        if super::runtime::resize::resize_in_progress(pod, &running, &**self.runtime.actuated()) {
+            conds.set_in_progress(uid, "", "", generation);
+        } else if let Some(g) = conds.clear_in_progress(uid) {
+            self.events.pod(
+                pod,
+                EventType::Normal,
+                reasons::RESIZE_COMPLETED,
+                resize_message("Pod resize completed", pod, g, ""),
+            );
+        }
+    }
+
+    /// After the runtime sync: a failed in-place resize shows in the
+    /// `PodResizeInProgress` condition (`Error`) and a `ResizeError` event.
+    fn record_resize_result(&self, pod: &Pod, result: &super::runtime::PodSyncResult) {
+        for s in &result.steps {
+            if s.action != SyncAction::ResizePodInPlace {
+                continue;
+            }
+            let Some(e) = &s.error else { continue };
+            let (generation, updated) = self.allocation.conditions().set_in_progress(
+                podutil::uid(pod),
+                super::allocation::conditions::ERROR,
+                &e.message,
+                pod.metadata.generation.unwrap_or(0),
+            );
+            if updated {
+                self.events.pod(
+                    pod,
+                    EventType::Warning,
+                    reasons::RESIZE_ERROR,
+                    resize_message("Pod resize error", pod, generation, &e.message),
+                );
+            }
+        }
     }
 
     /// When the pod's active deadline passes (the worker syncs it then).
@@ -381,6 +456,10 @@ impl PodLifecycle {
         pod: &Pod,
         rt: &RuntimePodStatus,
     ) -> Result<SyncOutcome, SyncFailure> {
+        // The allocation as it is now, even if this sync started with an
+        // older copy of the pod (a resize accepted meanwhile).
+        let allocated = self.allocation.update_pod_from_allocation(pod).0;
+        let pod = &allocated;
         let uid = podutil::uid(pod).to_string();
         let first_seen = self.mark_seen(&uid);
         if kind == UpdateKind::Create {
@@ -388,6 +467,7 @@ impl PodLifecycle {
                 .pod_worker_start_duration
                 .observe(first_seen.elapsed().as_secs_f64());
         }
+        self.track_resize_progress(pod, rt);
         let api_status = self.generate_status(pod, rt, false);
         let previous_phase = self
             .status
@@ -425,6 +505,7 @@ impl PodLifecycle {
         }
         self.reconcile_mirror(pod).await;
         let active = self.active_pods();
+        let existed = self.cgroups.exists(pod);
         if let Err(e) = self.cgroups.ensure(pod, &active) {
             let msg = format!("unable to ensure pod container exists: {e}");
             self.events.pod(
@@ -434,6 +515,10 @@ impl PodLifecycle {
                 msg.clone(),
             );
             return Err(SyncFailure::msg(msg));
+        }
+        if !existed {
+            // The new pod cgroup has the pod-level resources.
+            self.runtime.set_actuated_pod_level(pod);
         }
         self.volumes.register_pod(pod);
         if let Err(e) = self.volumes.setup_pod(pod).await {
@@ -451,7 +536,9 @@ impl PodLifecycle {
             )
             .await;
         self.update_reasons(&uid, &result);
-        if result.created_sandbox {
+        self.record_resize_result(pod, &result);
+        if result.created_sandbox || result.resized {
+            // `RequestPodReinspect`: the next sync reads the runtime anew.
             self.cache.delete(&uid);
         }
         match result.error() {
@@ -544,6 +631,8 @@ impl PodLifecycle {
 
     /// Forgets a pod that left the node for good.
     pub async fn forget(&self, uid: &str) {
+        self.allocation.remove(uid);
+        self.runtime.actuated().remove(uid);
         lock(&self.reasons).remove(uid);
         lock(&self.first_seen).remove(uid);
         lock(&self.started_reported).remove(uid);

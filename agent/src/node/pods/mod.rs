@@ -8,10 +8,12 @@
 
 pub mod active_deadline;
 pub mod admission;
+pub mod allocation;
 pub mod backoff;
 pub mod cache;
 pub mod clock;
 pub mod deps;
+pub mod dispatch;
 pub mod events;
 mod gc_state;
 pub mod housekeeping;
@@ -49,6 +51,7 @@ use crate::quantity::Quantity;
 use cache::RuntimeCache;
 use clock::SharedClock;
 use deps::{EnvSources, PodVolumes};
+use dispatch::{Rejected, rejected_contains};
 use events::PodEvents;
 use lifecycle::{FinalStatus, LifecycleParts, NetworkCheck, PodLifecycle, UpdateKind};
 use metrics::PodMetrics;
@@ -160,6 +163,11 @@ pub struct PodsHandle {
     /// When the dispatcher loop last went round.
     sync_loop: Arc<std::sync::Mutex<std::time::Instant>>,
 }
+
+/// kubelet's `actuatedPodsStateFile` (in the root directory).
+pub const ACTUATED_STATE_FILE: &str = "actuated_pods_state";
+/// kubelet's `allocatedPodsStateFile` (in the root directory).
+pub const ALLOCATED_STATE_FILE: &str = "allocated_pods_state";
 
 /// kubelet's `syncloop` health check: the loop must go round within twice
 /// the resync interval, at least 5 minutes.
@@ -277,16 +285,6 @@ struct Targets {
     workers: std::sync::OnceLock<PodWorkers>,
     /// Pods admission rejected: they never ran.
     rejected: Rejected,
-}
-
-/// UIDs of pods admission rejected, shared by the dispatcher and the
-/// status manager's view of the workers.
-type Rejected = Arc<std::sync::Mutex<std::collections::HashSet<String>>>;
-
-fn rejected_contains(r: &Rejected, uid: &str) -> bool {
-    r.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .contains(uid)
 }
 
 impl StatusTargets for Targets {
@@ -473,6 +471,9 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
             deps.client.clone(),
             stop.clone(),
         )),
+        actuated: Arc::new(allocation::checkpoint::Checkpoint::open(Some(
+            cfg.root_dir.join(ACTUATED_STATE_FILE),
+        ))),
     }));
 
     let store = PodStore::new();
@@ -507,6 +508,10 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
     } else {
         None
     };
+    let allocation = Arc::new(allocation::AllocationManager::new(
+        Some(cfg.root_dir.join(ALLOCATED_STATE_FILE)),
+        allocation::conditions::ResizeConditions::new(clock.clone()),
+    ));
     let lifecycle = Arc::new(PodLifecycle::new(LifecycleParts {
         runtime: runtime.clone(),
         status: status.clone(),
@@ -522,6 +527,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         clock: clock.clone(),
         host_ips: deps.node_ips.iter().map(IpAddr::to_string).collect(),
         network: deps.network.clone(),
+        allocation: allocation.clone(),
     }));
     let workers = PodWorkers::new(lifecycle.clone(), cfg.sync_frequency.get(), stop.clone());
     let _ = targets.workers.set(workers.clone());
@@ -583,8 +589,10 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         let store = store.clone();
         let stop = stop.clone();
         let sync_loop = sync_loop.clone();
-        let mut admission = Admission {
-            admitter: admission::Admitter::new(admission::AdmitterParts {
+        let mut dispatcher = dispatch::Dispatcher::new(
+            workers.clone(),
+            store.clone(),
+            admission::Admitter::new(admission::AdmitterParts {
                 node_name: deps.node_name.clone(),
                 node: node_source,
                 allocatable: deps.allocatable.clone(),
@@ -599,8 +607,10 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
                 ),
                 rejections: metrics.admission_rejections_total.clone(),
             }),
+            allocation,
             rejected,
-        };
+            (api_synced.clone(), static_synced.clone()),
+        );
         tokio::spawn(async move {
             let mut hk = housekeeping::Housekeeping::default();
             let mut tick = tokio::time::interval(housekeeping::PERIOD);
@@ -612,9 +622,12 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     ev = src_rx.recv() => match ev {
-                        Some(ev) => dispatch(&workers, &store, &mut admission, ev, &api_synced, &static_synced).await,
+                        Some(ev) => dispatcher.handle(ev).await,
                         None => return,
                     },
+                    _ = tokio::time::sleep_until(dispatcher.next_retry()) => {
+                        dispatcher.retry_pending("periodic_retry").await;
+                    }
                     uid = wake_rx.recv() => match uid {
                         Some(uid) => workers.wake(&uid),
                         None => return,
@@ -634,147 +647,4 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         static_synced: handle_flags.1,
         sync_loop,
     })
-}
-
-/// kubelet's admission of pods new to the node (`HandlePodAdditions`): a
-/// rejected pod never reaches a worker; it ends `Failed` with the
-/// rejection's reason and `Pod was rejected: <message>`, with a Warning
-/// event, and stays rejected. Pods are admitted one at a time by the
-/// dispatcher (kubelet's allocation mutex), each against the pods admitted
-/// before it.
-struct Admission {
-    admitter: admission::Admitter,
-    rejected: Rejected,
-}
-
-/// kubelet's `GetActivePods` as admission sees them: the pods the node
-/// should run (a pod deleted from its source no longer counts, even while
-/// it stops) whose worker still syncs them, unless their phase is terminal,
-/// or is stopping them.
-fn admitted_pods(workers: &PodWorkers) -> Vec<Arc<Pod>> {
-    let lc = workers.lifecycle();
-    workers
-        .pods_using_resources()
-        .into_iter()
-        .filter_map(|(p, terminating)| {
-            let current = lc.store.get(podutil::uid(&p))?;
-            let status_phase = lc.status.get(podutil::uid(&current)).and_then(|s| s.phase);
-            let terminal = podutil::is_terminal_phase(podutil::phase(&current))
-                || status_phase
-                    .as_deref()
-                    .is_some_and(podutil::is_terminal_phase);
-            (terminating || !terminal).then_some(current)
-        })
-        .collect()
-}
-
-impl Admission {
-    /// Whether the dispatcher must not hand `pod` to a worker.
-    async fn holds_back(&mut self, workers: &PodWorkers, pod: &Pod) -> bool {
-        let uid = podutil::uid(pod);
-        let lc = workers.lifecycle();
-        if rejected_contains(&self.rejected, uid) {
-            if pod.metadata.deletion_timestamp.is_some() {
-                // Nothing runs: the status manager may delete the object.
-                lc.status.terminate_pod(pod);
-            }
-            return true;
-        }
-        if workers.phase(uid).is_some() || podutil::is_terminal_phase(podutil::phase(pod)) {
-            return false;
-        }
-        let others = admitted_pods(workers);
-        let Err(rejection) = self
-            .admitter
-            .admit(pod, &others, admission::Operation::Add)
-            .await
-        else {
-            return false;
-        };
-        self.rejected
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(uid.to_string());
-        lc.events.pod(
-            pod,
-            crate::events::EventType::Warning,
-            &rejection.reason,
-            rejection.message.clone(),
-        );
-        lc.status.set_pod_status(
-            pod,
-            k8s_openapi::api::core::v1::PodStatus {
-                qos_class: Some(qos::pod_qos(pod).as_str().to_string()),
-                phase: Some("Failed".into()),
-                reason: Some(rejection.reason),
-                message: Some(format!("Pod was rejected: {}", rejection.message)),
-                ..Default::default()
-            },
-        );
-        true
-    }
-}
-
-async fn dispatch(
-    workers: &PodWorkers,
-    store: &PodStore,
-    admission: &mut Admission,
-    ev: SourceEvent,
-    api_synced: &AtomicBool,
-    static_synced: &AtomicBool,
-) {
-    match ev {
-        SourceEvent::Upsert(pod) => {
-            if podutil::is_mirror(&pod) {
-                // The static pod's worker reconciles its mirror.
-                for p in store.pods_where(|p| {
-                    podutil::is_static(p) && podutil::full_name(p) == podutil::full_name(&pod)
-                }) {
-                    workers.wake(podutil::uid(&p));
-                }
-                return;
-            }
-            if admission.holds_back(workers, &pod).await {
-                return;
-            }
-            let kind = if workers.phase(podutil::uid(&pod)).is_some() {
-                UpdateKind::Update
-            } else {
-                UpdateKind::Create
-            };
-            let pod = store
-                .get(podutil::uid(&pod))
-                .unwrap_or_else(|| Arc::new(pod));
-            workers.update_pod(pod, kind, None);
-        }
-        SourceEvent::Remove(pod) => {
-            if admission
-                .rejected
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remove(podutil::uid(&pod))
-            {
-                return;
-            }
-            if podutil::is_mirror(&pod) {
-                for p in store.pods_where(|p| {
-                    podutil::is_static(p) && podutil::full_name(p) == podutil::full_name(&pod)
-                }) {
-                    workers.wake(podutil::uid(&p));
-                }
-                return;
-            }
-            workers.update_pod(
-                Arc::new(pod),
-                UpdateKind::Kill,
-                Some(KillRequest {
-                    grace: None,
-                    final_status: None,
-                    removed: true,
-                }),
-            );
-        }
-        SourceEvent::ApiSynced => api_synced.store(true, Ordering::SeqCst),
-        SourceEvent::StaticSynced => static_synced.store(true, Ordering::SeqCst),
-    }
 }

@@ -133,6 +133,8 @@ impl RuntimeManager {
                 return Err(StepError::new(CREATE_CONTAINER_ERROR, msg));
             }
         };
+        // kubelet records what it gave the container (in-place resize).
+        self.set_actuated_container(pod, c);
         self.events.container(
             pod,
             &c.name,

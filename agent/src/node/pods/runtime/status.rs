@@ -80,12 +80,64 @@ pub struct ContainerStatus {
     pub container_type: String,
     /// The runtime's log path.
     pub log_path: String,
-    /// Memory limit the runtime applied (bytes; 0 unknown).
-    pub memory_limit: i64,
-    /// CPU quota the runtime applied (µs; 0 unknown).
-    pub cpu_quota: i64,
-    /// CPU shares the runtime applied (0 unknown).
-    pub cpu_shares: i64,
+    /// The resources the runtime reports it applied (kubelet's
+    /// `toKubeContainerResources`), completed from the actuated record.
+    pub resources: Option<ContainerResources>,
+    /// The user the runtime runs the container's process as.
+    pub user: Option<api::LinuxContainerUser>,
+}
+
+/// CPU and memory a container runs with, in API units (kubelet's
+/// `kubecontainer.ContainerResources`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ContainerResources {
+    /// Millicores, from `cpu.shares`.
+    pub cpu_request: Option<i64>,
+    /// Millicores, from quota and period.
+    pub cpu_limit: Option<i64>,
+    /// Bytes (only from the actuated record: the runtime has no request).
+    pub memory_request: Option<i64>,
+    /// Bytes.
+    pub memory_limit: Option<i64>,
+}
+
+/// `SharesToMilliCPU`.
+pub fn shares_to_milli_cpu(shares: i64) -> i64 {
+    if shares >= 2 {
+        (shares * 1000 + 1023) / 1024
+    } else {
+        0
+    }
+}
+
+/// `QuotaToMilliCPU`.
+pub fn quota_to_milli_cpu(quota: i64, period: i64) -> i64 {
+    if quota == -1 || period == 0 {
+        0
+    } else {
+        quota * 1000 / period
+    }
+}
+
+/// `toKubeContainerResources`: what the runtime reports (`None` when it
+/// reports no cpu or memory figure).
+pub fn resources_from_cri(r: Option<&api::ContainerResources>) -> Option<ContainerResources> {
+    let l = r?.linux.as_ref()?;
+    let cpu_limit = (l.cpu_period > 0)
+        .then(|| quota_to_milli_cpu(l.cpu_quota, l.cpu_period))
+        .filter(|m| *m > 0);
+    let cpu_request = (l.cpu_shares > 0)
+        .then(|| shares_to_milli_cpu(l.cpu_shares))
+        .filter(|m| *m > 0);
+    let memory_limit = (l.memory_limit_in_bytes > 0).then_some(l.memory_limit_in_bytes);
+    (cpu_limit.is_some() || cpu_request.is_some() || memory_limit.is_some()).then_some(
+        ContainerResources {
+            cpu_request,
+            cpu_limit,
+            memory_request: None,
+            memory_limit,
+        },
+    )
 }
 
 impl ContainerStatus {
@@ -109,7 +161,6 @@ impl ContainerStatus {
                 }
             })
             .unwrap_or_default();
-        let linux = s.resources.as_ref().and_then(|r| r.linux.as_ref());
         let mut out = ContainerStatus {
             id: s.id.clone(),
             name: if labels.container_name.is_empty() {
@@ -138,9 +189,8 @@ impl ContainerStatus {
             restart_count: ann.restart_count,
             container_type: ann.container_type.clone(),
             log_path: s.log_path.clone(),
-            memory_limit: linux.map(|l| l.memory_limit_in_bytes).unwrap_or(0),
-            cpu_quota: linux.map(|l| l.cpu_quota).unwrap_or(0),
-            cpu_shares: linux.map(|l| l.cpu_shares).unwrap_or(0),
+            resources: resources_from_cri(s.resources.as_ref()),
+            user: s.user.as_ref().and_then(|u| u.linux.clone()),
         };
         if state == ContainerState::Exited {
             out.reason = s.reason.clone();

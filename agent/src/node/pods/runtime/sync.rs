@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use keelson_cri::api;
 use keelson_probes::gofmt;
 
-use super::actions::{ProbeResults, compute_pod_actions};
+use super::actions::{ProbeResults, compute_pod_actions_with};
 use super::errors::{
     CONFIG_POD_SANDBOX_ERROR, CRASH_LOOP_BACK_OFF, CREATE_POD_SANDBOX_ERROR, StepError, grpc_text,
 };
@@ -35,6 +35,8 @@ pub enum SyncAction {
     ConfigPodSandbox,
     /// Stop the sandbox.
     KillPodSandbox,
+    /// Resize running containers in place.
+    ResizePodInPlace,
 }
 
 impl SyncAction {
@@ -45,6 +47,7 @@ impl SyncAction {
             SyncAction::CreatePodSandbox => "CreatePodSandbox",
             SyncAction::ConfigPodSandbox => "ConfigPodSandbox",
             SyncAction::KillPodSandbox => "KillPodSandbox",
+            SyncAction::ResizePodInPlace => "ResizePodInPlace",
         }
     }
 }
@@ -71,6 +74,8 @@ pub struct PodSyncResult {
     pub created_sandbox: bool,
     /// Time spent pulling images in this sync.
     pub image_pull_time: std::time::Duration,
+    /// Resources were changed in place (the runtime must be read again).
+    pub resized: bool,
 }
 
 impl PodSyncResult {
@@ -203,7 +208,7 @@ impl RuntimeManager {
         probes: &dyn ProbeResults,
         active_pods: &[Pod],
     ) -> PodSyncResult {
-        let actions = compute_pod_actions(pod, status, probes);
+        let actions = compute_pod_actions_with(pod, status, probes, Some(&*self.actuated));
         tracing::debug!(pod = %podutil::key(pod), ?actions, "computed pod actions");
         let mut result = PodSyncResult::default();
         if actions.create_sandbox && !actions.sandbox_id.is_empty() {
@@ -321,6 +326,17 @@ impl RuntimeManager {
             if !ok && !is_restartable_init(c) {
                 return result;
             }
+        }
+        // Step 8: in-place resizes of running containers.
+        if actions.resize.needed() {
+            let r = Box::pin(self.do_pod_resize(pod, &sandbox_id, &actions.resize)).await;
+            result.resized = true;
+            result.push(
+                SyncAction::ResizePodInPlace,
+                &podutil::format_pod(pod),
+                r.err()
+                    .map(|e| StepError::new(super::errors::RESIZE_POD_IN_PLACE_ERROR, e)),
+            );
         }
         for &idx in &actions.containers_to_start {
             let Some(c) = podutil::containers(pod).get(idx) else {

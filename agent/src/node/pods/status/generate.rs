@@ -30,6 +30,8 @@ pub const KUBELET_CONDITIONS: &[&str] = &[
     "Ready",
     "Initialized",
     "ContainersReady",
+    "PodResizeInProgress",
+    "PodResizePending",
     "PodReadyToStartContainers",
 ];
 
@@ -80,6 +82,11 @@ pub struct StatusInputs<'a> {
     /// A pod sync handler asks for the pod to fail (reason, message):
     /// kubelet's `ShouldEvict` (active deadline).
     pub evicted: Option<(&'a str, &'a str)>,
+    /// `PodResizePending` / `PodResizeInProgress` as the allocation
+    /// manager keeps them.
+    pub resize_conditions: &'a [PodCondition],
+    /// The pod cgroup's settings (`None`: not readable).
+    pub pod_cgroup: Option<&'a crate::node::cgroups::ResourceConfig>,
 }
 
 fn waiting(reason: &str, message: &str) -> ApiState {
@@ -101,9 +108,28 @@ fn convert(
     cs: &ContainerStatus,
     old: Option<&ApiContainerStatus>,
     runtime: &str,
+    allocated: Option<&Container>,
 ) -> ApiContainerStatus {
     let cid = cs.api_id(runtime);
+    let resources =
+        allocated.map(|c| super::resources::container_status_resources(c, cs, &cid, old));
+    let allocated_resources =
+        allocated.and_then(|c| c.resources.as_ref().and_then(|r| r.requests.clone()));
+    let user = cs
+        .user
+        .as_ref()
+        .map(|u| k8s_openapi::api::core::v1::ContainerUser {
+            linux: Some(k8s_openapi::api::core::v1::LinuxContainerUser {
+                uid: u.uid,
+                gid: u.gid,
+                supplemental_groups: (!u.supplemental_groups.is_empty())
+                    .then(|| u.supplemental_groups.clone()),
+            }),
+        });
     let mut s = ApiContainerStatus {
+        resources,
+        allocated_resources,
+        user,
         name: cs.name.clone(),
         restart_count: cs.restart_count,
         image: cs.image.clone(),
@@ -248,7 +274,8 @@ pub fn convert_container_statuses(
         if *n >= 2 {
             continue;
         }
-        let converted = convert(cs, old.get(cs.name.as_str()).copied(), runtime);
+        let spec = containers.iter().find(|c| c.name == cs.name);
+        let converted = convert(cs, old.get(cs.name.as_str()).copied(), runtime, spec);
         if *n == 0 {
             statuses.insert(cs.name.clone(), converted);
         } else if let Some(s) = statuses.get_mut(&cs.name) {
@@ -746,6 +773,9 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
         .filter(|c| !KUBELET_CONDITIONS.contains(&c.type_.as_str()))
         .cloned()
         .collect();
+    if !inp.pod_is_terminal {
+        conditions.extend(inp.resize_conditions.iter().cloned());
+    }
     if let Some(d) = old
         .conditions
         .iter()
@@ -792,6 +822,12 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
     }
     s.container_statuses = Some(containers);
     s.init_container_statuses = (!inits.is_empty()).then_some(inits);
+    s.resources = Some(super::resources::pod_status_resources(
+        pod,
+        old,
+        inp.pod_cgroup,
+    ));
+    s.allocated_resources = super::resources::pod_allocated_resources(pod);
     s.observed_generation = pod.metadata.generation;
     s.start_time = old.start_time.clone();
     s

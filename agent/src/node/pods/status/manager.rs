@@ -179,7 +179,8 @@ fn set_transition_times(
         .map(|c| (c.type_.clone(), c.clone()))
         .collect();
     for c in new.conditions.iter_mut().flatten() {
-        if !kubelet_owned(c) {
+        // Resize conditions carry their own times.
+        if !kubelet_owned(c) || c.type_.starts_with("PodResize") {
             continue;
         }
         c.last_transition_time = match olds.get(&c.type_) {

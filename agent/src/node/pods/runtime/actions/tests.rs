@@ -65,9 +65,8 @@ fn container(
         restart_count: 0,
         container_type: String::new(),
         log_path: String::new(),
-        memory_limit: 0,
-        cpu_quota: 0,
-        cpu_shares: 0,
+        resources: None,
+        user: None,
     }
 }
 

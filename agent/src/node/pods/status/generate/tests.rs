@@ -45,9 +45,8 @@ fn running(p: &Pod, name: &str, restarts: i32) -> ContainerStatus {
         restart_count: restarts,
         container_type: String::new(),
         log_path: String::new(),
-        memory_limit: 0,
-        cpu_quota: 0,
-        cpu_shares: 0,
+        resources: None,
+        user: None,
     }
 }
 
@@ -83,6 +82,8 @@ fn generate(
             runtime_name: "containerd",
             pod_is_terminal: terminal,
             evicted: None,
+            resize_conditions: &[],
+            pod_cgroup: None,
         },
     )
 }
@@ -357,6 +358,8 @@ fn probe_results_set_started_and_ready() {
             runtime_name: "containerd",
             pod_is_terminal: false,
             evicted: None,
+            resize_conditions: &[],
+            pod_cgroup: None,
         },
     );
     let cs = &s.container_statuses.as_ref().expect("cs")[0];
