@@ -122,11 +122,6 @@ impl Backoff {
         since(event, e.last_update) < e.backoff
     }
 
-    /// When the since-update backoff of `key` ends.
-    pub fn update_expires_at(&self, key: &str) -> Option<SystemTime> {
-        self.lock().get(key).map(|e| e.last_update + e.backoff)
-    }
-
     /// Forgets `key`.
     pub fn reset(&self, key: &str) {
         self.lock().remove(key);

@@ -62,6 +62,47 @@ fn resources_fingerprint(pod: &Pod) -> String {
     serde_json::to_string(&(&spec.resources, containers)).unwrap_or_default()
 }
 
+/// What kubelet's pod config compares to decide whether a pod changed
+/// (`podsDifferSemantically`): spec, labels, annotations, deletion
+/// timestamp and grace; a change of status alone is a reconcile.
+fn semantic_fingerprint(pod: &Pod) -> String {
+    let m = &pod.metadata;
+    serde_json::to_string(&(
+        &pod.spec,
+        &m.labels,
+        &m.annotations,
+        &m.deletion_timestamp,
+        &m.deletion_grace_period_seconds,
+    ))
+    .unwrap_or_default()
+}
+
+/// `NeedToReconcilePodReadiness`: a pod with readiness gates whose Ready
+/// condition no longer says what its conditions imply.
+fn needs_readiness_reconcile(pod: &Pod) -> bool {
+    if podutil::spec(pod)
+        .readiness_gates
+        .as_ref()
+        .is_none_or(Vec::is_empty)
+    {
+        return false;
+    }
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    let conditions = status.conditions.clone().unwrap_or_default();
+    let Some(current) = conditions.iter().find(|c| c.type_ == "Ready") else {
+        return false;
+    };
+    let want = super::status::generate::ready_condition(
+        pod,
+        &conditions,
+        status.container_statuses.as_deref(),
+        status.phase.as_deref().unwrap_or_default(),
+    );
+    current.status != want.status || current.message != want.message
+}
+
 /// The dispatcher's state.
 pub struct Dispatcher {
     workers: PodWorkers,
@@ -70,6 +111,7 @@ pub struct Dispatcher {
     allocation: Arc<AllocationManager>,
     rejected: Rejected,
     seen_resources: HashMap<String, String>,
+    seen_semantic: HashMap<String, String>,
     next_retry: Instant,
     api_synced: Arc<AtomicBool>,
     static_synced: Arc<AtomicBool>,
@@ -92,6 +134,7 @@ impl Dispatcher {
             allocation,
             rejected,
             seen_resources: HashMap::new(),
+            seen_semantic: HashMap::new(),
             next_retry: Instant::now() + INITIAL_RETRY_DELAY,
             api_synced: synced.0,
             static_synced: synced.1,
@@ -340,14 +383,30 @@ impl Dispatcher {
         } else {
             UpdateKind::Create
         };
+        let semantic = semantic_fingerprint(&pod);
+        let prev = self.seen_semantic.insert(uid.clone(), semantic.clone());
+        let changed = prev.is_none_or(|old| old != semantic);
         let current = self.store.get(&uid).unwrap_or_else(|| Arc::new(pod));
         let (allocated, _) = self.allocation.update_pod_from_allocation(&current);
+        if known && !changed {
+            // Only the status changed (`HandlePodReconcile`): the worker
+            // takes the object; it syncs only for readiness gates.
+            let reconcile = needs_readiness_reconcile(&allocated);
+            let allocated = Arc::new(allocated);
+            if reconcile {
+                self.workers.update_pod(allocated, UpdateKind::Sync, None);
+            } else {
+                self.workers.replace_pod(allocated);
+            }
+            return;
+        }
         self.workers.update_pod(Arc::new(allocated), kind, None);
     }
 
     async fn remove(&mut self, pod: Pod) {
         let uid = podutil::uid(&pod).to_string();
         self.seen_resources.remove(&uid);
+        self.seen_semantic.remove(&uid);
         if self
             .rejected
             .lock()

@@ -122,6 +122,7 @@ pub struct PodLifecycle {
     pub(crate) host_ips: Vec<String>,
     pub(crate) network: Option<NetworkCheck>,
     pub(crate) allocation: Arc<AllocationManager>,
+    pub(crate) pleg: super::pleg::PlegRequests,
     reasons: Mutex<HashMap<String, HashMap<String, StartFailure>>>,
     first_seen: Mutex<HashMap<String, Instant>>,
     started_reported: Mutex<HashSet<String>>,
@@ -165,6 +166,8 @@ pub struct LifecycleParts {
     pub network: Option<NetworkCheck>,
     /// Allocated resources and resize conditions.
     pub allocation: Arc<AllocationManager>,
+    /// Relist and reinspect requests to the PLEG.
+    pub pleg: super::pleg::PlegRequests,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -190,6 +193,7 @@ impl PodLifecycle {
             host_ips: p.host_ips,
             network: p.network,
             allocation: p.allocation,
+            pleg: p.pleg,
             reasons: Mutex::new(HashMap::new()),
             first_seen: Mutex::new(HashMap::new()),
             started_reported: Mutex::new(HashSet::new()),
@@ -538,15 +542,27 @@ impl PodLifecycle {
         self.update_reasons(&uid, &result);
         self.record_resize_result(pod, &result);
         if result.created_sandbox || result.resized {
-            // `RequestPodReinspect`: the next sync reads the runtime anew.
+            // The next sync reads the runtime anew.
             self.cache.delete(&uid);
+        }
+        if result.resized {
+            // `RequestPodReinspect` (doPodResizeAction): the next relist
+            // syncs the pod, which then sees the resize actuated.
+            self.pleg.reinspect(&uid);
         }
         match result.error() {
             Some(message) => Err(SyncFailure {
                 message,
                 retry_at: result.retry_at,
             }),
-            None => Ok(SyncOutcome::Running(result.retry_at)),
+            None => {
+                if !result.steps.is_empty() {
+                    // kubelet's postSync: `RequestPodRelist`, so what the
+                    // sync started or stopped shows at once.
+                    self.pleg.relist(&uid);
+                }
+                Ok(SyncOutcome::Running(result.retry_at))
+            }
         }
     }
 

@@ -512,6 +512,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         Some(cfg.root_dir.join(ALLOCATED_STATE_FILE)),
         allocation::conditions::ResizeConditions::new(clock.clone()),
     ));
+    let (pleg_requests, pleg_requests_rx) = pleg::requests();
     let lifecycle = Arc::new(PodLifecycle::new(LifecycleParts {
         runtime: runtime.clone(),
         status: status.clone(),
@@ -528,6 +529,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         host_ips: deps.node_ips.iter().map(IpAddr::to_string).collect(),
         network: deps.network.clone(),
         allocation: allocation.clone(),
+        pleg: pleg_requests.clone(),
     }));
     let workers = PodWorkers::new(lifecycle.clone(), cfg.sync_frequency.get(), stop.clone());
     let _ = targets.workers.set(workers.clone());
@@ -541,6 +543,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         cache,
         metrics.clone(),
         wake_tx.clone(),
+        pleg_requests_rx,
     ));
     let pleg_health = pleg.health();
     tokio::spawn(pleg.run(stop.clone()));

@@ -287,6 +287,18 @@ impl PodWorkers {
             .collect()
     }
 
+    /// Replaces a pod's object without waking its worker: a change of
+    /// status only (kubelet's pod manager takes it; the next sync uses it).
+    pub fn replace_pod(&self, pod: Arc<Pod>) {
+        let w = self.lock().get(podutil::uid(&pod)).cloned();
+        if let Some(w) = w {
+            let mut st = w.lock();
+            if st.phase != Phase::Finished {
+                st.pod = pod;
+            }
+        }
+    }
+
     /// Pods whose containers may still use the node's resources: those
     /// syncing, and those terminating (`true`).
     pub fn pods_using_resources(&self) -> Vec<(Arc<Pod>, bool)> {
@@ -410,9 +422,9 @@ impl PodWorkers {
                                 tracing::info!(pod = %podutil::key(&pod), error = %f.message, "error syncing pod, skipping");
                             }
                             let next = match f.retry_at {
-                                Some(t) => {
-                                    self.until(t).min(jitter(BACKOFF_PERIOD, BACKOFF_JITTER))
-                                }
+                                // A backoff: retry once it ends (kubelet's
+                                // `MinBackoffExpiration`, at most a resync).
+                                Some(t) => jitter(self.until(t).min(self.resync), BACKOFF_JITTER),
                                 None if f.message.contains(super::lifecycle::NETWORK_NOT_READY) => {
                                     jitter(TRANSIENT_BACKOFF, BACKOFF_JITTER)
                                 }

@@ -247,11 +247,6 @@ impl ImageManager {
         }
     }
 
-    /// When the pull backoff of `key` (`<pod uid>_<image>`) ends.
-    pub fn backoff_until(&self, key: &str) -> Option<std::time::SystemTime> {
-        self.backoff.update_expires_at(key)
-    }
-
     fn clock_now(&self) -> std::time::SystemTime {
         self.backoff.now()
     }

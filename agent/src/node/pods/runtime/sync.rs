@@ -407,25 +407,15 @@ impl RuntimeManager {
                     .started_containers_errors_total
                     .with_label_values(&[kind.metric_label(), e.reason])
                     .inc();
-                if e.reason == super::errors::IMAGE_PULL_BACK_OFF
-                    || e.reason == super::errors::ERR_IMAGE_PULL
-                {
-                    let image = c.image.as_deref().unwrap_or_default();
-                    let image = super::imageref::apply_default_tag(image).unwrap_or_default();
-                    if let Some(t) = self.images_backoff_until(pod, &image) {
-                        result.retry_no_later_than(t);
-                    }
-                }
+                // Unlike CrashLoopBackOff, a pull failure carries no
+                // backoff expiration (kubelet's `NewBackoffError` is only
+                // for restarts): the worker retries after its usual
+                // backoff period.
                 tracing::info!(pod = %podutil::key(pod), container = %c.name, reason = e.reason, message = %e.message, "container start failed");
                 result.push(SyncAction::StartContainer, &c.name, Some(e));
                 false
             }
         }
-    }
-
-    fn images_backoff_until(&self, pod: &Pod, image: &str) -> Option<SystemTime> {
-        self.images
-            .backoff_until(&format!("{}_{}", podutil::uid(pod), image))
     }
 
     /// Creates the sandbox (pod cgroup, log directory, RunPodSandbox) and
