@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use super::resources::{self, ALL_VERBS, RESOURCES, ResourceInfo};
 
 /// The Kubernetes version this server reports.
-pub const SERVER_MINOR: &str = "33";
+pub const SERVER_MINOR: &str = "36";
 
 /// `/version`.
 pub fn version() -> Value {
