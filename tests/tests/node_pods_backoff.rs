@@ -231,6 +231,10 @@ async fn a_crashed_container_shows_terminated_until_the_back_off_ends() {
         })
         .await;
     let crashed_at: std::time::SystemTime = crashed_at.into();
+    // Creating the container takes a moment, as on a real runtime, so the
+    // status written at the back-off's end shows before the restart.
+    w.fake
+        .set_latency("CreateContainer", Duration::from_millis(600));
     // Observe the status through the back-off: terminated/Error until
     // about its end, then waiting/CrashLoopBackOff, then the restart.
     let seen_cell: std::sync::Mutex<Vec<(f64, String)>> = std::sync::Mutex::new(Vec::new());

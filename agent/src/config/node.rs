@@ -151,6 +151,14 @@ pub struct NodeConfig {
     /// safe list (`allowedUnsafeSysctls`); others fail admission with
     /// `SysctlForbidden`.
     pub allowed_unsafe_sysctls: Vec<String>,
+    /// Which images on the node a pod may use without showing credentials
+    /// that pulled them (`imagePullCredentialsVerificationPolicy`):
+    /// `NeverVerify`, `NeverVerifyPreloadedImages` (images the node did not
+    /// pull), `NeverVerifyAllowlistedImages`, `AlwaysVerify`.
+    pub image_pull_credentials_verification_policy: String,
+    /// Images (names, or `registry/path/*`) any pod may use under
+    /// `NeverVerifyAllowlistedImages` (`preloadedImagesVerificationAllowlist`).
+    pub preloaded_images_verification_allowlist: Vec<String>,
 }
 
 impl Default for NodeConfig {
@@ -204,6 +212,8 @@ impl Default for NodeConfig {
             kube_api_qps: 50.0,
             kube_api_burst: 100,
             allowed_unsafe_sysctls: Vec::new(),
+            image_pull_credentials_verification_policy: "NeverVerifyPreloadedImages".to_string(),
+            preloaded_images_verification_allowlist: Vec::new(),
         }
     }
 }

@@ -8,6 +8,7 @@
 
 mod node_cases;
 mod pod_cases;
+mod podspec_cases;
 mod service_cases;
 mod support;
 
@@ -15,6 +16,12 @@ use keelson_tests::upstream::Case;
 use keelson_tests::upstream::runner;
 
 fn main() -> std::process::ExitCode {
-    let cases: Vec<Case> = [node_cases::CASES, pod_cases::CASES, service_cases::CASES].concat();
+    let cases: Vec<Case> = [
+        node_cases::CASES,
+        pod_cases::CASES,
+        podspec_cases::CASES,
+        service_cases::CASES,
+    ]
+    .concat();
     runner::main(&cases)
 }

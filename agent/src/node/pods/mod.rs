@@ -429,6 +429,33 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         backoff::MAX,
         clock.clone(),
     ));
+    let pull_records = Arc::new(runtime::pull_records::PullManager::new(
+        &cfg.root_dir,
+        // Validated with the configuration.
+        runtime::pull_records::VerificationPolicy::parse(
+            &cfg.image_pull_credentials_verification_policy,
+            &cfg.preloaded_images_verification_allowlist,
+        )
+        .unwrap_or(runtime::pull_records::VerificationPolicy::NeverVerifyPreloadedImages),
+        Some(metrics.image_mustpull_checks_total.clone()),
+    ));
+    if !pull_records.leftover_intents().is_empty() {
+        // Pulls an earlier run left unfinished: an image now on the node
+        // is recorded as pulled by it (without credentials).
+        match deps.cri.list_images(None).await {
+            Ok(list) => {
+                let images: Vec<(String, Vec<String>)> = list
+                    .into_iter()
+                    .map(|i| {
+                        let names = i.repo_tags.into_iter().chain(i.repo_digests).collect();
+                        (i.id, names)
+                    })
+                    .collect();
+                pull_records.initialize(&images);
+            }
+            Err(e) => tracing::warn!(error = %e, "failed to list images"),
+        }
+    }
     let images = ImageManager::new(
         deps.cri.clone(),
         image_backoff,
@@ -436,6 +463,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         metrics.clone(),
         cfg.serialize_image_pulls,
         cfg.max_parallel_image_pulls,
+        pull_records,
     );
     let legacy_log_dir = cfg.pod_logs_dir.parent().map(|p| p.join("containers"));
     let runtime = Arc::new(RuntimeManager::new(RuntimeParts {

@@ -19,6 +19,7 @@ pub mod labels;
 pub mod linux_resources;
 pub mod log_tail;
 pub mod manager;
+pub mod pull_records;
 pub mod resize;
 pub mod runtime_class;
 pub mod sandbox;

@@ -141,7 +141,9 @@ impl RuntimeManager {
             &id,
             EventType::Normal,
             reasons::CREATED,
-            format!("Created container: {}", c.name),
+            // kuberuntime_container.go v1.36: the container is the event's
+            // object, no longer named in the message.
+            "Container created".to_string(),
         );
         if let Err(e) = self
             .metrics
@@ -165,7 +167,7 @@ impl RuntimeManager {
             &id,
             EventType::Normal,
             reasons::STARTED,
-            format!("Started container {}", c.name),
+            "Container started".to_string(),
         );
         if let Some(dir) = &self.settings.legacy_log_dir {
             let target = Path::new(&sandbox_config.log_directory).join(&log_path);
