@@ -123,11 +123,9 @@ pub fn should_container_be_restarted(c: &Container, pod: &Pod, status: &RuntimeP
     match s.state {
         ContainerState::Running => false,
         ContainerState::Unknown | ContainerState::Created => true,
-        ContainerState::Exited => match podutil::restart_policy(pod) {
-            "Never" => false,
-            "OnFailure" => s.exit_code != 0,
-            _ => true,
-        },
+        // ContainerRestartRules (on in v1.36): the container's rules and
+        // policy before the pod's.
+        ContainerState::Exited => podutil::container_should_restart(c, pod, s.exit_code),
     }
 }
 
@@ -206,11 +204,17 @@ pub fn compute_pod_actions_with(
             changes.create_sandbox = false;
             return changes;
         }
+        // Containers that succeeded and run once (`OnFailure`, the
+        // container's own policy before the pod's) stay done.
         let to_start: Vec<usize> = spec_containers
             .iter()
             .enumerate()
             .filter(|(_, c)| {
-                !(podutil::restart_policy(pod) == "OnFailure" && container_succeeded(c, status))
+                let run_once = match c.restart_policy.as_deref() {
+                    Some(p) => p == "OnFailure",
+                    None => podutil::restart_policy(pod) == "OnFailure",
+                };
+                !(run_once && container_succeeded(c, status))
             })
             .map(|(i, _)| i)
             .collect();
@@ -256,7 +260,12 @@ pub fn compute_pod_actions_with(
             continue;
         }
         let Some(s) = cs else { continue };
-        let mut restart = restart_on_failure(pod);
+        // A running container killed for a probe: its own policy (not its
+        // rules: it has no exit code yet) before the pod's.
+        let mut restart = match c.restart_policy.as_deref() {
+            Some(p) => p != "Never",
+            None => restart_on_failure(pod),
+        };
         let (message, reason) = if container_changed(c, s) {
             restart = true;
             (
@@ -418,7 +427,8 @@ fn compute_init_container_actions(
                 if restartable {
                     changes.init_containers_to_start.push(i);
                 } else if is_init_container_failed(s) {
-                    if !restart_on_failure {
+                    // The init container's rules and policy first.
+                    if !should_container_be_restarted(c, pod, status) {
                         changes.kill_pod = true;
                         changes.init_containers_to_start.clear();
                         return false;
@@ -444,7 +454,13 @@ fn compute_init_container_actions(
                     });
                     changes.init_containers_to_start.push(i);
                 } else {
-                    if !restart_on_failure {
+                    // No exit code yet: the container's policy, not its
+                    // rules.
+                    let restart = match c.restart_policy.as_deref() {
+                        Some(p) => p != "Never",
+                        None => restart_on_failure,
+                    };
+                    if !restart {
                         changes.kill_pod = true;
                         changes.init_containers_to_start.clear();
                         return false;

@@ -374,36 +374,64 @@ pub fn has_any_regular_container_started(pod: &Pod, info: &[ApiContainerStatus])
     })
 }
 
-/// kubelet's `getPhase`.
-pub fn get_phase(pod: &Pod, info: &[ApiContainerStatus], pod_is_terminal: bool) -> &'static str {
-    let mut pending_init = 0;
-    let mut failed_init = 0;
+/// kubelet's `HasAnyActiveRegularContainerStarted`: a regular container
+/// exists in the newest sandbox, if that one is ready.
+pub fn has_any_active_regular_container(pod: &Pod, rt: &RuntimePodStatus) -> bool {
+    let Some(active) = rt.sandboxes.first().filter(|s| s.ready) else {
+        return false;
+    };
+    rt.containers.iter().any(|c| {
+        c.sandbox_id == active.id && podutil::containers(pod).iter().any(|s| s.name == c.name)
+    })
+}
+
+/// Whether a container that ended with `exit_code` will run again
+/// (ContainerRestartRules, on in v1.36).
+fn restartable(c: &k8s_openapi::api::core::v1::Container, pod: &Pod, exit_code: i32) -> bool {
+    podutil::container_should_restart(c, pod, exit_code)
+}
+
+/// kubelet's `getPhase` (v1.36, ContainerRestartRules on):
+/// `pod_has_initialized` is `has_any_active_regular_container`.
+pub fn get_phase(
+    pod: &Pod,
+    info: &[ApiContainerStatus],
+    pod_is_terminal: bool,
+    pod_has_initialized: bool,
+) -> &'static str {
+    let mut pending_restartable_init = 0;
+    let mut pending_regular_init = 0;
+    let mut failed_init_not_restartable = 0;
     for c in podutil::init_containers(pod) {
         if is_restartable_init(c) {
             continue;
         }
         let Some(s) = find(info, &c.name) else {
-            pending_init += 1;
+            pending_regular_init += 1;
             continue;
         };
         let st = state_of(s);
         if st.running.is_some() {
-            pending_init += 1;
+            pending_regular_init += 1;
         } else if let Some(t) = &st.terminated {
-            if t.exit_code != 0 {
-                failed_init += 1;
+            if t.exit_code != 0 && !restartable(c, pod, t.exit_code) {
+                failed_init_not_restartable += 1;
             }
         } else if st.waiting.is_some() {
             match last_terminated(s) {
-                Some(t) if t.exit_code != 0 => failed_init += 1,
-                Some(_) => {}
-                None => pending_init += 1,
+                Some(t) => {
+                    if t.exit_code != 0 && !restartable(c, pod, t.exit_code) {
+                        failed_init_not_restartable += 1;
+                    }
+                }
+                None => pending_regular_init += 1,
             }
         } else {
-            pending_init += 1;
+            pending_regular_init += 1;
         }
     }
-    let (mut unknown, mut running, mut waiting_n, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    let (mut unknown, mut running, mut waiting_n) = (0, 0, 0);
+    let (mut stopped, mut stopped_not_restartable, mut succeeded) = (0, 0, 0);
     for c in podutil::init_containers(pod) {
         if !is_restartable_init(c) {
             continue;
@@ -415,17 +443,18 @@ pub fn get_phase(pod: &Pod, info: &[ApiContainerStatus], pod_is_terminal: bool) 
         let st = state_of(s);
         if st.running.is_some() {
             if s.started != Some(true) {
-                pending_init += 1;
+                pending_restartable_init += 1;
             }
             running += 1;
         } else if st.terminated.is_some() {
+            // A stopped sidecar does not count for the phase.
         } else if st.waiting.is_some() {
             if last_terminated(s).is_none() {
-                pending_init += 1;
+                pending_restartable_init += 1;
                 waiting_n += 1;
             }
         } else {
-            pending_init += 1;
+            pending_restartable_init += 1;
             unknown += 1;
         }
     }
@@ -439,24 +468,33 @@ pub fn get_phase(pod: &Pod, info: &[ApiContainerStatus], pod_is_terminal: bool) 
             running += 1;
         } else if let Some(t) = &st.terminated {
             stopped += 1;
+            if !restartable(c, pod, t.exit_code) {
+                stopped_not_restartable += 1;
+            }
             if t.exit_code == 0 {
                 succeeded += 1;
             }
         } else if st.waiting.is_some() {
-            if last_terminated(s).is_some() {
-                stopped += 1;
-            } else {
-                waiting_n += 1;
+            match last_terminated(s) {
+                Some(t) => {
+                    stopped += 1;
+                    if !restartable(c, pod, t.exit_code) {
+                        stopped_not_restartable += 1;
+                    }
+                }
+                None => waiting_n += 1,
             }
         } else {
             unknown += 1;
         }
     }
-    let policy = podutil::restart_policy(pod);
-    if failed_init > 0 && policy == "Never" {
+    if failed_init_not_restartable > 0 {
         return "Failed";
     }
-    if (pending_init > 0 && !has_any_regular_container_started(pod, info)) || waiting_n > 0 {
+    if pending_regular_init > 0
+        || (pending_restartable_init > 0 && !pod_has_initialized)
+        || waiting_n > 0
+    {
         return "Pending";
     }
     if running > 0 && unknown == 0 {
@@ -470,16 +508,15 @@ pub fn get_phase(pod: &Pod, info: &[ApiContainerStatus], pod_is_terminal: bool) 
                 "Failed"
             };
         }
-        if policy == "Always" {
+        if stopped != stopped_not_restartable {
+            // At least one container is restarting.
             return "Running";
         }
-        if stopped == succeeded {
-            return "Succeeded";
-        }
-        if policy == "Never" {
-            return "Failed";
-        }
-        return "Running";
+        return if stopped == succeeded {
+            "Succeeded"
+        } else {
+            "Failed"
+        };
     }
     "Pending"
 }
@@ -763,7 +800,12 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
     );
     // As upstream, the phase is computed before probe results are applied.
     let all: Vec<ApiContainerStatus> = containers.iter().chain(inits.iter()).cloned().collect();
-    let mut phase = get_phase(pod, &all, inp.pod_is_terminal);
+    let mut phase = get_phase(
+        pod,
+        &all,
+        inp.pod_is_terminal,
+        has_any_active_regular_container(pod, rt),
+    );
     apply_probe_results(pod, &mut containers, false, inp.readiness);
     apply_probe_results(pod, &mut inits, true, inp.readiness);
     if phase != "Failed" && phase != "Succeeded" {

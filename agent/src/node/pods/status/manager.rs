@@ -117,7 +117,8 @@ fn is_terminated(s: &k8s_openapi::api::core::v1::ContainerStatus) -> bool {
 }
 
 /// `checkContainerStateTransition`: a container that will not restart
-/// cannot leave the terminated state.
+/// (by the pod's policy, or its own rules and policy) cannot leave the
+/// terminated state.
 fn check_transition(old: &PodStatus, new: &PodStatus, pod: &Pod) -> Result<(), String> {
     let policy = podutil::restart_policy(pod);
     if policy == "Always" {
@@ -145,6 +146,19 @@ fn check_transition(old: &PodStatus, new: &PodStatus, pod: &Pod) -> Result<(), S
                 .map(|t| t.exit_code)
                 .unwrap_or(0);
             if policy == "OnFailure" && code != 0 {
+                continue;
+            }
+            // ContainerRestartRules: the container's rules and policy may
+            // restart it.
+            let spec = if init {
+                podutil::init_containers(pod)
+            } else {
+                podutil::containers(pod)
+            };
+            if spec
+                .iter()
+                .any(|c| c.name == o.name && podutil::container_should_restart(c, pod, code))
+            {
                 continue;
             }
             for n in news.into_iter().flatten() {
