@@ -9,6 +9,7 @@ pub mod bench;
 pub mod containerd;
 pub mod images;
 pub mod netns;
+pub mod node_api;
 pub mod node_harness;
 pub mod proxy_cases;
 pub mod support;

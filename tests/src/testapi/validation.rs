@@ -45,8 +45,9 @@ pub fn name(kind: &str, name: &str) -> Vec<Cause> {
     let (ok, msg) = match kind {
         "Namespace" => (is_dns1123_label(name), DNS1123_LABEL_MSG),
         "Service" => (is_dns1035_label(name), DNS1035_LABEL_MSG),
-        // Events and leases accept any path segment name upstream.
-        "Event" | "Lease" => (
+        // Events, leases and certificate signing requests (kubelet's are
+        // named in base64url) accept any path segment name upstream.
+        "Event" | "Lease" | "CertificateSigningRequest" => (
             !name.contains('/') && name != "." && name != "..",
             "may not contain '/'",
         ),
@@ -65,6 +66,7 @@ pub fn object(kind: &str, obj: &Value) -> Vec<Cause> {
         "Pod" => pod(obj),
         "Service" => service(obj),
         "EndpointSlice" => endpoint_slice(obj),
+        "CertificateSigningRequest" => super::csr::validate(obj),
         "Node" => node(obj),
         _ => Vec::new(),
     }

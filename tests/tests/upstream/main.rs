@@ -6,6 +6,8 @@
 //! `KEELSON_UPSTREAM_BIN=DIR cargo test -p keelson-tests upstream_` runs
 //! exactly this tier; without the binaries every case is reported skipped.
 
+mod config_cases;
+mod node_api_cases;
 mod node_cases;
 mod pod_cases;
 mod podspec_cases;
@@ -21,6 +23,8 @@ fn main() -> std::process::ExitCode {
         pod_cases::CASES,
         podspec_cases::CASES,
         service_cases::CASES,
+        node_api_cases::CASES,
+        config_cases::CASES,
     ]
     .concat();
     runner::main(&cases)

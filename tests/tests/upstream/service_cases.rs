@@ -157,7 +157,9 @@ fn cluster_ip_and_node_port(svc: &Service) -> anyhow::Result<(IpAddr, u16)> {
     Ok((ip, u16::try_from(node_port)?))
 }
 
-async fn check_service(env: &Env, node: &ClusterNode) -> anyhow::Result<()> {
+/// Two web pods behind a NodePort Service on `node`: both answer through
+/// the ClusterIP and the NodePort, a deleted one stops answering.
+pub async fn check_service(env: &Env, node: &ClusterNode) -> anyhow::Result<()> {
     let c = &env.admin;
     let ns = namespace(c, "svc").await?;
     let svc = web_service(c, &ns, node, 2).await?;

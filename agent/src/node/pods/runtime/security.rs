@@ -431,7 +431,7 @@ mod tests {
                 ]
             }
         }))
-        .unwrap();
+        .expect("pod");
         let settings = SeccompSettings {
             profile_root: "/var/lib/keelson/seccomp".into(),
             default_runtime: false,
@@ -443,7 +443,7 @@ mod tests {
         let got: Vec<(i32, String, String)> = (0..3)
             .map(|i| {
                 let sc = ctx(i);
-                let p = sc.apparmor.unwrap();
+                let p = sc.apparmor.expect("an AppArmor profile");
                 (p.profile_type, p.localhost_ref, sc.apparmor_profile)
             })
             .collect();
