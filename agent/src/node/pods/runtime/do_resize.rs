@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 
 use super::linux_resources::container_resources;
 use super::manager::RuntimeManager;
-use super::resize::{ResizeActions, Resource, container_for_update, effective_limits};
+use super::resize::{
+    ContainerUpdate, ResizeActions, Resource, container_for_update, effective_limits,
+};
 use crate::node::cgroups::ResourceConfig;
 use crate::node::pods::podutil;
 
@@ -148,6 +150,25 @@ impl RuntimeManager {
         }
     }
 
+    /// One resource's container updates, in the order given (decreases
+    /// first); a container no longer in the spec is skipped.
+    async fn update_containers(
+        &self,
+        pod: &Pod,
+        updates: &[ContainerUpdate],
+        r: Resource,
+    ) -> Result<(), String> {
+        for u in updates {
+            let Some(c) = podutil::container_spec(pod, &u.name) else {
+                continue;
+            };
+            let c = container_for_update(c, u, r);
+            self.update_container_resources(pod, &c, &u.container_id)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// `doPodResizeAction`; the error is the `ResizePodInPlace` failure.
     pub(super) async fn do_pod_resize(
         &self,
@@ -193,7 +214,6 @@ impl RuntimeManager {
             fs.update(&name, &rc)
                 .map_err(|e| format!("failed to set pod cgroup config: {e}"))
         };
-        let spec_of = |n: &str| podutil::container_spec(pod, n).cloned();
         let all = resize.update_pod_resources || resize.update_pod_level;
         if !resize.memory.is_empty() || all {
             let cur = memory_of(&current);
@@ -203,12 +223,8 @@ impl RuntimeManager {
             if new > cur {
                 set_pod_cgroup(Resource::Memory, true)?;
             }
-            for u in &resize.memory {
-                let Some(c) = spec_of(&u.name) else { continue };
-                let c = container_for_update(&c, u, Resource::Memory);
-                self.update_container_resources(pod, &c, &u.container_id)
-                    .await?;
-            }
+            self.update_containers(pod, &resize.memory, Resource::Memory)
+                .await?;
             if new < cur {
                 set_pod_cgroup(Resource::Memory, true)?;
             }
@@ -217,25 +233,20 @@ impl RuntimeManager {
             let cur_quota = current.cpu_quota.unwrap_or(-1);
             let new_quota = desired.cpu_quota.unwrap_or(cur_quota);
             // Compared as numbers, -1 (unlimited) included, as kubelet does.
-            let quota_rank = |q: i64| q;
             let cur_shares = current.cpu_shares.unwrap_or(2);
             let new_shares = desired.cpu_shares.unwrap_or(cur_shares);
-            if quota_rank(new_quota) > quota_rank(cur_quota) {
+            if new_quota > cur_quota {
                 set_pod_cgroup(Resource::Cpu, true)?;
             }
             if new_shares > cur_shares {
                 set_pod_cgroup(Resource::Cpu, false)?;
             }
-            for u in &resize.cpu {
-                let Some(c) = spec_of(&u.name) else { continue };
-                let c = container_for_update(&c, u, Resource::Cpu);
-                self.update_container_resources(pod, &c, &u.container_id)
-                    .await?;
-            }
+            self.update_containers(pod, &resize.cpu, Resource::Cpu)
+                .await?;
             if new_shares < cur_shares {
                 set_pod_cgroup(Resource::Cpu, false)?;
             }
-            if quota_rank(new_quota) < quota_rank(cur_quota) {
+            if new_quota < cur_quota {
                 set_pod_cgroup(Resource::Cpu, true)?;
             }
         }
