@@ -26,6 +26,8 @@ pub const INSPECT_FAILED: &str = "InspectFailed";
 pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
 /// RunPodSandbox failed.
 pub const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+/// The pod's dynamic resources (DRA claims) could not be prepared.
+pub const FAILED_PREPARE_DYNAMIC_RESOURCES: &str = "FailedPrepareDynamicResources";
 /// PodSandboxStatus failed.
 pub const FAILED_POD_SANDBOX_STATUS: &str = "FailedPodSandBoxStatus";
 /// The sandbox is recreated.
@@ -64,6 +66,13 @@ pub const RESIZE_ERROR: &str = "ResizeError";
 pub fn container_field_path(pod: &Pod, container: &str) -> String {
     if podutil::is_init_container(pod, container) {
         format!("spec.initContainers{{{container}}}")
+    } else if podutil::spec(pod)
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .any(|c| c.name == container)
+    {
+        format!("spec.ephemeralContainers{{{container}}}")
     } else {
         format!("spec.containers{{{container}}}")
     }

@@ -15,7 +15,9 @@ use super::errors::{
 };
 use super::hash::hash_label;
 use super::manager::RuntimeManager;
-use super::sandbox::{SandboxInputs, generate_sandbox_config, pod_logs_dir};
+use super::sandbox::{
+    SandboxInputs, check_dynamic_resources, generate_sandbox_config, pod_logs_dir,
+};
 use super::status::{ContainerState, RuntimePodStatus};
 use crate::events::EventType;
 use crate::node::pods::clock::from_nanos;
@@ -264,6 +266,18 @@ impl RuntimeManager {
             quota: self.settings.quota,
         };
         if actions.create_sandbox {
+            // kubelet prepares DRA claims first and, when that fails, only
+            // records the event: the pod waits for the next sync.
+            if let Err(e) = check_dynamic_resources(pod) {
+                tracing::warn!(pod = %podutil::key(pod), error = %e, "failed to prepare dynamic resources");
+                self.events.pod(
+                    pod,
+                    EventType::Warning,
+                    reasons::FAILED_PREPARE_DYNAMIC_RESOURCES,
+                    format!("Failed to prepare dynamic resources: {e}"),
+                );
+                return result;
+            }
             self.metrics.started_pods_total.inc();
             match Box::pin(self.create_sandbox(pod, actions.attempt, &inputs, active_pods)).await {
                 Ok((id, ips)) => {
@@ -306,6 +320,19 @@ impl RuntimeManager {
         };
         let pod_ip = pod_ips.first().cloned().unwrap_or_default();
 
+        // Step 6 of kubelet's SyncPod starts ephemeral containers (`kubectl
+        // debug`); keelson does not run them, and says so on each one at
+        // every sync instead of leaving the debugger waiting in silence.
+        for e in podutil::spec(pod).ephemeral_containers.iter().flatten() {
+            self.events.container(
+                pod,
+                &e.name,
+                "",
+                EventType::Warning,
+                reasons::FAILED,
+                "Error: keelson does not run ephemeral containers",
+            );
+        }
         for &idx in &actions.init_containers_to_start {
             let Some(c) = podutil::init_containers(pod).get(idx) else {
                 continue;
