@@ -78,9 +78,12 @@ async fn crash_loop_back_off_doubles_the_restart_delay() {
             i.to_string()
         );
     }
-    // While backing off, the container waits with kubelet's reason and message.
+    // While backing off, the container waits with kubelet's reason and
+    // message — written near the back-off's end, as kubelet: the next
+    // back-off is 80 s jittered by up to half, so the wait (paused time)
+    // allows well over 120 s.
     let p = w
-        .wait_pod("crash", "CrashLoopBackOff", Duration::from_secs(120), |p| {
+        .wait_pod("crash", "CrashLoopBackOff", Duration::from_secs(300), |p| {
             let s = container_status(p, "app").ok_or("no status")?;
             let waiting = s.state.as_ref().and_then(|st| st.waiting.clone());
             match waiting {

@@ -99,12 +99,25 @@ fn jitter(d: Duration, factor: f64) -> Duration {
     d + Duration::from_secs_f64(extra)
 }
 
-/// kubelet's effective grace period: the override, else the deletion
-/// grace, else the spec's; at least 1 s.
+/// kubelet's `calculateEffectiveGracePeriod` (pod_workers.go) for a pod
+/// not yet terminating: the deletion grace, then an override (eviction's)
+/// only where it is shorter — a zero so far takes either — else the spec's;
+/// at least 1 s. The worker keeps the value from only decreasing.
 pub fn effective_grace(pod: &Pod, override_grace: Option<i64>) -> i64 {
-    let g = override_grace
-        .or(pod.metadata.deletion_grace_period_seconds)
-        .unwrap_or_else(|| podutil::termination_grace(pod));
+    let mut g = 0;
+    let mut overridden = false;
+    for o in [pod.metadata.deletion_grace_period_seconds, override_grace]
+        .into_iter()
+        .flatten()
+    {
+        if g == 0 || o < g {
+            g = o;
+            overridden = true;
+        }
+    }
+    if !overridden && g == 0 {
+        g = podutil::termination_grace(pod);
+    }
     g.max(1)
 }
 
@@ -553,5 +566,15 @@ mod tests {
         assert_eq!(effective_grace(&p, None), 5);
         assert_eq!(effective_grace(&p, Some(0)), 1);
         assert_eq!(effective_grace(&p, Some(3)), 3);
+        // A longer override does not extend the deletion's grace.
+        assert_eq!(effective_grace(&p, Some(30)), 5);
+        // Not being deleted: the override, shorter or longer than the spec's.
+        p.metadata.deletion_grace_period_seconds = None;
+        assert_eq!(effective_grace(&p, Some(30)), 30);
+        assert_eq!(effective_grace(&p, Some(2)), 2);
+        // A force deletion (0) so far: kubelet lets an override replace it.
+        p.metadata.deletion_grace_period_seconds = Some(0);
+        assert_eq!(effective_grace(&p, None), 1);
+        assert_eq!(effective_grace(&p, Some(7)), 7);
     }
 }
