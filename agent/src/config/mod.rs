@@ -646,6 +646,39 @@ impl Config {
                 ));
             }
         }
+        for (i, pattern) in n.allowed_unsafe_sysctls.iter().enumerate() {
+            if let Err(e) = crate::node::pods::admission::sysctl::check_pattern(pattern) {
+                errs.push(FieldError::new(
+                    format!("node.allowedUnsafeSysctls[{i}]"),
+                    e,
+                ));
+            }
+        }
+        // kubelet's validation.go (KubeletEnsureSecretPulledImages on).
+        let policy = n.image_pull_credentials_verification_policy.as_str();
+        if let Err(e) =
+            crate::node::pods::runtime::pull_records::VerificationPolicy::parse(policy, &[])
+        {
+            errs.push(FieldError::new(
+                "node.imagePullCredentialsVerificationPolicy",
+                e,
+            ));
+        }
+        if !n.preloaded_images_verification_allowlist.is_empty()
+            && policy != "NeverVerifyAllowlistedImages"
+        {
+            errs.push(FieldError::new(
+                "node.preloadedImagesVerificationAllowlist",
+                "can't be set if imagePullCredentialsVerificationPolicy is not \"NeverVerifyAllowlistedImages\"",
+            ));
+        } else if let Err(e) = crate::node::pods::runtime::pull_records::Allowlist::new(
+            &n.preloaded_images_verification_allowlist,
+        ) {
+            errs.push(FieldError::new(
+                "node.preloadedImagesVerificationAllowlist",
+                format!("invalid image pattern: {e}"),
+            ));
+        }
     }
 
     fn validate_proxy(&self, errs: &mut Vec<FieldError>) {
