@@ -81,7 +81,6 @@ fn nftables_config(
         families: families.to_vec(),
         masquerade_bit: bit,
         masquerade_all: cfg.nftables.masquerade_all,
-        service_shards: cfg.nftables.service_shards,
         local_traffic: settings::local_traffic(&cfg.cluster_cidr)?,
         node_ips: node_ips.clone(),
         ..NftablesConfig::default()
@@ -134,10 +133,9 @@ fn open_backend(cfg: &ProxyConfig, nft: NftablesConfig) -> Result<Box<dyn Backen
 /// installed.
 pub fn cleanup(cfg: &ProxyConfig) -> Result<(), ProxyError> {
     use keelson_netplane::model::IpFamily;
-    // Every service table an earlier configuration may have used.
+    // Both families (and the service tables of earlier versions).
     let nft = NftablesConfig {
         families: vec![IpFamily::V4, IpFamily::V6],
-        service_shards: keelson_netplane::nftables::MAX_SERVICE_SHARDS,
         ..NftablesConfig::default()
     };
     let nft_err = |e: keelson_netplane::BackendError| ProxyError::DataPlane {

@@ -34,9 +34,6 @@ pub struct BenchConfig {
     pub api_qps: Option<f32>,
     /// Client-side API burst of every contestant (`None`: upstream's 10).
     pub api_burst: Option<u32>,
-    /// keelson's `proxy.nftables.serviceShards` (`None`: 1).
-    #[serde(default)]
-    pub keelson_service_shards: Option<u16>,
     /// Background endpoint changes per second during churn (K).
     pub churn_rate: f64,
     /// Length of the churn phase.
@@ -79,7 +76,6 @@ impl BenchConfig {
             service_cidr: "10.96.0.0/12".into(),
             min_sync_period: Duration::ZERO,
             api_qps: None,
-            keelson_service_shards: None,
             api_burst: None,
             churn_rate: 100.0,
             churn_duration: Duration::from_secs(30),

@@ -104,8 +104,6 @@ pub struct ContestantSettings {
     /// Client-side API burst (`clientConnection.burst`,
     /// `--kube-api-burst`); `None`: their default (10).
     pub api_burst: Option<u32>,
-    /// keelson's `proxy.nftables.serviceShards` (`None`: 1).
-    pub keelson_service_shards: Option<u16>,
 }
 
 /// The cgroup and bpffs of one eBPF run; removed on drop (stop the
@@ -206,9 +204,6 @@ pub fn keelson_config(
     }
     if let Some(b) = settings.api_burst {
         cfg.proxy.client_connection.burst = i32::try_from(b).unwrap_or(i32::MAX);
-    }
-    if let Some(n) = settings.keelson_service_shards {
-        cfg.proxy.nftables.service_shards = n;
     }
     cfg.proxy.mode = match kind {
         ContestantKind::KeelsonNftables => ProxyMode::Nftables,
@@ -428,7 +423,6 @@ mod tests {
             json_only_api: true,
             api_qps: Some(50.0),
             api_burst: Some(100),
-            keelson_service_shards: None,
         }
     }
 

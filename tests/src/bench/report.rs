@@ -355,9 +355,6 @@ pub fn markdown(report: &BenchReport) -> String {
         c.idle_probes,
         c.latency_samples
     );
-    if let Some(n) = c.keelson_service_shards {
-        let _ = writeln!(out, "- keelson: proxy.nftables.serviceShards {n}");
-    }
     for &n in &c.services {
         let runs: Vec<&RunResult> = report.runs.iter().filter(|r| r.services == n).collect();
         let baseline = report.baselines.iter().find(|b| b.services == n);

@@ -72,7 +72,6 @@ pub async fn run(cfg: BenchConfig, exe: &Path, command: String) -> Result<BenchR
         json_only_api: api.is_test_server(),
         api_qps: cfg.api_qps,
         api_burst: cfg.api_burst,
-        keelson_service_shards: cfg.keelson_service_shards,
     };
     let mut nodes: BTreeMap<ContestantKind, ContestantNode> = BTreeMap::new();
     for kind in &cfg.contestants {

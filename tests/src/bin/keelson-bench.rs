@@ -87,10 +87,6 @@ struct Opts {
     /// Client-side API burst of every contestant (default 10).
     #[arg(long)]
     api_burst: Option<u32>,
-    /// keelson's `proxy.nftables.serviceShards` (default 1, kube-proxy's
-    /// single table).
-    #[arg(long)]
-    keelson_service_shards: Option<u16>,
     /// Background endpoint changes per second during churn (K).
     #[arg(long)]
     churn_rate: Option<f64>,
@@ -160,7 +156,6 @@ fn config(opts: &Opts) -> Result<BenchConfig> {
     }
     c.api_qps = opts.api_qps;
     c.api_burst = opts.api_burst;
-    c.keelson_service_shards = opts.keelson_service_shards;
     if let Some(v) = opts.churn_rate {
         c.churn_rate = v;
     }
