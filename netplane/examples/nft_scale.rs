@@ -29,7 +29,7 @@ fn service(i: u32) -> k8s_openapi::api::core::v1::Service {
     let mut svc = ServiceBuilder::new("bench", &format!("svc-{i}"))
         .cluster_ip(&cluster_ip(i))
         .port("http", Protocol::Tcp, 80);
-    if i % 10 == 0 {
+    if i.is_multiple_of(10) {
         svc = svc
             .type_("NodePort")
             .node_port("", Protocol::Udp, 53, (30000 + i % 2000) as u16);

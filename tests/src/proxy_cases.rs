@@ -848,6 +848,51 @@ pub fn cases() -> Vec<Case> {
                 Balanced(vec![2]),
             )],
         },
+        // kubernetes#131765, fixed by kubernetes#132456 (v1.34): the node's
+        // own traffic to the load-balancer IP or an externalIP of an
+        // eTP=Local Service is short-circuited to the Service's endpoints,
+        // even on a node with no local endpoint; only traffic from outside
+        // is dropped there. (kube-proxy checked for endpoints before DNAT
+        // and dropped it.)
+        Case {
+            name: "node-to-local-policy-external-addresses-without-local-endpoint",
+            kind: Kind::External,
+            node_zone: None,
+            services: vec![
+                ServiceBuilder::new("default", "lb-nolocal")
+                    .cluster_ip(&vip(26))
+                    .type_("LoadBalancer")
+                    .node_port("http", Tcp, 80, 30092)
+                    .lb_ingress(LB_IP)
+                    .external_ips(&[EXTERNAL_IP])
+                    .external_traffic_local(Some(32092))
+                    .build(),
+            ],
+            slices: vec![slice(
+                "lb-nolocal",
+                "http",
+                Tcp,
+                vec![ready(1, OTHER_NODE), ready(2, OTHER_NODE)],
+            )],
+            probes: vec![
+                probe(
+                    Node,
+                    Tcp,
+                    Target::Addr(sa(LB_IP, 80)),
+                    6,
+                    Within(vec![1, 2]),
+                ),
+                probe(
+                    Node,
+                    Tcp,
+                    Target::Addr(sa(EXTERNAL_IP, 80)),
+                    6,
+                    Within(vec![1, 2]),
+                ),
+                probe(Client, Tcp, Target::Addr(sa(LB_IP, 80)), 1, Dropped),
+                probe(Client, Tcp, Target::Addr(sa(EXTERNAL_IP, 80)), 1, Dropped),
+            ],
+        },
     ]
 }
 

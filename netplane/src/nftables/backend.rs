@@ -357,9 +357,11 @@ impl NftablesBackend {
                 }
                 self.verify_cursor = (self.verify_cursor + VERIFY_SAMPLE) % keys.len();
             }
-            let reply = match self.socket.request(MsgKind::GetTable, id.family, false, |b| {
-                PushTableAttrs::new(b).push_name_bytes(table.as_bytes());
-            }) {
+            let reply = match self
+                .socket
+                .request(MsgKind::GetTable, id.family, false, |b| {
+                    PushTableAttrs::new(b).push_name_bytes(table.as_bytes());
+                }) {
                 Ok(r) => r,
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                     return Ok(Some(format!("{id} ({table}) is gone")));

@@ -528,13 +528,17 @@ fn encode_set(table: &[u8], family: IpFamily, set: &SetDef, id: u32, buf: &mut V
             Vec::new(),
         ),
         SetKind::MarkToEndpoint => (
-            data_map(s, TYPE_MARK, 4, concat(addr, TYPE_INET_SERVICE), addr_len + 4, id),
+            data_map(
+                s,
+                TYPE_MARK,
+                4,
+                concat(addr, TYPE_INET_SERVICE),
+                addr_len + 4,
+                id,
+            ),
             Vec::new(),
         ),
-        SetKind::MarkVmap => (
-            data_map(s, TYPE_MARK, 4, DATA_VERDICT, 0, id),
-            Vec::new(),
-        ),
+        SetKind::MarkVmap => (data_map(s, TYPE_MARK, 4, DATA_VERDICT, 0, id), Vec::new()),
         SetKind::AddrProtoPortMarkToEndpoint => (
             data_map(
                 s,

@@ -150,13 +150,11 @@ fn combined_layout(
             SetKind::AddrProtoPortMarkToEndpoint,
             Some("endpoints of addresses served by an endpoint list, by slot"),
         ),
-
         set(
             NODEPORT_ENDPOINTS,
             SetKind::ProtoPortMarkToEndpoint,
             Some("endpoints of NodePorts served by an endpoint list, by slot"),
         ),
-
         set(
             ENDPOINT_SLOTS,
             SetKind::MarkToEndpoint,
@@ -275,7 +273,6 @@ fn combined_layout(
             .vmap_proto_port(SERVICE_NODEPORTS)
             .build(),
     );
-
 
     let chains = vec![
         chain(

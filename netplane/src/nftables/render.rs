@@ -247,8 +247,8 @@ fn policy_chains(state: &ServicePortState) -> (bool, bool) {
 pub fn slot_needs(state: &ServicePortState) -> [Option<usize>; 2] {
     let (cluster, local) = policy_chains(state);
     [
-        cluster.then(|| state.cluster_endpoints.len()),
-        local.then(|| state.local_endpoints.len()),
+        cluster.then_some(state.cluster_endpoints.len()),
+        local.then_some(state.local_endpoints.len()),
     ]
 }
 
@@ -384,38 +384,39 @@ pub fn render_port(
     }
 
     // The port's own policy chains: one pick among its endpoint slots.
-    let mut policy_chain = |chain_name: &String, endpoints: &[Endpoint], block: Option<SlotBlock>| {
-        let block = block.unwrap_or(SlotBlock { base: 0, order: 0 });
-        let n = endpoints.len() as u32;
-        let mut rules = Vec::new();
-        if affinity.is_some() {
-            for (slot, ep) in endpoints.iter().enumerate() {
-                let (ep_chain, set) = endpoint_names(name, ep.addr());
-                rules.push(
-                    r().saddr_in_set(&set, false)
-                        .verdict(Verdict::Goto(ep_chain.clone())),
-                );
-                out.elements.push((
-                    ElementSet::EndpointChains,
-                    Element::verdict(
-                        slot_key(block.slot(slot as u32)),
-                        Verdict::Goto(ep_chain),
-                        None,
-                    ),
-                ));
+    let mut policy_chain =
+        |chain_name: &String, endpoints: &[Endpoint], block: Option<SlotBlock>| {
+            let block = block.unwrap_or(SlotBlock { base: 0, order: 0 });
+            let n = endpoints.len() as u32;
+            let mut rules = Vec::new();
+            if affinity.is_some() {
+                for (slot, ep) in endpoints.iter().enumerate() {
+                    let (ep_chain, set) = endpoint_names(name, ep.addr());
+                    rules.push(
+                        r().saddr_in_set(&set, false)
+                            .verdict(Verdict::Goto(ep_chain.clone())),
+                    );
+                    out.elements.push((
+                        ElementSet::EndpointChains,
+                        Element::verdict(
+                            slot_key(block.slot(slot as u32)),
+                            Verdict::Goto(ep_chain),
+                            None,
+                        ),
+                    ));
+                }
+                rules.push(r().vmap_slots(layout::ENDPOINT_CHAINS, block, n));
+            } else {
+                for (slot, ep) in endpoints.iter().enumerate() {
+                    out.elements.push((
+                        ElementSet::EndpointSlots,
+                        Element::data(slot_key(block.slot(slot as u32)), endpoint_data(ep)),
+                    ));
+                }
+                rules.push(r().dnat_slots(proto, layout::ENDPOINT_SLOTS, block, n));
             }
-            rules.push(r().vmap_slots(layout::ENDPOINT_CHAINS, block, n));
-        } else {
-            for (slot, ep) in endpoints.iter().enumerate() {
-                out.elements.push((
-                    ElementSet::EndpointSlots,
-                    Element::data(slot_key(block.slot(slot as u32)), endpoint_data(ep)),
-                ));
-            }
-            rules.push(r().dnat_slots(proto, layout::ENDPOINT_SLOTS, block, n));
-        }
-        out.chains.push(chain(chain_name, rules));
-    };
+            out.chains.push(chain(chain_name, rules));
+        };
     if cluster_chain {
         policy_chain(&chains.service, &state.cluster_endpoints, slots.cluster);
     }
@@ -486,9 +487,8 @@ pub fn render_port(
     }
 
     // Dispatch.
-    let commented = |key: Vec<u8>, verdict: Verdict| {
-        Element::verdict(key, verdict, Some(comment.clone()))
-    };
+    let commented =
+        |key: Vec<u8>, verdict: Verdict| Element::verdict(key, verdict, Some(comment.clone()));
     let list = |kind, key: Vec<u8>, value: u32, endpoints: &[Endpoint]| KeyedList {
         kind,
         key,

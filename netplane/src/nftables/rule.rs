@@ -430,7 +430,10 @@ impl RuleBuilder {
     /// offset <base> map @<map>` (ends the rule): one uniformly chosen
     /// endpoint among the `n` first slots of `block`.
     pub fn dnat_slots(self, proto: Protocol, map: &str, block: SlotBlock, n: u32) -> Rule {
-        let mut rule = self.l4proto_eq(proto).pick_slot(block, n).dnat_from_lookup(map);
+        let mut rule = self
+            .l4proto_eq(proto)
+            .pick_slot(block, n)
+            .dnat_from_lookup(map);
         rule.slots = Some(block);
         rule
     }

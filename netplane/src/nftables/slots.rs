@@ -54,7 +54,10 @@ impl SlotBlock {
     /// Whether two blocks overlap.
     pub fn overlaps(self, other: SlotBlock) -> bool {
         let (a0, a1) = (u64::from(self.base), u64::from(self.base) + self.capacity());
-        let (b0, b1) = (u64::from(other.base), u64::from(other.base) + other.capacity());
+        let (b0, b1) = (
+            u64::from(other.base),
+            u64::from(other.base) + other.capacity(),
+        );
         a0 < b1 && b0 < a1
     }
 }
@@ -130,10 +133,7 @@ mod tests {
 
     #[test]
     fn a_block_is_kept_while_the_list_fits() {
-        let b = SlotBlock {
-            base: 0,
-            order: 4,
-        };
+        let b = SlotBlock { base: 0, order: 4 };
         assert!(b.fits(16));
         assert!(b.fits(5));
         assert!(!b.fits(17), "outgrown");

@@ -17,8 +17,7 @@ use super::config::NftablesConfig;
 use super::layout::{FixedLayout, NODEPORT_IPS, creation_order};
 use super::objects::{ChainDef, Element, Op, SetDef, TableId};
 use super::render::{
-    ElementSet, KeyedList, ListKind, PortSlots, RenderedPort, render_port, shared_chain,
-    slot_needs,
+    ElementSet, KeyedList, ListKind, PortSlots, RenderedPort, render_port, shared_chain, slot_needs,
 };
 use super::slots::{SlotBlock, SlotSpace};
 use crate::model::{ServicePortKey, ServicePortState};
@@ -224,7 +223,12 @@ impl Groups {
         }
     }
 
-    fn replace_element(&mut self, set: ElementSet, before: Option<&Element>, after: Option<&Element>) {
+    fn replace_element(
+        &mut self,
+        set: ElementSet,
+        before: Option<&Element>,
+        after: Option<&Element>,
+    ) {
         if before == after {
             return;
         }
@@ -429,9 +433,7 @@ impl FamilyTable {
                 local: blocks[1],
             };
             let old_r = old.map(|o| render_port(&o.state, config, &o.slots));
-            let new_r = new_state
-                .as_deref()
-                .map(|s| render_port(s, config, &slots));
+            let new_r = new_state.as_deref().map(|s| render_port(s, config, &slots));
             {
                 let old_r = old_r.as_ref().unwrap_or(&empty);
                 let new_r = new_r.as_ref().unwrap_or(&empty);
@@ -507,9 +509,9 @@ impl FamilyTable {
             let before = self.effective(&owners_before, &claim, &mut renders_before, config);
             // After the change, ports not in this plan render as before.
             let after_value = match owners_after.first() {
-                Some(first) if renders_after.contains_key(first) => renders_after
-                    .get(first)
-                    .and_then(|r| claimed(r, &claim)),
+                Some(first) if renders_after.contains_key(first) => {
+                    renders_after.get(first).and_then(|r| claimed(r, &claim))
+                }
                 Some(first) if removed.contains(first) => None,
                 Some(_) => self.effective(&owners_after, &claim, &mut renders_after, config),
                 None => None,
@@ -570,7 +572,8 @@ impl FamilyTable {
                 });
                 newly_stale.insert(name);
             }
-            plan.shared.push((value, u32::try_from(has).unwrap_or(u32::MAX)));
+            plan.shared
+                .push((value, u32::try_from(has).unwrap_or(u32::MAX)));
         }
 
         plan.ops = g.into_ops(table, Vec::new());
@@ -725,7 +728,8 @@ impl FamilyTable {
                     g.write_rules(table, chain);
                 }
                 None => {
-                    if self.stale_chains.contains_key(&chain.name) || newly_stale.remove(&chain.name)
+                    if self.stale_chains.contains_key(&chain.name)
+                        || newly_stale.remove(&chain.name)
                     {
                         // Still in the kernel (flushed): reuse it.
                         revived.insert(chain.name.clone());
@@ -833,7 +837,10 @@ impl FamilyTable {
                 .range(..=b.base)
                 .next_back()
                 .is_some_and(|(_, t)| t.overlaps(b))
-                || taken.range(b.base..).next().is_some_and(|(_, t)| t.overlaps(b))
+                || taken
+                    .range(b.base..)
+                    .next()
+                    .is_some_and(|(_, t)| t.overlaps(b))
         };
         let mut chosen: Vec<[Option<SlotBlock>; 2]> = Vec::with_capacity(desired.len());
         for (key, state) in &desired {

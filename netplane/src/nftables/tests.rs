@@ -426,7 +426,9 @@ fn adopting_an_identical_table_writes_nothing_but_the_base_chains() {
             Op::AddSet { set, .. } => {
                 kernel.sets.insert(set.name.clone());
             }
-            Op::AddElements { set, elements: els, .. } => {
+            Op::AddElements {
+                set, elements: els, ..
+            } => {
                 let m = elements.entry(set.clone()).or_default();
                 for e in els {
                     let v = match (&e.verdict, &e.data) {
