@@ -16,4 +16,5 @@ pub mod proxy;
 pub mod quantity;
 pub mod role;
 pub mod run;
+pub mod strategic_patch;
 pub mod version;

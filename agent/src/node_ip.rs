@@ -57,10 +57,28 @@ mod tests {
         assert_eq!(resolve(Some(ip)).ok(), Some(ip));
     }
 
+    /// Whether this host has a default route (IPv4 in /proc/net/route,
+    /// IPv6 ::/0 in /proc/net/ipv6_route).
+    fn host_has_default_route() -> bool {
+        let v4 = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+        let v6 = std::fs::read_to_string("/proc/net/ipv6_route").unwrap_or_default();
+        v4.lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().nth(1) == Some("00000000"))
+            || v6.lines().any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 9 && f[0] == "0".repeat(32) && f[1] == "00" && f[9] != "lo"
+            })
+    }
+
     #[test]
-    fn detected_is_never_loopback() {
-        if let Ok(ip) = resolve(None) {
-            assert!(!ip.is_loopback() && !ip.is_unspecified(), "{ip}");
+    fn detected_follows_the_default_route_and_is_never_loopback() {
+        match resolve(None) {
+            Ok(ip) => assert!(!ip.is_loopback() && !ip.is_unspecified(), "{ip}"),
+            Err(e) => assert!(
+                !host_has_default_route(),
+                "the host has a default route, yet: {e}"
+            ),
         }
     }
 }

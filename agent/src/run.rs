@@ -94,7 +94,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
 
     let servers_stop = CancellationToken::new();
     observability::server::start(
-        config::socket_addr(&config.healthz_bind_address),
+        config
+            .effective_healthz_bind_address()
+            .and_then(config::socket_addr),
         config::socket_addr(&config.metrics_bind_address),
         health.clone(),
         registry.clone(),

@@ -13,3 +13,4 @@ pub mod node_harness;
 pub mod proxy_cases;
 pub mod support;
 pub mod testapi;
+pub mod upstream;

@@ -240,6 +240,9 @@ impl NetNs {
 
 impl Drop for NetNs {
     fn drop(&mut self) {
+        if !self.path().exists() {
+            return; // already removed (a forced cleanup got there first)
+        }
         if let Err(e) = ip(&["netns", "del", &self.name]) {
             eprintln!("warning: could not delete netns {}: {e}", self.name);
         }

@@ -167,7 +167,7 @@ impl InProcessNode {
             .map_err(|e| setup("starting the fake runtime")(e.to_string()))?;
         let mut config = Config {
             node_name: Some(opts.node_name.clone()),
-            healthz_bind_address: String::new(),
+            healthz_bind_address: Some(String::new()),
             metrics_bind_address: String::new(),
             ..Config::default()
         };
@@ -455,7 +455,7 @@ impl BinaryNode {
         let healthz_port = free_port(ctrd)?;
         let mut config = Config {
             node_name: Some(opts.node_name.clone()),
-            healthz_bind_address: format!("127.0.0.1:{healthz_port}"),
+            healthz_bind_address: Some(format!("127.0.0.1:{healthz_port}")),
             metrics_bind_address: format!("127.0.0.1:{metrics_port}"),
             ..Config::default()
         };

@@ -46,21 +46,45 @@ where
     }
 }
 
+/// How the test harness counted a skipped test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CountedAs {
+    /// A libtest `#[test]` that returned early: libtest says "ok".
+    Passed,
+    /// A case the upstream tier's runner reported as `ignored`.
+    Ignored,
+}
+
+impl CountedAs {
+    fn word(self) -> &'static str {
+        match self {
+            CountedAs::Passed => "passed",
+            CountedAs::Ignored => "ignored",
+        }
+    }
+}
+
 /// Records that `test` cannot run on this machine, and why.
 ///
 /// A test that cannot run here returns early after calling this; it is
 /// never counted as a pass. The reason is printed and, when
-/// `KEELSON_SKIP_LOG` names a file, appended to it as one
-/// `test<TAB>reason` line (one `O_APPEND` write, so concurrent tests do not
-/// interleave). `scripts/test` reads that file for its summary: skipped
-/// tests are named and subtracted from the passed count.
+/// `KEELSON_SKIP_LOG` names a file, appended to it ([`record_skip`]).
+/// `scripts/test` reads that file for its summary: skipped tests are named
+/// and taken out of the passed count.
 pub fn skip(test: &str, reason: &str) {
+    record_skip(test, reason, CountedAs::Passed);
+}
+
+/// Appends `test<TAB>reason<TAB>passed|ignored` to `$KEELSON_SKIP_LOG`
+/// (one `O_APPEND` write, so concurrent tests do not interleave) and
+/// prints the skip.
+pub fn record_skip(test: &str, reason: &str, counted: CountedAs) {
     let reason = reason.replace(['\n', '\t'], " ");
     eprintln!("SKIPPED {test}: {reason}");
     let Some(path) = std::env::var_os("KEELSON_SKIP_LOG") else {
         return;
     };
-    let line = format!("{test}\t{reason}\n");
+    let line = format!("{test}\t{reason}\t{}\n", counted.word());
     let written = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

@@ -253,7 +253,7 @@ async fn proxy_daemonset_runs_on_a_node_and_serves_cluster_ips() {
         .expect("node kubeconfig");
     let mut cfg = Config {
         node_name: Some(NODE.into()),
-        healthz_bind_address: "127.0.0.1:10248".into(),
+        healthz_bind_address: Some("127.0.0.1:10248".into()),
         // 10249 is the proxy's (kube-proxy's) metrics port.
         metrics_bind_address: "127.0.0.1:10255".into(),
         ..Config::default()

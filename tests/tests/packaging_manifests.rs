@@ -323,7 +323,11 @@ fn daemon_set_runs_the_proxy_role_beside_kubelet() {
     // its kubeconfig in the same ConfigMap, mounts where eBPF mode looks.
     let cfg = config_from_map(&m.config_map);
     assert!(cfg.proxy.enabled && !cfg.node.enabled);
-    assert_eq!(cfg.healthz_bind_address, "", "kubelet owns 127.0.0.1:10248");
+    assert_eq!(
+        cfg.effective_healthz_bind_address(),
+        None,
+        "kubelet owns 127.0.0.1:10248"
+    );
     let kubeconfig = cfg
         .proxy
         .client_connection

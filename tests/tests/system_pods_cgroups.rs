@@ -30,7 +30,10 @@ fn v1_qos_tiers_and_pod_cgroup_on_the_real_hierarchy() {
     }
     let mode = cgroups::detect_mode(std::path::Path::new("/proc/self/mountinfo")).unwrap();
     let CgroupMode::V1 { mounts } = mode else {
-        eprintln!("SKIPPED: this host runs cgroup v2 only; v1 is tested where it exists");
+        keelson_tests::support::skip(
+            "v1_qos_tiers_and_pod_cgroup_on_the_real_hierarchy",
+            "this host runs cgroup v2 only; v1 is tested where it exists",
+        );
         return;
     };
     let fs: Arc<dyn CgroupFs> = Arc::new(cgroups::v1::V1::new(mounts.clone()));

@@ -36,6 +36,9 @@ use crate::quantity::Quantity;
 pub const API_VERSION: &str = "keelson.dev/v1alpha1";
 /// The `kind` keelson reads.
 pub const KIND: &str = "KeelsonConfiguration";
+/// kubelet's healthz address (`healthzBindAddress` + `healthzPort`), the
+/// default of [`Config::healthz_bind_address`] when the node role runs.
+pub const NODE_HEALTHZ_BIND_ADDRESS: &str = "127.0.0.1:10248";
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
@@ -79,8 +82,12 @@ pub struct Config {
     /// This node's name (kubelet `--hostname-override`, kube-proxy
     /// `hostnameOverride`). Empty: the host name, lowercased.
     pub node_name: Option<String>,
-    /// Where `/healthz` and `/readyz` are served (kubelet's healthz address, 127.0.0.1:10248).
-    pub healthz_bind_address: String,
+    /// Where `/healthz`, `/livez` and `/readyz` are served: kubelet's
+    /// healthz address. Unset: [`NODE_HEALTHZ_BIND_ADDRESS`] when the node
+    /// role runs, nothing when only the proxy role runs (that port is
+    /// kubelet's; kube-proxy's health is `proxy.healthzBindAddress`). Empty
+    /// disables it.
+    pub healthz_bind_address: Option<String>,
     /// Where `/metrics` is served (kube-proxy's `metricsBindAddress`, 127.0.0.1:10249).
     pub metrics_bind_address: String,
     /// Longest time shutdown may take before keelson exits anyway.
@@ -99,7 +106,7 @@ impl Default for Config {
             api_version: API_VERSION.to_string(),
             kind: KIND.to_string(),
             node_name: None,
-            healthz_bind_address: "127.0.0.1:10248".to_string(),
+            healthz_bind_address: None,
             metrics_bind_address: "127.0.0.1:10249".to_string(),
             shutdown_timeout: KubeDuration::from_secs(30),
             logging: LoggingConfig::default(),
@@ -260,6 +267,18 @@ impl Config {
         serde_yaml::to_string(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }
 
+    /// Where keelson's own `/healthz` server listens, if anywhere: the
+    /// configured address, else kubelet's port when the node role runs.
+    /// A proxy-only keelson never takes kubelet's port by default, so it
+    /// can run beside a real kubelet (as kube-proxy does).
+    pub fn effective_healthz_bind_address(&self) -> Option<&str> {
+        match self.healthz_bind_address.as_deref() {
+            Some(a) => Some(a),
+            None if self.node.enabled => Some(NODE_HEALTHZ_BIND_ADDRESS),
+            None => None,
+        }
+    }
+
     /// This node's name: the configured one, else the host name lowercased.
     pub fn effective_node_name(&self) -> String {
         match self.node_name.as_deref() {
@@ -296,7 +315,9 @@ impl Config {
                 "must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.'; at most 253 characters)",
             ));
         }
-        check_socket_addr(&mut errs, "healthzBindAddress", &self.healthz_bind_address);
+        if let Some(a) = &self.healthz_bind_address {
+            check_socket_addr(&mut errs, "healthzBindAddress", a);
+        }
         check_socket_addr(&mut errs, "metricsBindAddress", &self.metrics_bind_address);
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.logging.level) {
             errs.push(FieldError::new("logging.level", e.to_string()));

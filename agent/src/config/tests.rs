@@ -168,3 +168,28 @@ fn register_with_taints_refuses_unknown_item_fields() {
     );
     assert!(err.to_string().contains("unknown field"), "{err}");
 }
+
+#[test]
+fn proxy_only_leaves_kubelets_health_port_alone() {
+    let mut both = Config::default();
+    assert_eq!(
+        both.effective_healthz_bind_address(),
+        Some("127.0.0.1:10248")
+    );
+    both.apply_overrides(&Overrides {
+        proxy_only: true,
+        ..Overrides::default()
+    })
+    .expect("valid");
+    assert_eq!(both.effective_healthz_bind_address(), None);
+    assert_eq!(both.proxy.healthz_bind_address, "0.0.0.0:10256");
+
+    let explicit =
+        parse("healthzBindAddress: 127.0.0.1:10300\nnode:\n  enabled: false\n").expect("valid");
+    assert_eq!(
+        explicit.effective_healthz_bind_address(),
+        Some("127.0.0.1:10300")
+    );
+    let disabled = parse("healthzBindAddress: \"\"\n").expect("valid");
+    assert_eq!(disabled.effective_healthz_bind_address(), Some(""));
+}

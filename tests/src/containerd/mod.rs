@@ -47,7 +47,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 static INSTANCE_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 pub use cleanup::{
-    BASE_DIR, BaseLock, CGROUP_PREFIX, Instance, cni_cache_leftovers, remove_stale_instances,
+    BASE_DIR, BaseLock, CGROUP_PREFIX, Instance, cni_cache_leftovers, identity_alive, mounts_under,
+    process_identity, processes_mentioning, remove_stale_instances,
 };
 pub use config::{Layout, cni_conflist, containerd_toml};
 

@@ -199,7 +199,10 @@ mod tests {
     #[test]
     fn busybox_image_has_applets_and_www() {
         if !Path::new(HOST_BUSYBOX).exists() {
-            eprintln!("SKIPPED: {HOST_BUSYBOX} not installed");
+            crate::support::skip(
+                "busybox_image_has_applets_and_www",
+                &format!("{HOST_BUSYBOX} is not installed (Debian package busybox-static)"),
+            );
             return;
         }
         let dir = tempfile::tempdir().expect("tempdir");

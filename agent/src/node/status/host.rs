@@ -249,10 +249,14 @@ impl Host for RealHost {
                 self.etc_root.join("machine-id"),
                 PathBuf::from("/var/lib/dbus/machine-id"),
             ]),
+            // cAdvisor's GetSystemUUID order (utils/sysfs/sysfs.go): DMI,
+            // the PowerPC device tree, then `/etc/machine-id` (its s390x
+            // path, which is what a machine without DMI ends up reporting).
             system_uuid: Self::first_line(&[
                 self.sys_root.join("class/dmi/id/product_uuid"),
                 self.proc_root.join("device-tree/system-id"),
                 self.proc_root.join("device-tree/vm,uuid"),
+                self.etc_root.join("machine-id"),
             ]),
             boot_id,
             swap_capacity,
@@ -381,6 +385,10 @@ mod tests {
                 swap_capacity: 1024 * 1024,
             }
         );
+        // No DMI (a VM without it): cAdvisor ends at /etc/machine-id.
+        std::fs::remove_file(root.path().join("sys/class/dmi/id/product_uuid")).expect("rm");
+        let m = host.machine_info().expect("machine info");
+        assert_eq!(m.system_uuid, "m1");
         let v = host.version_info().expect("version info");
         assert_eq!(v.kernel_version, "6.1.0-test");
         assert_eq!(v.os_image, "Debian GNU/Linux 12 (bookworm)");

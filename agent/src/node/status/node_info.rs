@@ -155,9 +155,14 @@ pub fn set_node_info(info: &mut NodeSystemInfo, inputs: &NodeInfoInputs<'_>) -> 
             });
         }
         info.boot_id = m.boot_id.clone();
-        info.swap = Some(NodeSwapStatus {
-            capacity: Some(i64::try_from(m.swap_capacity).unwrap_or(i64::MAX)),
-        });
+        // kubelet's MachineInfo setter (pkg/kubelet/nodestatus/setters.go)
+        // writes swap only when the host has some: the API server refuses
+        // `capacity: 0`. A value written earlier is left as it is.
+        if m.swap_capacity != 0 {
+            info.swap = Some(NodeSwapStatus {
+                capacity: Some(i64::try_from(m.swap_capacity).unwrap_or(i64::MAX)),
+            });
+        }
     }
     if let Some(v) = inputs.version {
         info.kernel_version = v.kernel_version.clone();
@@ -247,6 +252,34 @@ mod tests {
         assert_eq!(info.kubelet_version, "v1.36.0");
         assert_eq!(info.operating_system, "linux");
         assert_eq!(info.kube_proxy_version, "");
-        assert_eq!(info.swap.and_then(|s| s.capacity), Some(0));
+        assert_eq!(info.swap, None, "no swap: the field is left out");
+
+        let with_swap = MachineInfo {
+            swap_capacity: 1 << 30,
+            ..m
+        };
+        let inputs = NodeInfoInputs {
+            node_name: "n1",
+            machine: Some(&with_swap),
+            version: None,
+            runtime_name: None,
+            runtime_version: None,
+            kubelet_version: "v1.36.0",
+        };
+        set_node_info(&mut info, &inputs);
+        assert_eq!(info.swap.as_ref().and_then(|s| s.capacity), Some(1 << 30));
+        // Swap gone later: kubelet leaves the last value (it never clears it).
+        let without = MachineInfo {
+            swap_capacity: 0,
+            ..with_swap.clone()
+        };
+        set_node_info(
+            &mut info,
+            &NodeInfoInputs {
+                machine: Some(&without),
+                ..inputs
+            },
+        );
+        assert_eq!(info.swap.and_then(|s| s.capacity), Some(1 << 30));
     }
 }

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus as ApiContainerStatus, HostIP, Pod, PodCondition, PodIP,
-    PodStatus,
+    PodStatus, VolumeMountStatus,
 };
 
 use crate::node::pods::clock::{from_nanos, to_api_time};
@@ -151,6 +151,32 @@ fn convert(
     s
 }
 
+/// The `volumeMounts` of a container's status, from its spec (the CRI
+/// does not know volume names), as kubelet's `convertToAPIContainerStatuses`
+/// with RecursiveReadOnlyMounts (GA): a read-only mount's
+/// `recursiveReadOnly` is `Disabled`, or `Enabled` where the runtime makes
+/// recursive read-only mounts. No runtime handler keelson knows reports
+/// that support, so it is `Disabled` (and a mount requiring `Enabled` is
+/// refused when the container is created).
+fn volume_mount_statuses(c: &Container) -> Option<Vec<VolumeMountStatus>> {
+    let mounts = c.volume_mounts.as_ref()?;
+    Some(
+        mounts
+            .iter()
+            .map(|m| {
+                let read_only = m.read_only == Some(true);
+                VolumeMountStatus {
+                    name: m.name.clone(),
+                    mount_path: m.mount_path.clone(),
+                    read_only: read_only.then_some(true),
+                    recursive_read_only: read_only.then(|| "Disabled".to_string()),
+                    volume_status: None,
+                }
+            })
+            .collect(),
+    )
+}
+
 /// kubelet's `convertToAPIContainerStatuses` for one list of containers.
 #[allow(clippy::too_many_arguments)]
 pub fn convert_container_statuses(
@@ -180,6 +206,7 @@ pub fn convert_container_statuses(
             image: c.image.clone().unwrap_or_default(),
             state: Some(waiting(default_reason, "")),
             last_state: Some(ApiState::default()),
+            volume_mounts: volume_mount_statuses(c),
             ..Default::default()
         };
         if let Some(o) = old.get(c.name.as_str()) {

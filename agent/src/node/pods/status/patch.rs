@@ -7,71 +7,27 @@
 use k8s_openapi::api::core::v1::PodStatus;
 use serde_json::{Map, Value, json};
 
-/// Merge keys of `PodStatus` lists (`patchMergeKey` in the API types).
-fn merge_key(field: &str) -> Option<&'static str> {
-    match field {
-        "conditions" => Some("type"),
-        "podIPs" | "hostIPs" => Some("ip"),
-        "resourceClaimStatuses" => Some("name"),
+/// Merge keys of `PodStatus` lists (`patchMergeKey` in the API types),
+/// by path from the status.
+fn merge_key(path: &[&str]) -> Option<&'static str> {
+    match path {
+        ["conditions"] => Some("type"),
+        ["podIPs"] | ["hostIPs"] => Some("ip"),
+        ["resourceClaimStatuses"] => Some("name"),
         _ => None,
-    }
-}
-
-fn as_map(s: &PodStatus) -> Map<String, Value> {
-    match serde_json::to_value(s) {
-        Ok(Value::Object(m)) => m,
-        _ => Map::new(),
     }
 }
 
 /// The patch taking `old` to `new` for the pod with `uid`, or `None` when
 /// nothing changed.
 pub fn status_patch(uid: &str, old: &PodStatus, new: &PodStatus) -> Option<Value> {
-    let old = as_map(old);
-    let new = as_map(new);
-    let mut patch = Map::new();
-    for (k, nv) in &new {
-        let ov = old.get(k);
-        if ov == Some(nv) {
-            continue;
-        }
-        match (merge_key(k), ov, nv) {
-            (Some(key), Some(Value::Array(oa)), Value::Array(na)) => {
-                let id = |e: &Value| e.get(key).cloned().unwrap_or(Value::Null);
-                let mut changed = Vec::new();
-                for e in na {
-                    if !oa.contains(e) {
-                        changed.push(e.clone());
-                    }
-                }
-                for e in oa {
-                    if !na.iter().any(|n| id(n) == id(e)) {
-                        changed.push(json!({"$patch": "delete", key: id(e)}));
-                    }
-                }
-                let order: Vec<Value> = na.iter().map(|e| json!({ key: id(e) })).collect();
-                let old_order: Vec<Value> = oa.iter().map(|e| json!({ key: id(e) })).collect();
-                if !changed.is_empty() || order != old_order {
-                    patch.insert(format!("$setElementOrder/{k}"), Value::Array(order));
-                }
-                if !changed.is_empty() {
-                    patch.insert(k.clone(), Value::Array(changed));
-                }
-            }
-            _ => {
-                patch.insert(k.clone(), nv.clone());
-            }
-        }
-    }
-    for k in old.keys() {
-        if !new.contains_key(k) {
-            patch.insert(k.clone(), Value::Null);
-        }
-    }
-    if patch.is_empty() {
+    let old = serde_json::to_value(old).unwrap_or(Value::Null);
+    let new = serde_json::to_value(new).unwrap_or(Value::Null);
+    let patch = crate::strategic_patch::two_way(&old, &new, &merge_key);
+    if patch.as_object().is_none_or(Map::is_empty) {
         return None;
     }
-    Some(json!({"metadata": {"uid": uid}, "status": Value::Object(patch)}))
+    Some(json!({"metadata": {"uid": uid}, "status": patch}))
 }
 
 #[cfg(test)]
@@ -120,6 +76,16 @@ mod tests {
         assert_eq!(
             s["conditions"],
             json!([{"type": "Ready", "status": "True"}, {"$patch": "delete", "type": "Gone"}])
+        );
+        // A condition that loses its reason says so (the merge would keep it).
+        let old = status(json!({"conditions": [
+            {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+        ]}));
+        let new = status(json!({"conditions": [{"type": "Ready", "status": "True"}]}));
+        let p = status_patch("u1", &old, &new).expect("patch");
+        assert_eq!(
+            p["status"]["conditions"],
+            json!([{"type": "Ready", "status": "True", "reason": null}])
         );
         assert_eq!(s["containerStatuses"][0]["ready"], true);
     }

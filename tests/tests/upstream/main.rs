@@ -1,0 +1,20 @@
+//! The upstream tier: keelson against the real Kubernetes v1.36 control
+//! plane, each case run with keelson and with the real kubelet and
+//! kube-proxy as the agents (`upstream_keelson_*`, `upstream_kube_*`).
+//! Runner and cluster: `keelson_tests::upstream`.
+//!
+//! `KEELSON_UPSTREAM_BIN=DIR cargo test -p keelson-tests upstream_` runs
+//! exactly this tier; without the binaries every case is reported skipped.
+
+mod node_cases;
+mod pod_cases;
+mod service_cases;
+mod support;
+
+use keelson_tests::upstream::Case;
+use keelson_tests::upstream::runner;
+
+fn main() -> std::process::ExitCode {
+    let cases: Vec<Case> = [node_cases::CASES, pod_cases::CASES, service_cases::CASES].concat();
+    runner::main(&cases)
+}
