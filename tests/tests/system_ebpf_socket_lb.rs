@@ -1254,3 +1254,60 @@ async fn ebpf_mode_leaves_what_socket_lb_does_not_serve_to_nftables() {
     drop(backend);
     drop(w);
 }
+
+/// A second socket LB given the same pins (an overlapping restart, two
+/// instances on one host) would write the same maps with its own service
+/// ids and slot generations, each corrupting the other's: it waits until
+/// the running one has released them, and `keelson cleanup` refuses to
+/// pull the pins from under a running instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_instance_waits_for_the_pins() {
+    if !require_root("a_second_instance_waits_for_the_pins") {
+        return;
+    }
+    let cgroup = Cgroup::new();
+    let bpffs = Bpffs::new(&cgroup.path);
+    let (first, _) = SocketLb::start(&bpffs.config).expect("first start");
+    assert!(
+        keelson_netplane::ebpf::pins_in_use(&bpffs.config).expect("lock state"),
+        "the running instance holds its pins"
+    );
+    let refused = keelson_netplane::ebpf::cleanup(&bpffs.config).expect_err("cleanup refuses");
+    assert!(refused.to_string().contains("stop it first"), "{refused}");
+
+    let config = bpffs.config.clone();
+    let second = std::thread::spawn(move || SocketLb::start(&config).map(|(lb, _)| lb));
+    // It does not start while the first runs...
+    let early = wait_for(
+        "the second instance to start",
+        Duration::from_millis(700),
+        Duration::from_millis(20),
+        || {
+            let done = second.is_finished();
+            async move {
+                if done {
+                    Ok(())
+                } else {
+                    Err("waiting".to_string())
+                }
+            }
+        },
+    )
+    .await;
+    assert!(
+        early.is_err(),
+        "the second instance started beside the first"
+    );
+    // ...and does once the first has stopped.
+    drop(first);
+    let second = second
+        .join()
+        .expect("second start thread")
+        .expect("second start");
+    assert!(
+        keelson_netplane::ebpf::pins_in_use(&bpffs.config).expect("lock state"),
+        "the second instance holds the pins now"
+    );
+    drop(second);
+    assert!(!keelson_netplane::ebpf::pins_in_use(&bpffs.config).expect("lock state"));
+}

@@ -33,6 +33,7 @@ use super::layout::{
 };
 use super::maps::KernelMaps;
 use super::object::{MAPS, MapSpec, PROGRAMS, SOCK_LB_OBJECT};
+use super::pinlock::{self, PinLock};
 use super::sync::{LbService, SyncErrors, SyncStats, Syncer};
 
 /// The oldest kernel with every hook the socket LB uses
@@ -169,6 +170,8 @@ fn program<'a>(bpf: &'a mut Ebpf, func: &str) -> Result<&'a mut CgroupSockAddr, 
 /// The running socket LB: programs attached through pinned links, pinned
 /// maps, and the syncer that writes them.
 pub struct SocketLb {
+    /// Held for the whole life of the socket LB (see [`super::pinlock`]).
+    _pins: PinLock,
     config: EbpfConfig,
     cgroup: PathBuf,
     syncer: Syncer<KernelMaps>,
@@ -204,6 +207,7 @@ impl SocketLb {
             std::fs::create_dir_all(&dir)
                 .map_err(|e| EbpfError::io("creating the pin directory", &dir, e))?;
         }
+        let pins = pinlock::lock(&config.pin_dir(), pinlock::PIN_LOCK_WAIT)?;
         let maps_dir = config.maps_dir();
         for spec in MAPS {
             drop_incompatible_pin(&maps_dir.join(spec.name), spec)?;
@@ -261,6 +265,7 @@ impl SocketLb {
         );
         Ok((
             SocketLb {
+                _pins: pins,
                 config: config.clone(),
                 cgroup,
                 syncer,
@@ -274,6 +279,12 @@ impl SocketLb {
     /// The configuration it was started with.
     pub fn config(&self) -> &EbpfConfig {
         &self.config
+    }
+
+    /// Detaches the programs and removes the pins this socket LB holds
+    /// (see [`cleanup`]).
+    pub fn remove(&self) -> Result<(), EbpfError> {
+        remove_pins(&self.config)
     }
 
     /// The cgroup the programs are attached to.
@@ -394,6 +405,19 @@ fn drop_incompatible_pin(path: &Path, spec: &MapSpec) -> Result<(), EbpfError> {
 /// nothing is installed. Programs stay attached only while a running
 /// keelson still holds their links open, so stop keelson first.
 pub fn cleanup(config: &EbpfConfig) -> Result<(), EbpfError> {
+    if pinlock::held_elsewhere(&config.pin_dir())? {
+        return Err(EbpfError::io(
+            "a running keelson holds the pin directory; stop it first",
+            config.pin_dir(),
+            std::io::Error::from(std::io::ErrorKind::WouldBlock),
+        ));
+    }
+    remove_pins(config)
+}
+
+/// What [`cleanup`] removes, without the lock check (the running socket
+/// LB removing its own pins).
+fn remove_pins(config: &EbpfConfig) -> Result<(), EbpfError> {
     let links = config.links_dir();
     for (_, hook) in PROGRAMS {
         for name in [hook.to_string(), format!("{hook}_next")] {
@@ -414,6 +438,12 @@ pub fn cleanup(config: &EbpfConfig) -> Result<(), EbpfError> {
     }
     tracing::info!(pins = %config.pin_dir().display(), "eBPF socket LB removed");
     Ok(())
+}
+
+/// Whether a running socket LB holds the pin directory of `config` (it
+/// keeps an exclusive lock on it while it runs; see `SocketLb::start`).
+pub fn pins_in_use(config: &EbpfConfig) -> Result<bool, EbpfError> {
+    pinlock::held_elsewhere(&config.pin_dir())
 }
 
 /// One pinned cgroup link as the kernel reports it.

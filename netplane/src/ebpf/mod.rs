@@ -28,6 +28,7 @@ mod layout;
 mod lb;
 mod maps;
 mod object;
+mod pinlock;
 mod render;
 mod sync;
 
@@ -39,8 +40,9 @@ pub use layout::{
 };
 pub use lb::{
     EbpfConfig, MIN_KERNEL, PinnedLinkInfo, SocketLb, check_support, cleanup, live_link_ids,
-    pinned_links, pinned_revnat_entries,
+    pinned_links, pinned_revnat_entries, pins_in_use,
 };
 pub use maps::{FakeMaps, LbMap, LbMaps, MapsError};
+pub use pinlock::PIN_LOCK_WAIT;
 pub use render::{changes_of, desired_of, frontend_of, service_of};
 pub use sync::{LbService, SyncError, SyncErrors, SyncStats, Syncer};
