@@ -12,14 +12,14 @@
 
 pub mod conntrack_sysctl;
 pub mod events;
+pub mod objects;
 pub mod settings;
 pub mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use keelson_netplane::Backend;
 use keelson_netplane::ebpf::{EbpfBackend, EbpfConfig as NetplaneEbpfConfig, check_support};
@@ -284,12 +284,12 @@ pub async fn run(ctx: RoleContext) -> Result<(), ProxyError> {
     let shutdown = ctx.shutdown.clone();
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(watch::services(
-        Api::<Service>::all(ctx.client.clone()),
+        Api::<objects::ProxyService>::all(ctx.client.clone()),
         handle.clone(),
         shutdown.clone(),
     ));
     tasks.spawn(watch::endpoint_slices(
-        Api::<EndpointSlice>::all(ctx.client.clone()),
+        Api::<objects::ProxyEndpointSlice>::all(ctx.client.clone()),
         handle.clone(),
         shutdown.clone(),
     ));

@@ -106,8 +106,7 @@ struct Written {
     flags: u8,
     affinity_timeout: u32,
     /// Slot contents of generation 0 and 1.
-    slots: [BTreeMap<u16, SocketAddr>; 2],
-    members: BTreeSet<SocketAddr>,
+    slots: [Slots; 2],
 }
 
 impl Written {
@@ -115,7 +114,53 @@ impl Written {
     /// run died between writes), which forces a rewrite.
     fn active(&self) -> Option<Vec<SocketAddr>> {
         let slots = &self.slots[usize::from(self.generation)];
-        (0..self.count).map(|i| slots.get(&i).copied()).collect()
+        (0..self.count).map(|i| slots.get(i).copied()).collect()
+    }
+
+    /// The members the kernel holds once an update is complete: the
+    /// backends of the active generation (an interrupted update is
+    /// cleaned up by reading the maps back).
+    fn members(&self) -> BTreeSet<SocketAddr> {
+        let slots = &self.slots[usize::from(self.generation)];
+        (0..self.count).filter_map(|i| slots.get(i).copied()).collect()
+    }
+}
+
+/// The slots of one generation, by index (`None`: not in the map). A dense
+/// vector: a service's slots are 0..n.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Slots(Vec<Option<SocketAddr>>);
+
+impl Slots {
+    fn get(&self, slot: u16) -> Option<&SocketAddr> {
+        self.0.get(usize::from(slot)).and_then(Option::as_ref)
+    }
+
+    fn insert(&mut self, slot: u16, addr: SocketAddr) {
+        let i = usize::from(slot);
+        if self.0.len() <= i {
+            self.0.resize(i + 1, None);
+        }
+        self.0[i] = Some(addr);
+    }
+
+    /// Slots present at or beyond `count`.
+    fn beyond(&self, count: u16) -> Vec<u16> {
+        self.present().filter(|s| *s >= count).collect()
+    }
+
+    /// Indexes of the slots present.
+    fn present(&self) -> impl Iterator<Item = u16> + '_ {
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.is_some())
+            .filter_map(|(i, _)| u16::try_from(i).ok())
+    }
+
+    /// Exactly `backends` in slots 0..n.
+    fn of(backends: &[SocketAddr]) -> Slots {
+        Slots(backends.iter().copied().map(Some).collect())
     }
 }
 
@@ -214,8 +259,7 @@ impl<M: LbMaps> Syncer<M> {
                     count: sv.count,
                     flags: sv.flags,
                     affinity_timeout: sv.affinity_timeout,
-                    slots: [BTreeMap::new(), BTreeMap::new()],
-                    members: BTreeSet::new(),
+                    slots: [Slots::default(), Slots::default()],
                 },
             );
         }
@@ -239,23 +283,32 @@ impl<M: LbMaps> Syncer<M> {
                 _ => junk.push((LbMap::Backends, k)),
             }
         }
+        // Members: exactly the active backends of each service; anything
+        // else is left from an interrupted update (or not keelson's).
+        let mut missing: BTreeMap<u32, BTreeSet<SocketAddr>> = written
+            .values()
+            .map(|w| (w.id, w.members()))
+            .collect();
         for (k, _) in members {
             let decoded = <[u8; 24]>::try_from(k.as_slice())
                 .ok()
                 .and_then(|kb| decode_member_key(&kb));
-            match decoded
-                .and_then(|(id, addr)| by_id.get(&id).map(|f| (*f, addr)))
-                .and_then(|(f, addr)| written.get_mut(&f).map(|w| (w, addr)))
-            {
-                Some((w, addr)) => {
-                    w.members.insert(addr);
-                }
-                None => junk.push((LbMap::Members, k)),
+            match decoded.and_then(|(id, addr)| missing.get_mut(&id).map(|m| m.remove(&addr))) {
+                Some(true) => {}
+                _ => junk.push((LbMap::Members, k)),
             }
         }
         for (map, key) in junk {
             self.maps.delete(map, &key).map_err(SyncError::Dump)?;
             stats.deletes += 1;
+        }
+        for (id, addrs) in missing {
+            for addr in addrs {
+                self.maps
+                    .put(LbMap::Members, &layout::member_key(id, addr), &[1])
+                    .map_err(SyncError::Dump)?;
+                stats.puts += 1;
+            }
         }
         self.ids = written.values().map(|w| w.id).collect();
         self.next_id = self.ids.last().map_or(1, |id| id.wrapping_add(1).max(1));
@@ -274,12 +327,13 @@ impl<M: LbMaps> Syncer<M> {
     ) -> Result<(SyncStats, bool), SyncErrors> {
         let remembered = self.written.clone();
         let cleaned = self.read_back().map_err(|e| SyncErrors(vec![e]))?;
-        let repaired = cleaned.deletes > 0 || remembered != self.written;
+        let repaired = cleaned.deletes > 0 || cleaned.puts > 0 || remembered != self.written;
         if repaired {
             tracing::warn!("socket-LB maps differed from what keelson wrote; repairing");
         }
         let mut stats = self.replace_all(desired)?;
         stats.deletes += cleaned.deletes;
+        stats.puts += cleaned.puts;
         Ok((stats, repaired))
     }
 
@@ -400,8 +454,7 @@ impl<M: LbMaps> Syncer<M> {
                     count: 0,
                     flags: 0,
                     affinity_timeout: 0,
-                    slots: [BTreeMap::new(), BTreeMap::new()],
-                    members: BTreeSet::new(),
+                    slots: [Slots::default(), Slots::default()],
                 }
             }
         };
@@ -459,7 +512,7 @@ impl<M: LbMaps> Syncer<M> {
         let next_slots = usize::from(next);
         // 1. The new slot array, in the generation no program reads.
         for (slot, addr) in (0..count).zip(backends) {
-            if w.slots[next_slots].get(&slot) == Some(addr) {
+            if w.slots[next_slots].get(slot) == Some(addr) {
                 continue;
             }
             let k = layout::backend_key(&BackendKey {
@@ -472,10 +525,7 @@ impl<M: LbMaps> Syncer<M> {
                 .map_err(&e)?;
             stats.puts += 1;
         }
-        let stale: Vec<u16> = w.slots[next_slots]
-            .range(count..)
-            .map(|(s, _)| *s)
-            .collect();
+        let stale: Vec<u16> = w.slots[next_slots].beyond(count);
         for slot in stale {
             let k = layout::backend_key(&BackendKey {
                 svc_id: w.id,
@@ -485,10 +535,11 @@ impl<M: LbMaps> Syncer<M> {
             self.maps.delete(LbMap::Backends, &k).map_err(&e)?;
             stats.deletes += 1;
         }
-        w.slots[next_slots] = (0..count).zip(backends.iter().copied()).collect();
+        w.slots[next_slots] = Slots::of(backends);
         // 2. Members of the new set, before any program can pick them.
+        let old_members = w.members();
         let new_members: BTreeSet<SocketAddr> = backends.iter().copied().collect();
-        for addr in new_members.difference(&w.members) {
+        for addr in new_members.difference(&old_members) {
             self.maps
                 .put(LbMap::Members, &layout::member_key(w.id, *addr), &[1])
                 .map_err(&e)?;
@@ -507,25 +558,20 @@ impl<M: LbMaps> Syncer<M> {
             .map_err(&e)?;
         stats.puts += 1;
         stats.services_changed += 1;
-        let old_members = std::mem::replace(&mut w.members, new_members.clone());
         w.generation = next;
         w.count = count;
         w.flags = flags;
         w.affinity_timeout = timeout;
-        // Members that left are still in the kernel until deleted below.
-        w.members.extend(old_members.iter().copied());
+        let id = w.id;
         self.written.insert(*f, w);
         // 4. Members that left: remembered (affinity, UDP flow) choices of
-        // them are not reused from now on.
+        // them are not reused from now on. (If a deletion fails, the maps
+        // are read back before the next apply, which removes the rest.)
         for addr in old_members.difference(&new_members) {
-            let id = self.written.get(f).map_or(0, |w| w.id);
             self.maps
                 .delete(LbMap::Members, &layout::member_key(id, *addr))
                 .map_err(&e)?;
             stats.deletes += 1;
-            if let Some(w) = self.written.get_mut(f) {
-                w.members.remove(addr);
-            }
         }
         Ok(())
     }
@@ -545,17 +591,17 @@ impl<M: LbMaps> Syncer<M> {
         stats.services_changed += 1;
         self.written.remove(f);
         for (generation, slots) in [0u8, 1].into_iter().zip(&w.slots) {
-            for slot in slots.keys() {
+            for slot in slots.present() {
                 let k = layout::backend_key(&BackendKey {
                     svc_id: w.id,
                     generation,
-                    slot: *slot,
+                    slot,
                 });
                 self.maps.delete(LbMap::Backends, &k).map_err(&e)?;
                 stats.deletes += 1;
             }
         }
-        for addr in &w.members {
+        for addr in &w.members() {
             self.maps
                 .delete(LbMap::Members, &layout::member_key(w.id, *addr))
                 .map_err(&e)?;
