@@ -334,7 +334,15 @@ macro_rules! resource {
     };
 }
 
-resource!(ProxyService, "Service", "", "v1", "services", |s| &s.metadata, |s| &mut s.metadata);
+resource!(
+    ProxyService,
+    "Service",
+    "",
+    "v1",
+    "services",
+    |s| &s.metadata,
+    |s| &mut s.metadata
+);
 resource!(
     ProxyEndpointSlice,
     "EndpointSlice",
@@ -379,7 +387,9 @@ mod tests {
         assert_eq!(spec.ports.as_ref().map(|p| p[0].port), Some(80));
         assert_eq!(
             keelson_netplane::model::service_ports(&s, keelson_netplane::model::IpFamily::V4),
-            Err(keelson_netplane::model::SkipReason::OtherProxy("other".into())),
+            Err(keelson_netplane::model::SkipReason::OtherProxy(
+                "other".into()
+            )),
             "the model reads the kept label"
         );
         let ingress = s

@@ -117,7 +117,7 @@ pub fn check_support(config: &EbpfConfig) -> Result<(), EbpfError> {
             ),
         });
     }
-    let mut bpf = EbpfLoader::new()
+    let mut bpf = loader()
         .load(SOCK_LB_OBJECT)
         .map_err(|e| unsupported_or("loading the socket-LB object", &e))?;
     for (func, hook) in PROGRAMS {
@@ -126,6 +126,15 @@ pub fn check_support(config: &EbpfConfig) -> Result<(), EbpfError> {
             .map_err(|e| unsupported_or(&format!("loading the {hook} program"), &e))?;
     }
     Ok(())
+}
+
+/// An object loader without the kernel's BTF: the programs read their
+/// context's fields directly and need no CO-RE relocation, and aya would
+/// otherwise parse `/sys/kernel/btf/vmlinux` (megabytes) for every load.
+fn loader() -> EbpfLoader<'static> {
+    let mut l = EbpfLoader::new();
+    l.btf(None);
+    l
 }
 
 fn check_kernel_version() -> Result<(), EbpfError> {
@@ -212,7 +221,7 @@ impl SocketLb {
         for spec in MAPS {
             drop_incompatible_pin(&maps_dir.join(spec.name), spec)?;
         }
-        let mut loader = EbpfLoader::new();
+        let mut loader = loader();
         for spec in MAPS {
             loader.map_pin_path(spec.name, maps_dir.join(spec.name));
         }

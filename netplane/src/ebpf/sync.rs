@@ -122,7 +122,9 @@ impl Written {
     /// cleaned up by reading the maps back).
     fn members(&self) -> BTreeSet<SocketAddr> {
         let slots = &self.slots[usize::from(self.generation)];
-        (0..self.count).filter_map(|i| slots.get(i).copied()).collect()
+        (0..self.count)
+            .filter_map(|i| slots.get(i).copied())
+            .collect()
     }
 }
 
@@ -285,10 +287,8 @@ impl<M: LbMaps> Syncer<M> {
         }
         // Members: exactly the active backends of each service; anything
         // else is left from an interrupted update (or not keelson's).
-        let mut missing: BTreeMap<u32, BTreeSet<SocketAddr>> = written
-            .values()
-            .map(|w| (w.id, w.members()))
-            .collect();
+        let mut missing: BTreeMap<u32, BTreeSet<SocketAddr>> =
+            written.values().map(|w| (w.id, w.members())).collect();
         for (k, _) in members {
             let decoded = <[u8; 24]>::try_from(k.as_slice())
                 .ok()

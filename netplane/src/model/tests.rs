@@ -813,7 +813,10 @@ fn replace_after_relist_deletes_what_disappeared() {
         .map(|c| c.key.to_string())
         .collect();
     assert_eq!(removed, vec!["ns/other (IPv4)".to_string()]);
-    let web_change = d.changes.iter().find(|c| &*c.key.name.service.name == "web");
+    let web_change = d
+        .changes
+        .iter()
+        .find(|c| &*c.key.name.service.name == "web");
     assert_eq!(
         web_change
             .and_then(|c| c.current.as_ref())

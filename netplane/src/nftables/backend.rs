@@ -16,7 +16,7 @@ use super::config::{LEGACY_SERVICE_TABLES, NftablesConfig};
 use super::layout::{FixedLayout, fixed_layout};
 use super::netlink::{BatchError, NfSocket};
 use super::objects::{Op, TableId, table_name};
-use super::readback::{read_elements, read_table};
+use super::readback::{read_elements, read_elements_by_key, read_table};
 use super::table::{FamilyTable, FullSyncInput, KernelTable, Plan};
 use super::wire::MsgKind;
 use crate::backend::{Backend, BackendError, SyncOutcome};
@@ -261,11 +261,17 @@ impl NftablesBackend {
             let Some(table) = tables.get(&id) else {
                 continue;
             };
-            let mut reader = |set: &str| match read_elements(socket, id.family, &name, set) {
-                Ok(e) => Some(e),
-                Err(e) => {
-                    tracing::warn!(set, error = %e, "could not read the set's elements; rewriting it");
-                    None
+            let mut reader = |set: &str, keys: Option<&[&[u8]]>| {
+                let read = match keys {
+                    None => read_elements(socket, id.family, &name, set),
+                    Some(keys) => read_elements_by_key(socket, id.family, &name, set, keys),
+                };
+                match read {
+                    Ok(e) => Some(e),
+                    Err(e) => {
+                        tracing::warn!(set, error = %e, "could not read the set's elements; rewriting it");
+                        None
+                    }
                 }
             };
             let input = FullSyncInput {

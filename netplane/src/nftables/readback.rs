@@ -81,7 +81,10 @@ pub fn read_table(socket: &mut NfSocket, family: IpFamily, table: &str) -> io::R
     Ok(out)
 }
 
-/// Every element of `set` in `table`: key bytes -> value.
+/// Every element of `set` in `table`: key bytes -> value. (The kernel
+/// dumps a set in pieces and walks it from the start for each piece, so
+/// this costs the square of the set's size: for large sets, read the keys
+/// wanted with [`read_elements_by_key`].)
 pub fn read_elements(
     socket: &mut NfSocket,
     family: IpFamily,
@@ -94,7 +97,56 @@ pub fn read_elements(
             .push_set_bytes(set.as_bytes());
     })?;
     let mut out = HashMap::new();
-    for reply in &replies {
+    parse_elements(&replies, &mut out);
+    Ok(out)
+}
+
+/// Keys asked per request: the kernel answers each with a message of its
+/// own, which must fit the socket's receive buffer.
+const KEYS_PER_REQUEST: usize = 1000;
+
+/// The elements of `set` among `keys` (absent keys are not in the result),
+/// one lookup per key: linear in the keys asked, whatever the set's size.
+pub fn read_elements_by_key(
+    socket: &mut NfSocket,
+    family: IpFamily,
+    table: &str,
+    set: &str,
+    keys: &[&[u8]],
+) -> io::Result<HashMap<Vec<u8>, KernelValue>> {
+    let mut out = HashMap::with_capacity(keys.len());
+    let mut rest = keys;
+    while !rest.is_empty() {
+        let batch = &rest[..rest.len().min(KEYS_PER_REQUEST)];
+        let (replies, errno) = socket.request_items(MsgKind::GetSetElem, family, |b| {
+            let mut list = PushSetelemListAttrs::new(b)
+                .push_table_bytes(table.as_bytes())
+                .push_set_bytes(set.as_bytes())
+                .nested_elements();
+            for key in batch {
+                list = list
+                    .nested_elem()
+                    .nested_key()
+                    .push_value(key)
+                    .end_nested()
+                    .end_nested();
+            }
+            list.end_nested();
+        })?;
+        let answered = replies.len();
+        parse_elements(&replies, &mut out);
+        match errno {
+            0 => rest = &rest[batch.len()..],
+            // The kernel stops at the first absent key: skip it.
+            libc::ENOENT => rest = &rest[(answered + 1).min(rest.len())..],
+            e => return Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+    Ok(out)
+}
+
+fn parse_elements(replies: &[Vec<u8>], out: &mut HashMap<Vec<u8>, KernelValue>) {
+    for reply in replies {
         let list = SetelemListAttrs::new(reply);
         let Ok(elements) = list.get_elements() else {
             continue;
@@ -125,5 +177,4 @@ pub fn read_elements(
             out.insert(key, value);
         }
     }
-    Ok(out)
 }

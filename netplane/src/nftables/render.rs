@@ -321,6 +321,18 @@ pub fn shared_chain_name(value: u32) -> String {
     }
 }
 
+/// The kind and endpoint count of a shared chain's name.
+pub fn parse_shared_chain_name(name: &str) -> Option<(ListKind, u32)> {
+    let (kind, n) = if let Some(n) = name.strip_prefix("nodeport-endpoints-") {
+        (ListKind::NodePort, n)
+    } else if let Some(n) = name.strip_prefix("external-endpoints-") {
+        (ListKind::Address, n)
+    } else {
+        (ListKind::Address, name.strip_prefix("endpoints-")?)
+    };
+    n.parse().ok().map(|n| (kind, n))
+}
+
 /// The shared chain for count value `value` in `family`.
 pub fn shared_chain(value: u32, family: IpFamily, config: &NftablesConfig) -> ChainDef {
     let n = value & COUNT_MASK;

@@ -14,10 +14,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::config::NftablesConfig;
-use super::layout::{FixedLayout, NODEPORT_IPS, creation_order};
+use super::layout::{self, FixedLayout, NODEPORT_IPS, creation_order};
 use super::objects::{ChainDef, Element, Op, SetDef, TableId};
 use super::render::{
-    ElementSet, KeyedList, ListKind, PortSlots, RenderedPort, render_port, shared_chain, slot_needs,
+    ElementSet, KeyedList, ListKind, PortSlots, RenderedPort, parse_shared_chain_name, render_port,
+    shared_chain, slot_needs,
 };
 use super::slots::{SlotBlock, SlotSpace};
 use crate::model::{ServicePortKey, ServicePortState};
@@ -116,9 +117,11 @@ pub struct KernelTable {
     pub sets: BTreeSet<String>,
 }
 
-/// Reads the elements of a set from the kernel (`None`: cannot tell; the
-/// set is then flushed and refilled).
-pub type ElementReader<'a> = dyn FnMut(&str) -> Option<HashMap<Vec<u8>, KernelValue>> + 'a;
+/// Reads the elements of a set from the kernel: all of them, or those of
+/// the given keys (absent ones are left out). `None`: cannot tell; the set
+/// is then flushed and refilled.
+pub type ElementReader<'a> =
+    dyn FnMut(&str, Option<&[&[u8]]>) -> Option<HashMap<Vec<u8>, KernelValue>> + 'a;
 
 /// What a full sync plans against (see [`FamilyTable::plan_full`]).
 #[derive(Debug, Clone, Copy)]
@@ -990,12 +993,41 @@ impl FamilyTable {
                     .collect(),
             ));
         }
+        // Dispatch maps first: their elements tell which endpoint slots the
+        // kernel holds (`goto endpoints-N` of key K: slots K.0 .. K.N-1),
+        // so the large slot maps are read by key, not dumped.
+        fixed_sets.sort_by_key(|(name, _)| {
+            !matches!(*name, layout::SERVICE_IPS | layout::SERVICE_NODEPORTS)
+        });
+        let mut held_slots: BTreeMap<&'static str, Vec<Vec<u8>>> = BTreeMap::new();
         for (name, want) in fixed_sets {
-            let have = if kernel.sets.contains(name) {
-                elements(name)
-            } else {
+            let have = if !kernel.sets.contains(name) {
                 Some(HashMap::new())
+            } else if matches!(name, layout::SERVICE_ENDPOINTS | layout::NODEPORT_ENDPOINTS) {
+                let mut keys: Vec<&[u8]> = want.keys().map(Vec::as_slice).collect();
+                let held = held_slots.get(name).map(Vec::as_slice).unwrap_or_default();
+                keys.extend(held.iter().map(Vec::as_slice));
+                keys.sort_unstable();
+                keys.dedup();
+                elements(name, Some(&keys))
+            } else {
+                elements(name, None)
             };
+            if let (Some(have), layout::SERVICE_IPS | layout::SERVICE_NODEPORTS) = (&have, name) {
+                for (key, value) in have {
+                    let KernelValue::Verdict(_, Some(chain)) = value else {
+                        continue;
+                    };
+                    if let Some((kind, n)) = parse_shared_chain_name(chain) {
+                        let slots = held_slots.entry(kind.sets().1.name()).or_default();
+                        slots.extend((0..n).map(|i: u32| {
+                            let mut k = key.clone();
+                            k.extend_from_slice(&i.to_ne_bytes());
+                            k
+                        }));
+                    }
+                }
+            }
             match have {
                 Some(have) => {
                     for (k, v) in &have {

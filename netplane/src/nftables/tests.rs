@@ -93,7 +93,7 @@ fn full(tracker: &ChangeTracker, kernel: &KernelTable) -> Plan {
         .into_iter()
         .filter_map(|(k, s)| s.map(|s| (k, s)))
         .collect();
-    let mut empty = |_: &str| Some(HashMap::new());
+    let mut empty = |_: &str, _: Option<&[&[u8]]>| Some(HashMap::new());
     FamilyTable::new(table_id())
         .plan_full(
             FullSyncInput {
@@ -448,7 +448,16 @@ fn adopting_an_identical_table_writes_nothing_but_the_base_chains() {
         .into_iter()
         .filter_map(|(k, s)| s.map(|s| (k, s)))
         .collect();
-    let mut reader = |set: &str| Some(elements.get(set).cloned().unwrap_or_default());
+    let mut reader = |set: &str, keys: Option<&[&[u8]]>| {
+        let all = elements.get(set).cloned().unwrap_or_default();
+        Some(match keys {
+            None => all,
+            Some(keys) => all
+                .into_iter()
+                .filter(|(k, _)| keys.contains(&k.as_slice()))
+                .collect(),
+        })
+    };
     let plan = FamilyTable::new(table_id())
         .plan_full(
             FullSyncInput {
@@ -468,4 +477,23 @@ fn adopting_an_identical_table_writes_nothing_but_the_base_chains() {
         .filter(|o| !matches!(o, Op::AddTable { .. } | Op::AddSet { .. }))
         .collect();
     assert!(writes.is_empty(), "{writes:?}");
+}
+
+#[test]
+fn shared_chain_names_round_trip() {
+    use super::render::{
+        COUNT_MASQUERADE, COUNT_NODEPORT, ListKind, parse_shared_chain_name, shared_chain_name,
+    };
+    for (value, kind, n) in [
+        (3, ListKind::Address, 3),
+        (COUNT_MASQUERADE | 12, ListKind::Address, 12),
+        (COUNT_NODEPORT | 1, ListKind::NodePort, 1),
+    ] {
+        assert_eq!(
+            parse_shared_chain_name(&shared_chain_name(value)),
+            Some((kind, n))
+        );
+    }
+    assert_eq!(parse_shared_chain_name("services"), None);
+    assert_eq!(parse_shared_chain_name("endpoints-x"), None);
 }

@@ -139,7 +139,10 @@ impl ProxyHandle {
     }
 
     /// The full Service list after a (re)list.
-    pub fn replace_services<S: std::borrow::Borrow<Service>>(&self, all: impl IntoIterator<Item = S>) {
+    pub fn replace_services<S: std::borrow::Borrow<Service>>(
+        &self,
+        all: impl IntoIterator<Item = S>,
+    ) {
         let mut n = 0usize;
         let changed = self
             .shared

@@ -16,15 +16,14 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
 use k8s_openapi::List;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use keelson::proxy::objects::{ProxyEndpointSlice, ProxyService};
-use kube::core::ObjectList;
 use keelson_netplane::ebpf::{FakeMaps, Syncer, desired_of};
 use keelson_netplane::model::{ChangeTracker, IpFamily, NodePortAddresses, NodeTopology};
 use keelson_netplane::nftables::encode::encode_batch;
@@ -32,6 +31,7 @@ use keelson_netplane::nftables::layout::fixed_layout;
 use keelson_netplane::nftables::objects::{Op, TableId};
 use keelson_netplane::nftables::table::{FamilyTable, FullSyncInput, KernelTable};
 use keelson_netplane::nftables::{LocalTraffic, NftablesConfig};
+use kube::core::ObjectList;
 use serde_json::{Value, json};
 
 /// The system allocator, counting the bytes in use and their peak.
@@ -195,7 +195,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let m: u32 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10);
     let mut r = Report { last: in_use() };
     PEAK.store(in_use() as isize, Ordering::Relaxed);
-    println!("{n} Services x {m} endpoints: heap in use after each step, its change, its peak during the step");
+    println!(
+        "{n} Services x {m} endpoints: heap in use after each step, its change, its peak during the step"
+    );
 
     let services_text = list_json("ServiceList", "v1", (0..n).map(service_json));
     let slices_text = list_json(
@@ -262,7 +264,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|(k, s)| (k.clone(), s.clone()))
         .collect();
     let mut table = FamilyTable::new(id);
-    let mut empty = |_: &str| Some(HashMap::new());
+    let mut empty = |_: &str, _: Option<&[&[u8]]>| Some(HashMap::new());
     let mut plan = table
         .plan_full(
             FullSyncInput {
