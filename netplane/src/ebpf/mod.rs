@@ -30,6 +30,7 @@ mod maps;
 mod object;
 mod pinlock;
 mod render;
+mod sizes;
 mod sync;
 
 pub use backend::{EbpfBackend, ebpf_mode_backend};
@@ -45,4 +46,5 @@ pub use lb::{
 pub use maps::{FakeMaps, LbMap, LbMaps, MapsError};
 pub use pinlock::PIN_LOCK_WAIT;
 pub use render::{changes_of, desired_of, frontend_of, service_of};
+pub use sizes::{MIN_SIZES, MapSizes};
 pub use sync::{LbService, SyncError, SyncErrors, SyncStats, Syncer};

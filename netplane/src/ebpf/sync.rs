@@ -26,6 +26,7 @@ use super::layout::{
     decode_backend_value, decode_member_key, decode_svc_key, decode_svc_value,
 };
 use super::maps::{LbMap, LbMaps, MapsError};
+use super::sizes::MapSizes;
 
 /// What the socket LB should do for one frontend. The model has already
 /// chosen the eligible endpoints (ready ones, else serving-terminating ones;
@@ -77,6 +78,19 @@ pub enum SyncError {
         /// The frontend.
         frontend: Frontend,
     },
+    /// The maps had to be rebuilt larger (or smaller) and that failed; the
+    /// next apply tries again.
+    #[error("resizing the socket-LB maps: {0}")]
+    Resize(String),
+}
+
+impl SyncErrors {
+    /// Whether a put failed because a map is full.
+    pub fn map_full(&self) -> bool {
+        self.0
+            .iter()
+            .any(|e| matches!(e, SyncError::Map { source, .. } if source.is_full()))
+    }
 }
 
 /// Several frontends failed in one apply; the others were written.
@@ -171,9 +185,13 @@ impl Slots {
 pub struct Syncer<M> {
     maps: M,
     desired: BTreeMap<Frontend, LbService>,
+    /// Backends of every desired frontend, summed (for map sizing).
+    desired_backends: usize,
     written: BTreeMap<Frontend, Written>,
     ids: BTreeSet<u32>,
     next_id: u32,
+    /// Ids kept for frontends not written yet (see [`Syncer::keep_ids_of`]).
+    reserved: BTreeMap<Frontend, u32>,
     /// A write failed: re-read the maps before the next apply.
     resync: bool,
 }
@@ -203,9 +221,11 @@ impl<M: LbMaps> Syncer<M> {
         let mut s = Syncer {
             maps,
             desired: BTreeMap::new(),
+            desired_backends: 0,
             written: BTreeMap::new(),
             ids: BTreeSet::new(),
             next_id: 1,
+            reserved: BTreeMap::new(),
             resync: false,
         };
         let stats = s.read_back()?;
@@ -215,6 +235,52 @@ impl<M: LbMaps> Syncer<M> {
     /// The maps (tests inspect the fake).
     pub fn maps(&self) -> &M {
         &self.maps
+    }
+
+    /// Gives the frontends of `from` that are still in `desired` the ids
+    /// they have there, and continues `from`'s id sequence (the maps are
+    /// rebuilt: a client's affinity entry names its service by id, so a
+    /// frontend keeps its id and a new one gets none a removed one had).
+    /// Call it on a syncer of empty maps, before the first apply.
+    pub fn keep_ids_of<N>(&mut self, from: &Syncer<N>, desired: &BTreeMap<Frontend, LbService>) {
+        self.reserved = from
+            .written
+            .iter()
+            .filter(|(f, _)| desired.contains_key(f))
+            .map(|(f, w)| (*f, w.id))
+            .collect();
+        self.ids.extend(self.reserved.values());
+        self.next_id = from.next_id;
+    }
+
+    /// The desired frontends (what a rebuilt set of maps is filled with).
+    pub fn desired(&self) -> &BTreeMap<Frontend, LbService> {
+        &self.desired
+    }
+
+    /// What the maps must hold once `changes` are applied (see
+    /// [`MapSizes::for_counts`]); costs a lookup per change.
+    pub fn needed_after(&self, changes: &[(Frontend, Option<LbService>)]) -> MapSizes {
+        let mut frontends = self.desired.len();
+        let mut backends = self.desired_backends;
+        let mut now: BTreeMap<&Frontend, Option<usize>> = BTreeMap::new();
+        for (f, s) in changes {
+            let before = match now.get(f) {
+                Some(n) => *n,
+                None => self.desired.get(f).map(|s| s.backends.len()),
+            };
+            let after = s.as_ref().map(|s| s.backends.len());
+            if let Some(n) = before {
+                frontends -= 1;
+                backends -= n;
+            }
+            if let Some(n) = after {
+                frontends += 1;
+                backends += n;
+            }
+            now.insert(f, after);
+        }
+        MapSizes::for_counts(frontends, backends)
     }
 
     /// Number of frontends currently written.
@@ -312,6 +378,7 @@ impl<M: LbMaps> Syncer<M> {
         }
         self.ids = written.values().map(|w| w.id).collect();
         self.next_id = self.ids.last().map_or(1, |id| id.wrapping_add(1).max(1));
+        self.ids.extend(self.reserved.values());
         self.written = written;
         self.resync = false;
         Ok(stats)
@@ -364,10 +431,16 @@ impl<M: LbMaps> Syncer<M> {
     ) -> Result<SyncStats, SyncErrors> {
         let mut touched = BTreeSet::new();
         for (f, s) in changes {
-            match s {
+            if let Some(s) = &s {
+                self.desired_backends += s.backends.len();
+            }
+            let old = match s {
                 Some(s) => self.desired.insert(f, s),
                 None => self.desired.remove(&f),
             };
+            if let Some(old) = old {
+                self.desired_backends -= old.backends.len();
+            }
             touched.insert(f);
         }
         let mut stats = SyncStats::default();
@@ -419,6 +492,9 @@ impl<M: LbMaps> Syncer<M> {
 
     fn reconcile(&mut self, f: &Frontend, stats: &mut SyncStats) -> Result<(), SyncError> {
         let Some(d) = self.desired.get(f).cloned() else {
+            if let Some(id) = self.reserved.remove(f) {
+                self.ids.remove(&id);
+            }
             return match self.written.get(f).cloned() {
                 Some(w) => self.remove(f, &w, stats),
                 None => Ok(()),
@@ -442,10 +518,13 @@ impl<M: LbMaps> Syncer<M> {
         let w = match self.written.get(f) {
             Some(w) => w.clone(),
             None => {
-                let id = self.alloc_id().ok_or_else(|| SyncError::IdsExhausted {
-                    service: d.name.clone(),
-                    frontend: *f,
-                })?;
+                let id = match self.reserved.remove(f) {
+                    Some(id) => id,
+                    None => self.alloc_id().ok_or_else(|| SyncError::IdsExhausted {
+                        service: d.name.clone(),
+                        frontend: *f,
+                    })?,
+                };
                 // Nothing in the kernel yet: "flip" from an empty
                 // generation 1 to generation 0.
                 Written {
@@ -957,5 +1036,62 @@ mod tests {
             view(s.maps()),
             expect_view(&[(fe(2), svc(2, 1, None))].into())
         );
+    }
+
+    #[test]
+    fn needed_sizes_follow_the_desired_frontends_and_changes() {
+        let mut s = new_syncer();
+        s.apply((0..3).map(|i| (fe(i), Some(svc(i, 4, None)))))
+            .expect("apply");
+        assert_eq!(s.needed_after(&[]), MapSizes::for_counts(3, 12));
+        // Grow one, remove one, add one (twice: the last change counts).
+        let changes = vec![
+            (fe(0), Some(svc(0, 10, None))),
+            (fe(1), None),
+            (fe(7), Some(svc(7, 2, None))),
+            (fe(7), Some(svc(7, 3, None))),
+        ];
+        let need = s.needed_after(&changes);
+        s.apply(changes).expect("apply");
+        assert_eq!(need, MapSizes::for_counts(3, 10 + 4 + 3));
+        assert_eq!(s.needed_after(&[]), need, "the running sum agrees");
+        assert_eq!(need, MapSizes::needed(s.desired()));
+    }
+
+    #[test]
+    fn rebuilt_maps_keep_each_frontends_id() {
+        let mut old = new_syncer();
+        old.apply((1..=3).map(|i| (fe(i), Some(svc(i, 2, None)))))
+            .expect("apply");
+        old.apply([(fe(2), None)]).expect("remove");
+        let ids = |s: &Syncer<FakeMaps>| -> BTreeMap<Frontend, u32> {
+            s.written.iter().map(|(f, w)| (*f, w.id)).collect()
+        };
+        let before = ids(&old);
+        let mut desired = old.desired().clone();
+        desired.insert(fe(9), svc(9, 1, None));
+        let mut new = new_syncer();
+        new.keep_ids_of(&old, &desired);
+        new.replace_all(desired).expect("fill");
+        let after = ids(&new);
+        assert_eq!(after[&fe(1)], before[&fe(1)]);
+        assert_eq!(after[&fe(3)], before[&fe(3)]);
+        assert!(
+            after[&fe(9)] > before[&fe(3)],
+            "a new frontend gets an id after every old one (2's included): {after:?}"
+        );
+    }
+
+    #[test]
+    fn a_full_map_is_reported_as_such() {
+        let mut maps = FakeMaps::default();
+        maps.capacity.insert(LbMap::Backends, 4);
+        let (mut s, _) = Syncer::adopt(maps).expect("adopt");
+        s.apply([(fe(1), Some(svc(1, 3, None)))]).expect("fits");
+        let e = s
+            .apply([(fe(2), Some(svc(2, 3, None)))])
+            .expect_err("no room for three more slots");
+        assert!(e.map_full(), "{e}");
+        assert!(!SyncErrors(vec![SyncError::Resize("x".into())]).map_full());
     }
 }
