@@ -16,7 +16,8 @@
 #           with `keelson check-config`, and reloads systemd. --enable enables
 #           the unit; --now also starts it (or restarts it when running, which
 #           keeps containers running: KillMode=process). --now refuses while
-#           kubelet.service or kube-proxy.service is active.
+#           kubelet.service or kube-proxy.service is active; --enable (and
+#           --now) refuse while either is enabled.
 # uninstall stops and disables the unit, removes the proxy role's nftables
 #           tables and eBPF programs (`keelson cleanup`), removes what install added,
 #           keeping /etc/keelson and /var/lib/keelson unless --purge (which
@@ -130,6 +131,12 @@ unit_active() {
   $systemctl_cmd is-active --quiet "$1" 2>/dev/null
 }
 
+# Whether systemctl reports the unit enabled (it would start at boot).
+unit_enabled() {
+  [ -n "$systemctl_cmd" ] || return 1
+  $systemctl_cmd is-enabled --quiet "$1" 2>/dev/null
+}
+
 # Copies $1 to $2 with mode $3 through a temporary file and a rename, so a
 # running binary is never written in place and a second run changes nothing.
 put() {
@@ -170,6 +177,15 @@ do_install() {
     for other in kubelet.service kube-proxy.service; do
       if unit_active "$other"; then
         die "$other is active: stop and disable it first (docs/install.md, 'Replacing kubelet and kube-proxy'), or install without --now"
+      fi
+    done
+  fi
+  # Two node agents enabled at once would fight at the next boot (the unit
+  # conflicts with them: whichever starts last stops the other).
+  if [ "$enable" = 1 ]; then
+    for other in kubelet.service kube-proxy.service; do
+      if unit_enabled "$other"; then
+        die "$other is enabled: disable it first (systemctl disable $other; docs/install.md, 'Replacing kubelet and kube-proxy'), or install without --enable"
       fi
     done
   fi

@@ -5,6 +5,7 @@
 //! directly with a [`role::RoleContext`].
 
 pub mod apiclient;
+pub mod certificates;
 pub mod config;
 pub mod error_chain;
 pub mod events;

@@ -50,3 +50,26 @@ fn notify(state: &[sd_notify::NotifyState<'_>]) {
         tracing::warn!(error = %e, "sd_notify failed");
     }
 }
+
+/// Sets this process's OOM score adjustment (kubelet's and kube-proxy's
+/// `oomScoreAdj`, applied to themselves at start). Lowering it needs
+/// CAP_SYS_RESOURCE; like kubelet, a refused write is logged and keelson
+/// goes on.
+pub fn apply_oom_score_adj(value: i32) {
+    let path = "/proc/self/oom_score_adj";
+    let current = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok());
+    if current == Some(value) {
+        return;
+    }
+    match std::fs::write(path, value.to_string()) {
+        Ok(()) => tracing::info!(oom_score_adj = value, "applied oomScoreAdj"),
+        Err(e) => tracing::warn!(
+            oom_score_adj = value,
+            error = %e,
+            "failed to apply oomScoreAdj (lowering it needs CAP_SYS_RESOURCE); keeping {}",
+            current.map(|c| c.to_string()).unwrap_or_else(|| "the current value".into())
+        ),
+    }
+}

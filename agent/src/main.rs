@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use keelson::config::upstream::{self, Loaded, Sources};
 use keelson::config::{Config, LogFormat, Overrides};
 use keelson::{lifecycle, observability, run, version};
 use tokio_util::sync::CancellationToken;
@@ -21,10 +22,13 @@ struct Cli {
 enum Command {
     /// Run the enabled roles (node and proxy by default).
     Run(RunArgs),
-    /// Validate a configuration file and print the effective configuration.
+    /// Validate configuration files and print the effective configuration
+    /// (a KeelsonConfiguration with every default filled in).
     CheckConfig {
-        /// The configuration file.
-        file: PathBuf,
+        /// A KeelsonConfiguration file (same as --config).
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        sources: SourceArgs,
     },
     /// Print keelson's version and the Kubernetes version it implements.
     Version,
@@ -39,16 +43,42 @@ enum Command {
     },
 }
 
-#[derive(clap::Args, Debug)]
-struct RunArgs {
+/// The configuration sources and the command-line settings that win over them.
+#[derive(clap::Args, Debug, Default)]
+struct SourceArgs {
     /// Configuration file (KeelsonConfiguration YAML). Defaults apply without one.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Kubeconfig for both roles (overrides node.kubeconfig and proxy.clientConnection.kubeconfig).
+    /// kubelet's configuration file (KubeletConfiguration v1beta1), read as
+    /// kubelet reads it (e.g. /var/lib/kubelet/config.yaml).
+    #[arg(long, value_name = "FILE")]
+    kubelet_config: Option<PathBuf>,
+    /// kube-proxy's configuration file (KubeProxyConfiguration v1alpha1).
+    #[arg(long, value_name = "FILE")]
+    proxy_config: Option<PathBuf>,
+    /// kubeadm's kubelet flags file (/var/lib/kubelet/kubeadm-flags.env).
+    #[arg(long, value_name = "FILE")]
+    kubeadm_flags: Option<PathBuf>,
+    /// The node role's kubeconfig (kubelet's --kubeconfig); with
+    /// --proxy-only, the proxy role's (kube-proxy's --kubeconfig).
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
-    /// This node's name (default: the host name).
-    #[arg(long, value_name = "NAME")]
+    /// The proxy role's kubeconfig (kube-proxy's rights).
+    #[arg(long, value_name = "FILE")]
+    proxy_kubeconfig: Option<PathBuf>,
+    /// Kubeconfig used to request the node's client certificate when
+    /// --kubeconfig is missing or expired (kubelet's --bootstrap-kubeconfig).
+    #[arg(long, value_name = "FILE")]
+    bootstrap_kubeconfig: Option<PathBuf>,
+    /// Where the node role keeps pod volumes and its state (kubelet's
+    /// --root-dir; node.rootDir).
+    #[arg(long, value_name = "DIR")]
+    root_dir: Option<PathBuf>,
+    /// The node's IP (kubelet's --node-ip; node.nodeIP).
+    #[arg(long, value_name = "IP")]
+    node_ip: Option<std::net::IpAddr>,
+    /// This node's name (default: the host name; kubelet's --hostname-override).
+    #[arg(long, value_name = "NAME", alias = "hostname-override")]
     node_name: Option<String>,
     /// Run only the node role (kubelet).
     #[arg(long, conflicts_with = "proxy_only")]
@@ -61,6 +91,36 @@ struct RunArgs {
     log_format: Option<LogFormat>,
 }
 
+impl SourceArgs {
+    fn load(&self) -> Result<Loaded, keelson::config::ConfigError> {
+        upstream::load(
+            &Sources {
+                config: self.config.clone(),
+                kubelet_config: self.kubelet_config.clone(),
+                proxy_config: self.proxy_config.clone(),
+                kubeadm_flags: self.kubeadm_flags.clone(),
+            },
+            &Overrides {
+                kubeconfig: self.kubeconfig.clone(),
+                proxy_kubeconfig: self.proxy_kubeconfig.clone(),
+                bootstrap_kubeconfig: self.bootstrap_kubeconfig.clone(),
+                root_dir: self.root_dir.clone(),
+                node_ip: self.node_ip,
+                node_name: self.node_name.clone(),
+                node_only: self.node_only,
+                proxy_only: self.proxy_only,
+                log_format: self.log_format,
+            },
+        )
+    }
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    sources: SourceArgs,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -69,16 +129,34 @@ fn main() -> ExitCode {
             println!("kubernetes {}", version::KUBERNETES_VERSION);
             ExitCode::SUCCESS
         }
-        Command::CheckConfig { file } => match Config::load(&file) {
-            Ok(cfg) => {
-                print!("{}", cfg.to_yaml());
-                ExitCode::SUCCESS
+        Command::CheckConfig { file, mut sources } => {
+            if file.is_some() {
+                if sources.config.is_some() {
+                    eprintln!("error: give the KeelsonConfiguration once (FILE or --config)");
+                    return ExitCode::from(2);
+                }
+                sources.config = file;
             }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(2)
+            match sources.load() {
+                Ok(loaded) => {
+                    if !loaded.ignored.is_empty() {
+                        eprintln!(
+                            "warning: accepted with upstream's default value, not implemented by keelson: {}",
+                            loaded.ignored.join(", ")
+                        );
+                    }
+                    for n in &loaded.notes {
+                        eprintln!("note: {n}");
+                    }
+                    print!("{}", loaded.config.to_yaml());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
             }
-        },
+        }
         Command::Cleanup { config } => {
             let cfg = match config.as_deref().map(Config::load).transpose() {
                 Ok(cfg) => cfg.unwrap_or_default(),
@@ -116,18 +194,18 @@ fn main() -> ExitCode {
 }
 
 fn run_command(args: RunArgs) -> anyhow::Result<()> {
-    let mut cfg = match &args.config {
-        Some(path) => Config::load(path)?,
-        None => Config::default(),
-    };
-    cfg.apply_overrides(&Overrides {
-        kubeconfig: args.kubeconfig.clone(),
-        node_name: args.node_name.clone(),
-        node_only: args.node_only,
-        proxy_only: args.proxy_only,
-        log_format: args.log_format,
-    })?;
+    let loaded = args.sources.load()?;
+    let cfg = loaded.config;
     observability::logging::init(&cfg.logging);
+    if !loaded.ignored.is_empty() {
+        tracing::warn!(
+            fields = loaded.ignored.join(", "),
+            "upstream settings keelson does not implement, accepted because they hold upstream's default value"
+        );
+    }
+    for note in &loaded.notes {
+        tracing::info!("{note}");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("keelson")

@@ -11,7 +11,7 @@ use crate::apiclient::{self, ClientSettings};
 use crate::config::{self, Config};
 use crate::observability::{self, Health};
 use crate::role::RoleContext;
-use crate::{lifecycle, node, proxy};
+use crate::{certificates, lifecycle, node, proxy};
 
 /// Why `keelson run` stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +25,9 @@ pub enum RunError {
         #[source]
         source: apiclient::ClientError,
     },
+    /// The node's credentials could not be set up (kubeconfig, certificate store).
+    #[error("node role: {0}")]
+    Credentials(#[source] crate::certificates::CertError),
     /// The health or metrics server could not listen.
     #[error(transparent)]
     Serve(#[from] observability::server::ServeError),
@@ -56,20 +59,38 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         "starting keelson"
     );
 
+    // kubelet and kube-proxy set their own OOM score first; with both
+    // roles, kubelet's setting is the process's.
+    lifecycle::apply_oom_score_adj(if config.node.enabled {
+        config.node.oom_score_adj
+    } else {
+        config.proxy.oom_score_adj
+    });
+    if config.node.enabled
+        && config.proxy.enabled
+        && config.node.kubeconfig.is_some()
+        && config.node.kubeconfig == config.proxy.client_connection.kubeconfig
+    {
+        tracing::warn!(
+            kubeconfig = %config.node.kubeconfig.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+            "both roles use the same kubeconfig: the proxy role then has the node's rights, which do not cover listing Services and EndpointSlices on a cluster with the Node authorizer; give proxy.clientConnection.kubeconfig (or --proxy-kubeconfig) kube-proxy's credentials"
+        );
+    }
+
     // Build clients first: a broken kubeconfig is a start-up error.
+    // The node's client may manage its certificate (bootstrap, rotation):
+    // kubelet's wiring, in `certificates::node`.
     let node_client = if config.node.enabled {
         Some(
-            apiclient::build_client(&ClientSettings {
-                kubeconfig: config.node.kubeconfig.as_deref(),
-                qps: config.node.kube_api_qps,
-                burst: u32::try_from(config.node.kube_api_burst).unwrap_or(1),
-                role: "node",
-            })
+            certificates::node::start(
+                &config.node,
+                &node_name,
+                &health,
+                &registry,
+                shutdown.child_token(),
+            )
             .await
-            .map_err(|source| RunError::Client {
-                role: "node",
-                source,
-            })?,
+            .map_err(RunError::Credentials)?,
         )
     } else {
         None
@@ -114,9 +135,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         health: health.clone(),
         shutdown: roles_stop.clone(),
     };
-    if let Some(client) = node_client {
-        let c = ctx(client);
-        roles.spawn(async move { ("node", node::run(c).await.map_err(|e| e.to_string())) });
+    if let Some(nc) = node_client {
+        let c = ctx(nc.client.clone());
+        let stop = roles_stop.clone();
+        roles.spawn(async move {
+            // A bootstrapping node starts once it has its certificate.
+            if !nc.ready(&stop).await {
+                return ("node", Ok(()));
+            }
+            ("node", node::run(c).await.map_err(|e| e.to_string()))
+        });
     }
     if let Some(client) = proxy_client {
         let c = ctx(client);

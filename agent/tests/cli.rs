@@ -82,3 +82,68 @@ fn check_config_refuses_what_the_node_role_does_not_implement() {
         "stderr: {stderr}"
     );
 }
+
+const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/config/upstream/testdata");
+
+/// `check-config` with kubeadm's own files prints the effective
+/// KeelsonConfiguration, lists the upstream fields accepted at their
+/// default on stderr, and refuses what keelson cannot honour with the file
+/// and field named.
+#[test]
+fn check_config_reads_kubeadms_files() {
+    let dir = tempfile::tempdir().expect("dir");
+    let kubelet = std::fs::read_to_string(format!("{TESTDATA}/kubeadm-kubelet-config.yaml"))
+        .expect("kubeadm kubelet config");
+    let cgroupfs = dir.path().join("config.yaml");
+    std::fs::write(
+        &cgroupfs,
+        kubelet.replace(
+            "cgroupDriver: systemd",
+            "cgroupDriver: cgroupfs\nfailCgroupV1: false",
+        ),
+    )
+    .expect("write");
+    let proxy = format!("{TESTDATA}/kubeadm-kube-proxy-config.yaml");
+    let flags = format!("{TESTDATA}/kubeadm-flags.env");
+    let out = keelson(&[
+        "check-config",
+        "--kubelet-config",
+        &cgroupfs.display().to_string(),
+        "--proxy-config",
+        &proxy,
+        "--kubeadm-flags",
+        &flags,
+        "--kubeconfig",
+        "/etc/kubernetes/kubelet.conf",
+    ]);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "stderr: {stderr}");
+    let printed = keelson::config::Config::from_yaml_str(&stdout)
+        .expect("the output is a KeelsonConfiguration");
+    assert_eq!(printed.node.cluster_domain, "cluster.local");
+    assert_eq!(printed.proxy.cluster_cidr, "10.244.0.0/16");
+    assert_eq!(
+        printed.node.node_ip,
+        Some("192.0.2.10".parse().expect("ip"))
+    );
+    assert!(
+        stderr.contains("warning: accepted with upstream's default value")
+            && stderr.contains("httpCheckFrequency"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("note:") && stderr.contains("mode \"\""),
+        "{stderr}"
+    );
+
+    // kubeadm's file as it is: cgroupDriver systemd is refused, by name.
+    let original = format!("{TESTDATA}/kubeadm-kubelet-config.yaml");
+    let out = keelson(&["check-config", "--kubelet-config", &original]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("kubeadm-kubelet-config.yaml:") && stderr.contains("cgroupDriver:"),
+        "{stderr}"
+    );
+}

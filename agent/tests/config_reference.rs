@@ -53,7 +53,12 @@ fn every_field_is_documented() {
                 || p.ends_with(".clientConnection")
                 || p.ends_with(".nftables")
                 || p.ends_with(".conntrack")
-                || p.ends_with(".ebpf");
+                || p.ends_with(".ebpf")
+                || p.ends_with(".authentication")
+                || p.ends_with(".authorization")
+                || p.ends_with(".x509")
+                || p.ends_with(".webhook")
+                || p.ends_with(".anonymous");
             !is_section && !doc.contains(&format!("`{rel}`"))
         })
         .collect();

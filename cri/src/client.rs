@@ -223,6 +223,19 @@ impl RuntimeClient {
             .await
     }
 
+    /// RuntimeConfig: the runtime's Linux configuration (its cgroup driver).
+    /// containerd < 2.0 answers [`CriError::Unimplemented`].
+    pub async fn runtime_config(&self) -> Result<api::RuntimeConfigResponse, CriError> {
+        let t = self.timeout();
+        let mut c = self.runtime.clone();
+        self.unary(
+            "RuntimeConfig",
+            t,
+            c.runtime_config(Self::request(api::RuntimeConfigRequest {}, t)),
+        )
+        .await
+    }
+
     /// UpdateRuntimeConfig: hands the node's pod CIDR to the runtime.
     pub async fn update_runtime_config(&self, pod_cidr: &str) -> Result<(), CriError> {
         let t = self.timeout();
@@ -531,6 +544,45 @@ impl RuntimeClient {
             stderr: resp.stderr,
             exit_code: resp.exit_code,
         })
+    }
+
+    /// Exec: asks the runtime's streaming server for a URL serving the
+    /// command's streams (kubelet's `GetExec`); the caller proxies the
+    /// client's upgraded connection to it.
+    pub async fn exec(&self, req: api::ExecRequest) -> Result<String, CriError> {
+        let t = self.timeout();
+        let mut c = self.runtime.clone();
+        let resp = self.unary("Exec", t, c.exec(Self::request(req, t))).await?;
+        Ok(resp.url)
+    }
+
+    /// Attach: the URL serving a running container's streams.
+    pub async fn attach(&self, req: api::AttachRequest) -> Result<String, CriError> {
+        let t = self.timeout();
+        let mut c = self.runtime.clone();
+        let resp = self
+            .unary("Attach", t, c.attach(Self::request(req, t)))
+            .await?;
+        Ok(resp.url)
+    }
+
+    /// PortForward: the URL serving port forwarding into a sandbox's
+    /// network namespace.
+    pub async fn port_forward(
+        &self,
+        pod_sandbox_id: &str,
+        ports: Vec<i32>,
+    ) -> Result<String, CriError> {
+        let t = self.timeout();
+        let mut c = self.runtime.clone();
+        let req = api::PortForwardRequest {
+            pod_sandbox_id: pod_sandbox_id.to_string(),
+            port: ports,
+        };
+        let resp = self
+            .unary("PortForward", t, c.port_forward(Self::request(req, t)))
+            .await?;
+        Ok(resp.url)
     }
 
     /// GetContainerEvents: the runtime's stream of container lifecycle

@@ -156,6 +156,29 @@ impl CriError {
         }
     }
 
+    /// The runtime's message (or ours, for errors made here).
+    pub fn message(&self) -> String {
+        match self {
+            CriError::NotFound { message, .. }
+            | CriError::Unavailable { message, .. }
+            | CriError::DeadlineExceeded { message, .. }
+            | CriError::Unimplemented { message, .. }
+            | CriError::InvalidArgument { message, .. }
+            | CriError::AlreadyExists { message, .. }
+            | CriError::Other { message, .. } => message.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    /// The error as a Go gRPC client prints it (`rpc error: code = NotFound
+    /// desc = ...`), what kubelet shows for a failed streaming call.
+    pub fn grpc_text(&self) -> String {
+        match self.code() {
+            Some(code) => format!("rpc error: code = {code:?} desc = {}", self.message()),
+            None => self.to_string(),
+        }
+    }
+
     /// True for [`CriError::NotFound`].
     pub fn is_not_found(&self) -> bool {
         matches!(self, CriError::NotFound { .. })

@@ -10,6 +10,7 @@ pub mod containerd;
 pub mod ebpf_env;
 pub mod images;
 pub mod netns;
+pub mod node_api;
 pub mod node_harness;
 pub mod proxy_cases;
 pub mod support;

@@ -284,6 +284,26 @@ pub fn veth_pair(
     Ok(())
 }
 
+/// Connects to `addr` from inside the namespace named `name` (a blocking
+/// thread joins it), for code that outlives a borrowed [`NetNs`] (e.g. the
+/// test API server's node dialer).
+pub fn connect_in(
+    name: &str,
+    addr: std::net::SocketAddr,
+    timeout: Duration,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let path = PathBuf::from(format!("/run/netns/{name}"));
+    let stream = std::thread::spawn(move || -> std::io::Result<TcpStream> {
+        let file = File::open(&path)?;
+        setns(&file, CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
+        TcpStream::connect_timeout(&addr, timeout)
+    })
+    .join()
+    .map_err(|_| std::io::Error::other("netns connect thread panicked"))??;
+    stream.set_nonblocking(true)?;
+    tokio::net::TcpStream::from_std(stream)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use keelson::apiclient::{ClientSettings, build_client};
 use keelson::config::Config;
 use keelson::node::{NodeError, NodeOverrides};
 use keelson::role::RoleContext;
@@ -177,6 +176,14 @@ impl InProcessNode {
         config.node.pod_logs_dir = dir.path().join("pod-logs");
         config.node.node_ip = host_ipv4();
         config.node.kubeconfig = Some(api.kubeconfig_path().to_path_buf());
+        // The node API on the node IP and a free port, trusting the test
+        // API server's kubelet client certificate.
+        if let Some(ip) = config.node.node_ip {
+            config.node.address = ip.to_string();
+        }
+        config.node.port = i32::from(free_host_port()?);
+        config.node.authentication.x509.client_ca_file =
+            Some(write_client_ca(dir.path(), api.kubelet_client_ca_pem())?);
         ignore_host_disk(&mut config);
         if let Some(f) = &opts.configure {
             f(&mut config);
@@ -185,14 +192,6 @@ impl InProcessNode {
             .validate()
             .map_err(|e| setup("validating the configuration")(format!("{e:?}")))?;
         let config = Arc::new(config);
-        let client = build_client(&ClientSettings {
-            kubeconfig: Some(api.kubeconfig_path()),
-            qps: config.node.kube_api_qps,
-            burst: u32::try_from(config.node.kube_api_burst).unwrap_or(1),
-            role: "node",
-        })
-        .await
-        .map_err(|e| setup("building the node's API client")(e.to_string()))?;
         let admin = api
             .try_client()
             .await
@@ -206,13 +205,28 @@ impl InProcessNode {
         if let Some(f) = &opts.before_start {
             f(&api);
         }
+        let registry = keelson::observability::metrics::new_registry();
+        let health = keelson::observability::Health::new();
+        let shutdown = CancellationToken::new();
+        // The node's client is built as `keelson run` builds it: with
+        // certificate bootstrap and rotation when the configuration asks.
+        let node_client = keelson::certificates::node::start(
+            &config.node,
+            &opts.node_name,
+            &health,
+            &registry,
+            shutdown.clone(),
+        )
+        .await
+        .map_err(|e| setup("building the node's API client")(e.to_string()))?;
+        let client = node_client.client.clone();
         let ctx = RoleContext {
             config: config.clone(),
             node_name: opts.node_name.clone(),
             client,
-            registry: keelson::observability::metrics::new_registry(),
-            health: keelson::observability::Health::new(),
-            shutdown: CancellationToken::new(),
+            registry,
+            health,
+            shutdown,
         };
         let role_ctx = ctx.clone();
         let mut overrides = opts.overrides.clone();
@@ -225,7 +239,13 @@ impl InProcessNode {
                 .map_err(|e| setup("creating a fake cgroup tree")(e.to_string()))?;
             overrides.pods_cgroups = Some(Arc::new(keelson::node::cgroups::v2::V2::new(tree)));
         }
-        let task = tokio::spawn(keelson::node::run_with(role_ctx, overrides));
+        let task = tokio::spawn(async move {
+            // A bootstrapping node starts once it has its certificate.
+            if !node_client.ready(&role_ctx.shutdown).await {
+                return Ok(());
+            }
+            keelson::node::run_with(role_ctx, overrides).await
+        });
         Ok(InProcessNode {
             api,
             fake,
@@ -241,6 +261,11 @@ impl InProcessNode {
     /// The temp dir holding the root dir, pod logs and the runtime socket.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The node's health checks (what `/healthz` answers).
+    pub fn health(&self) -> &keelson::observability::Health {
+        &self.ctx.health
     }
 
     /// The Prometheus text of the node's metrics registry.
@@ -281,6 +306,18 @@ impl InProcessNode {
             }
         })
         .await
+    }
+
+    /// Waits until the node role ends on its own and returns how it ended
+    /// (`Ok` when it was already stopped).
+    pub async fn wait_stopped(&mut self) -> Result<(), String> {
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        match task.await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("node task failed: {e}")),
+        }
     }
 
     /// Stops the node role and returns how it ended.
@@ -371,6 +408,21 @@ impl std::fmt::Debug for BinaryNodeOptions {
             .field("node_name", &self.node_name)
             .finish_non_exhaustive()
     }
+}
+
+/// A free TCP port on the host (bound and released).
+pub fn free_host_port() -> Result<u16, NodeHarnessError> {
+    std::net::TcpListener::bind("0.0.0.0:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| setup("finding a free port")(e.to_string()))
+}
+
+/// Writes the test API server's kubelet client CA for `clientCAFile`.
+pub fn write_client_ca(dir: &Path, pem: &str) -> Result<PathBuf, NodeHarnessError> {
+    let p = dir.join("kubelet-client-ca.crt");
+    std::fs::write(&p, pem).map_err(|e| setup("writing the client CA")(e.to_string()))?;
+    Ok(p)
 }
 
 /// The address keelson's node IP gets inside the containerd namespace
@@ -467,6 +519,20 @@ impl BinaryNode {
         config.node.cgroup_root = ctrd.cgroup_parent();
         config.node.node_ip = Some(IpAddr::V4(SYSTEM_NODE_IP));
         config.node.pod_cidr = ctrd.pod_cidr().to_string();
+        config.node.authentication.x509.client_ca_file =
+            Some(write_client_ca(dir.path(), api.kubelet_client_ca_pem())?);
+        // The API server reaches the node API inside the namespace.
+        let ns_name = ctrd.netns().name().to_string();
+        api.set_node_dialer(std::sync::Arc::new(move |addr| {
+            let ns = ns_name.clone();
+            Box::pin(async move {
+                tokio::task::spawn_blocking(move || {
+                    crate::netns::connect_in(&ns, addr, Duration::from_secs(5))
+                })
+                .await
+                .map_err(std::io::Error::other)?
+            })
+        }));
         ignore_host_disk(&mut config);
         if let Some(f) = &opts.configure {
             f(&mut config);

@@ -157,12 +157,12 @@ async fn node_appears_with_the_right_fields() {
     );
     assert_eq!(addrs[1].type_, "Hostname");
     assert_eq!(addrs[1].address, node.node_name);
-    // Daemon endpoints.
+    // Daemon endpoints: the node API's port (`node.port`).
     assert_eq!(
         s.daemon_endpoints
             .and_then(|d| d.kubelet_endpoint)
             .map(|e| e.port),
-        Some(10250)
+        Some(node.config.node.port)
     );
     // nodeInfo.
     let info = s.node_info.clone().expect("nodeInfo");
@@ -297,7 +297,7 @@ async fn registration_sets_configured_labels_and_taints() {
         configure: Some(Arc::new(|c| {
             c.node
                 .node_labels
-                .insert("node-role.kubernetes.io/worker".into(), String::new());
+                .insert("node.kubernetes.io/worker".into(), String::new());
             c.node.register_with_taints = vec![Taint {
                 key: "dedicated".into(),
                 value: Some("gpu".into()),
@@ -320,9 +320,7 @@ async fn registration_sets_configured_labels_and_taints() {
         .expect("node");
     let labels = n.metadata.labels.clone().unwrap_or_default();
     assert_eq!(
-        labels
-            .get("node-role.kubernetes.io/worker")
-            .map(String::as_str),
+        labels.get("node.kubernetes.io/worker").map(String::as_str),
         Some("")
     );
     let spec = n.spec.clone().unwrap_or_default();

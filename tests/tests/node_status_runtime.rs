@@ -68,6 +68,12 @@ async fn ready_follows_the_runtime_conditions() {
     let first_transition = condition(&n, "Ready")
         .and_then(|c| c.last_transition_time.clone())
         .expect("transition time");
+    // API times have second precision: break the runtime in a later second
+    // than the first transition, so the new transition time must differ.
+    let first_second = first_transition.0.as_second();
+    while jiff::Timestamp::now().as_second() <= first_second {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     node.fake
         .set_runtime_ready(false, "RuntimeBroken", "the runtime broke");

@@ -38,7 +38,7 @@ impl Root {
         std::fs::write(
             &systemctl,
             format!(
-                "#!/bin/sh\necho \"$*\" >> '{}'\nif [ \"$1\" = is-active ]; then\n  for u in $FAKE_ACTIVE; do [ \"$u\" = \"$3\" ] && exit 0; done\n  exit 3\nfi\nexit 0\n",
+                "#!/bin/sh\necho \"$*\" >> '{}'\nif [ \"$1\" = is-active ]; then\n  for u in $FAKE_ACTIVE; do [ \"$u\" = \"$3\" ] && exit 0; done\n  exit 3\nfi\nif [ \"$1\" = is-enabled ]; then\n  for u in $FAKE_ENABLED; do [ \"$u\" = \"$3\" ] && exit 0; done\n  exit 1\nfi\nexit 0\n",
                 calls.display()
             ),
         )
@@ -63,11 +63,18 @@ impl Root {
     }
 
     fn run(&self, args: &[&str], active: &str) -> Output {
+        self.run_with(args, active, "")
+    }
+
+    /// Runs install.sh with `active` and `enabled` units (space separated)
+    /// as the fake systemctl reports them.
+    fn run_with(&self, args: &[&str], active: &str, enabled: &str) -> Output {
         Command::new(repo().join("packaging/install.sh"))
             .args(args)
             .env("DESTDIR", self.dest())
             .env("SYSTEMCTL", &self.systemctl)
             .env("FAKE_ACTIVE", active)
+            .env("FAKE_ENABLED", enabled)
             .stdin(Stdio::null())
             .output()
             .expect("install.sh runs")
@@ -265,6 +272,8 @@ fn prefix_upgrade_and_start() {
         vec![
             "is-active --quiet kubelet.service",
             "is-active --quiet kube-proxy.service",
+            "is-enabled --quiet kubelet.service",
+            "is-enabled --quiet kube-proxy.service",
             "daemon-reload",
             "enable keelson.service",
             "is-active --quiet keelson.service",
@@ -345,6 +354,31 @@ fn now_refuses_while_kubelet_runs_and_installs_nothing() {
 }
 
 #[test]
+fn enable_refuses_while_kubelet_is_enabled_and_the_unit_conflicts_with_it() {
+    let r = Root::new();
+    let out = r.run_with(&["--binary", &binary(), "--enable"], "", "kubelet.service");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("kubelet.service is enabled"), "{err}");
+    assert!(!r.path("/usr/local/bin/keelson").exists());
+    assert!(!r.take_calls().iter().any(|c| c.starts_with("enable")));
+    // Without --enable the files are installed (enabling is the operator's step).
+    let out = r.run_with(&["--binary", &binary()], "", "kubelet.service");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let unit =
+        std::fs::read_to_string(r.path("/etc/systemd/system/keelson.service")).expect("unit");
+    assert!(
+        unit.lines()
+            .any(|l| l == "Conflicts=kubelet.service kube-proxy.service"),
+        "{unit}"
+    );
+}
+
+#[test]
 fn invalid_config_stops_the_install_with_the_field_named() {
     let r = Root::new();
     std::fs::create_dir_all(r.path("/etc/keelson")).expect("mkdir");
@@ -364,9 +398,10 @@ fn invalid_config_stops_the_install_with_the_field_named() {
         err.contains("/etc/keelson/config.yaml is not valid"),
         "{err}"
     );
+    let calls = r.take_calls();
     assert!(
-        r.take_calls().is_empty(),
-        "no systemctl call after a failed check"
+        calls.iter().all(|c| c.starts_with("is-")),
+        "no systemctl action after a failed check (queries only): {calls:?}"
     );
 }
 

@@ -98,6 +98,20 @@ async fn cri_against_real_containerd() {
     let status = cri.status().await.expect("status");
     assert!(runtime_condition(&status, "RuntimeReady").is_some_and(|c| c.status));
     assert!(runtime_condition(&status, "NetworkReady").is_some_and(|c| c.status));
+    // containerd 1.6 has no RuntimeConfig; its cgroup driver (the harness
+    // sets SystemdCgroup = false) is read from its configuration instead.
+    assert!(
+        cri.runtime_config()
+            .await
+            .is_err_and(|e| e.is_unimplemented()),
+        "RuntimeConfig should be Unimplemented on containerd 1.6"
+    );
+    assert_eq!(
+        keelson::node::cgroups::driver::runtime_driver(&cri).await,
+        keelson::node::cgroups::driver::RuntimeDriver::FromStatus(
+            keelson::config::CgroupDriver::Cgroupfs
+        )
+    );
 
     // Images imported by the harness are visible; no registry involved.
     let images = cri.list_images(None).await.expect("images");

@@ -155,6 +155,7 @@ pub fn default_eviction_hard() -> BTreeMap<String, String> {
         ("nodefs.available", "10%"),
         ("nodefs.inodesFree", "5%"),
         ("imagefs.available", "15%"),
+        ("imagefs.inodesFree", "5%"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -277,7 +278,9 @@ mod tests {
             &BTreeMap::new(),
         )
         .expect("defaults are valid");
-        assert_eq!(t.len(), 4);
+        // pkg/kubelet/eviction/defaults_linux.go: five hard thresholds.
+        assert_eq!(t.len(), 5);
+        assert!(t.iter().any(|t| t.signal == Signal::ImageFsInodesFree));
         let mem = t
             .iter()
             .find(|t| t.signal == Signal::MemoryAvailable)

@@ -17,8 +17,11 @@
 
 pub mod duration;
 pub mod eviction;
+pub mod kubelet_api;
 pub mod node;
+pub mod node_labels;
 pub mod proxy;
+pub mod upstream;
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -171,6 +174,13 @@ pub enum ConfigError {
         /// Every invalid field.
         errors: Vec<FieldError>,
     },
+    /// Problems across several files (upstream files included), each with
+    /// the file it comes from, grouped by file.
+    #[error("invalid configuration:{}", render_file_errors(.errors))]
+    Files {
+        /// (file, problem), in the order found.
+        errors: Vec<(String, FieldError)>,
+    },
 }
 
 impl ConfigError {
@@ -180,15 +190,38 @@ impl ConfigError {
             ConfigError::Read { .. } => Vec::new(),
             ConfigError::Parse { path, .. } => vec![path.clone()],
             ConfigError::Invalid { errors, .. } => errors.iter().map(|e| e.path.clone()).collect(),
+            ConfigError::Files { errors } => errors.iter().map(|(_, e)| e.path.clone()).collect(),
         }
     }
 }
 
-/// Settings given on the command line; they win over the file.
+fn render_file_errors(errors: &[(String, FieldError)]) -> String {
+    let mut out = String::new();
+    let mut last: Option<&str> = None;
+    for (origin, e) in errors {
+        if last != Some(origin.as_str()) {
+            out.push_str(&format!("\n  {origin}:"));
+            last = Some(origin);
+        }
+        out.push_str(&format!("\n    {e}"));
+    }
+    out
+}
+
+/// Settings given on the command line; they win over the files.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
-    /// `--kubeconfig`: both roles' kubeconfig.
+    /// `--kubeconfig`: the node role's kubeconfig (kubelet's flag); with
+    /// `--proxy-only`, the proxy role's (kube-proxy's flag).
     pub kubeconfig: Option<PathBuf>,
+    /// `--proxy-kubeconfig`: the proxy role's kubeconfig.
+    pub proxy_kubeconfig: Option<PathBuf>,
+    /// `--bootstrap-kubeconfig`: the node role's bootstrap kubeconfig.
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// `--root-dir` (kubelet's flag): `node.rootDir`.
+    pub root_dir: Option<PathBuf>,
+    /// `--node-ip` (kubelet's flag): `node.nodeIP`.
+    pub node_ip: Option<IpAddr>,
     /// `--node-name`.
     pub node_name: Option<String>,
     /// `--node-only`.
@@ -238,9 +271,33 @@ impl Config {
 
     /// Applies command-line overrides, then validates again.
     pub fn apply_overrides(&mut self, o: &Overrides) -> Result<(), ConfigError> {
+        self.apply_overrides_unchecked(o);
+        self.validate().map_err(|errors| ConfigError::Invalid {
+            origin: "command line".to_string(),
+            errors,
+        })
+    }
+
+    /// Applies command-line overrides without validating.
+    pub fn apply_overrides_unchecked(&mut self, o: &Overrides) {
         if let Some(k) = &o.kubeconfig {
-            self.node.kubeconfig = Some(k.clone());
+            if o.proxy_only {
+                self.proxy.client_connection.kubeconfig = Some(k.clone());
+            } else {
+                self.node.kubeconfig = Some(k.clone());
+            }
+        }
+        if let Some(k) = &o.proxy_kubeconfig {
             self.proxy.client_connection.kubeconfig = Some(k.clone());
+        }
+        if let Some(k) = &o.bootstrap_kubeconfig {
+            self.node.bootstrap_kubeconfig = Some(k.clone());
+        }
+        if let Some(d) = &o.root_dir {
+            self.node.root_dir = d.clone();
+        }
+        if let Some(ip) = o.node_ip {
+            self.node.node_ip = Some(ip);
         }
         if let Some(n) = &o.node_name {
             self.node_name = Some(n.clone());
@@ -256,10 +313,6 @@ impl Config {
         if let Some(f) = o.log_format {
             self.logging.format = f;
         }
-        self.validate().map_err(|errors| ConfigError::Invalid {
-            origin: "command line".to_string(),
-            errors,
-        })
     }
 
     /// The effective YAML (defaults filled in), as `check-config` prints it.
@@ -329,6 +382,7 @@ impl Config {
             ));
         }
         self.validate_node(&mut errs);
+        kubelet_api::validate(&self.node, &mut errs);
         self.validate_proxy(&mut errs);
         if errs.is_empty() { Ok(()) } else { Err(errs) }
     }
@@ -544,6 +598,13 @@ impl Config {
                 "must not start or end with '.'",
             ));
         }
+        node_labels::validate(&n.node_labels, errs);
+        if !(-1000..=1000).contains(&n.oom_score_adj) {
+            errs.push(FieldError::new(
+                "node.oomScoreAdj",
+                "must be between -1000 and 1000, inclusive",
+            ));
+        }
         for (i, t) in n.register_with_taints.iter().enumerate() {
             if !matches!(
                 t.effect.as_str(),
@@ -630,6 +691,12 @@ impl Config {
             errs.push(FieldError::new(
                 "proxy.conntrack.min",
                 "must not be negative",
+            ));
+        }
+        if !(-1000..=1000).contains(&p.oom_score_adj) {
+            errs.push(FieldError::new(
+                "proxy.oomScoreAdj",
+                "must be between -1000 and 1000, inclusive",
             ));
         }
         if !p.ebpf.bpffs_path.is_absolute() {

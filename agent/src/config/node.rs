@@ -12,6 +12,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::duration::KubeDuration;
 use super::eviction::default_eviction_hard;
+use super::kubelet_api::{KubeletAuthentication, KubeletAuthorization};
 
 /// How pod and QoS cgroups are named and created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -147,6 +148,59 @@ pub struct NodeConfig {
     /// Client-side burst to the API server (`kubeAPIBurst`).
     #[serde(rename = "kubeAPIBurst")]
     pub kube_api_burst: i32,
+    /// Address the node API (kubelet's HTTPS server) listens on (`address`).
+    pub address: String,
+    /// Port of the node API (`port`).
+    pub port: i32,
+    /// Port of the unauthenticated read-only API; 0 disables (`readOnlyPort`).
+    pub read_only_port: i32,
+    /// Serving certificate (followed by its CA chain) of the node API
+    /// (`tlsCertFile`); unset: a self-signed one under `rootDir/pki/`.
+    pub tls_cert_file: Option<PathBuf>,
+    /// Private key of `tlsCertFile` (`tlsPrivateKeyFile`).
+    pub tls_private_key_file: Option<PathBuf>,
+    /// TLS 1.2 cipher suites offered, Go's names; empty: the defaults
+    /// (`tlsCipherSuites`).
+    pub tls_cipher_suites: Vec<String>,
+    /// Lowest TLS version offered, Go's names (`tlsMinVersion`).
+    pub tls_min_version: String,
+    /// Who may call the node API (`authentication`).
+    pub authentication: KubeletAuthentication,
+    /// What callers may do (`authorization`).
+    pub authorization: KubeletAuthorization,
+    /// Serve exec, attach, port-forward, container logs and `/runningpods`
+    /// (`enableDebuggingHandlers`).
+    pub enable_debugging_handlers: bool,
+    /// Longest time a proxied exec/attach/port-forward stream may stay idle
+    /// (`streamingConnectionIdleTimeout`).
+    pub streaming_connection_idle_timeout: KubeDuration,
+    /// Size at which a container log is rotated; negative disables rotation
+    /// (`containerLogMaxSize`).
+    pub container_log_max_size: String,
+    /// Log files kept per container, the live one included (`containerLogMaxFiles`).
+    pub container_log_max_files: i32,
+    /// Concurrent log rotations (`containerLogMaxWorkers`).
+    pub container_log_max_workers: i32,
+    /// How often container log sizes are checked (`containerLogMonitorInterval`).
+    pub container_log_monitor_interval: KubeDuration,
+    /// Kubeconfig used to request the node's client certificate when
+    /// `kubeconfig` is missing or its certificate expired (kubelet
+    /// `--bootstrap-kubeconfig`). Empty: no TLS bootstrap.
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// Renew the node's client certificate before it expires and use the new
+    /// one without a restart (`rotateCertificates`).
+    pub rotate_certificates: bool,
+    /// OOM score adjustment of keelson's own process, -1000..=1000
+    /// (`oomScoreAdj`). Lowering it needs CAP_SYS_RESOURCE; a refused write
+    /// is logged.
+    pub oom_score_adj: i32,
+    /// Refuse to start while swap is enabled on the node (`failSwapOn`).
+    pub fail_swap_on: bool,
+    /// Refuse to start on a host with cgroup v1 (`failCgroupV1`). keelson
+    /// supports cgroup v1, so its own default is false; a KubeletConfiguration
+    /// file gets upstream's default (true).
+    #[serde(rename = "failCgroupV1")]
+    pub fail_cgroup_v1: bool,
 }
 
 impl Default for NodeConfig {
@@ -199,6 +253,26 @@ impl Default for NodeConfig {
             provider_id: String::new(),
             kube_api_qps: 50.0,
             kube_api_burst: 100,
+            address: "0.0.0.0".to_string(),
+            port: 10250,
+            read_only_port: 0,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            tls_cipher_suites: Vec::new(),
+            tls_min_version: String::new(),
+            authentication: KubeletAuthentication::default(),
+            authorization: KubeletAuthorization::default(),
+            enable_debugging_handlers: true,
+            streaming_connection_idle_timeout: KubeDuration::from_secs(4 * 3600),
+            container_log_max_size: "10Mi".to_string(),
+            container_log_max_files: 5,
+            container_log_max_workers: 1,
+            container_log_monitor_interval: KubeDuration::from_secs(10),
+            bootstrap_kubeconfig: None,
+            rotate_certificates: true,
+            oom_score_adj: -999,
+            fail_swap_on: true,
+            fail_cgroup_v1: false,
         }
     }
 }
@@ -208,7 +282,7 @@ impl Default for NodeConfig {
 /// the file is read through this type to keep "unknown fields fail".
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct TaintConfig {
+pub(crate) struct TaintConfig {
     key: String,
     #[serde(default)]
     value: Option<String>,

@@ -149,6 +149,10 @@ pub struct ProxyConfig {
     pub conntrack: ConntrackConfig,
     /// eBPF settings (keelson only).
     pub ebpf: EbpfConfig,
+    /// OOM score adjustment of keelson's process when only the proxy role
+    /// runs (`oomScoreAdj`, -1000..=1000); with the node role, the node's
+    /// `oomScoreAdj` applies, as kubelet's would.
+    pub oom_score_adj: i32,
 }
 
 impl Default for ProxyConfig {
@@ -165,6 +169,7 @@ impl Default for ProxyConfig {
             nftables: NftablesConfig::default(),
             conntrack: ConntrackConfig::default(),
             ebpf: EbpfConfig::default(),
+            oom_score_adj: -999,
         }
     }
 }

@@ -95,7 +95,20 @@ fn overrides_win() {
         cfg.proxy.client_connection.kubeconfig.as_deref(),
         Some(Path::new("/tmp/kc"))
     );
-    assert_eq!(cfg.node.kubeconfig.as_deref(), Some(Path::new("/tmp/kc")));
+    // With --proxy-only, --kubeconfig is kube-proxy's flag; otherwise kubelet's.
+    assert_eq!(cfg.node.kubeconfig, None);
+    let mut cfg = Config::default();
+    cfg.apply_overrides(&Overrides {
+        kubeconfig: Some("/tmp/node".into()),
+        proxy_kubeconfig: Some("/tmp/proxy".into()),
+        ..Overrides::default()
+    })
+    .expect("valid");
+    assert_eq!(cfg.node.kubeconfig.as_deref(), Some(Path::new("/tmp/node")));
+    assert_eq!(
+        cfg.proxy.client_connection.kubeconfig.as_deref(),
+        Some(Path::new("/tmp/proxy"))
+    );
 }
 
 #[test]

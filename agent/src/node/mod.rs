@@ -16,7 +16,11 @@ pub mod downward;
 pub mod eviction;
 pub mod gc;
 pub mod lease;
+pub mod logs;
 pub mod pods;
+pub mod preflight;
+pub mod server;
+pub mod stats;
 pub mod status;
 pub mod volumes;
 
@@ -35,6 +39,15 @@ pub enum NodeError {
     /// The CRI endpoint is malformed.
     #[error("node.containerRuntimeEndpoint: {0}")]
     Runtime(#[source] CriError),
+    /// The node API could not start (kubelet exits in this case too).
+    #[error(transparent)]
+    Server(#[from] server::ServerError),
+    /// keelson's cgroup driver is not the container runtime's.
+    #[error(transparent)]
+    CgroupDriver(#[from] cgroups::driver::DriverError),
+    /// The host fails a check the configuration asks for (swap, cgroup v1).
+    #[error(transparent)]
+    Preflight(#[from] preflight::PreflightError),
     /// The root dir could not be created.
     #[error("creating node.rootDir {path}: {source}")]
     RootDir {
@@ -105,6 +118,7 @@ pub async fn run(ctx: RoleContext) -> Result<(), NodeError> {
 pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), NodeError> {
     let cfg = ctx.config.clone();
     let n = &cfg.node;
+    preflight::check(n.fail_swap_on, n.fail_cgroup_v1)?;
     std::fs::create_dir_all(&n.root_dir).map_err(|source| NodeError::RootDir {
         path: n.root_dir.display().to_string(),
         source,
@@ -114,6 +128,9 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
         ClientConfig::with_request_timeout(n.runtime_request_timeout.get()),
     )
     .map_err(NodeError::Runtime)?;
+    // The runtime's cgroup driver must be keelson's (kubelet follows CRI
+    // RuntimeConfig; a mismatch is an error here, not at the first sandbox).
+    cgroups::driver::decide(n.cgroup_driver, cgroups::driver::runtime_driver(&cri).await)?;
     // A separate imageServiceEndpoint is refused by configuration
     // validation: one CRI connection serves both services.
     let recorder =
@@ -195,6 +212,55 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
         });
     }
 
+    // The node API (kubelet's :10250), its statistics and log rotation.
+    let pods_slot: server::PodsSlot = Default::default();
+    {
+        let stats = stats::StatsProvider::new(
+            stats::StatsConfig {
+                node_name: ctx.node_name.clone(),
+                root_dir: n.root_dir.clone(),
+                pod_logs_dir: n.pod_logs_dir.clone(),
+                cgroup_root: n.cgroup_root.clone(),
+                proc_root: std::path::PathBuf::from("/proc"),
+            },
+            cri.clone(),
+        );
+        let node_ips: Vec<std::net::IpAddr> =
+            crate::node_ip::resolve(n.node_ip).into_iter().collect();
+        server::start(
+            server::ServerDeps {
+                ctx: ctx.clone(),
+                cri: cri.clone(),
+                pods: pods_slot.clone(),
+                stats: stats.clone(),
+                node_ips,
+            },
+            &mut tasks,
+        )
+        .await?;
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            stats.sample(stop).await;
+            "stats-sampler"
+        });
+        let rotation = logs::rotation::LogRotation::new(
+            cri.clone(),
+            logs::rotation::RotationPolicy {
+                max_size: crate::config::kubelet_api::container_log_max_size_bytes(
+                    &n.container_log_max_size,
+                ),
+                max_files: usize::try_from(n.container_log_max_files).unwrap_or(5),
+                max_workers: usize::try_from(n.container_log_max_workers).unwrap_or(1),
+                interval: n.container_log_monitor_interval.get(),
+            },
+        );
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            rotation.run(stop).await;
+            "container-log-rotation"
+        });
+    }
+
     let services = NodeServices {
         ctx: ctx.clone(),
         cri,
@@ -208,10 +274,12 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
     {
         let services = services.clone();
         let cgroups = overrides.pods_cgroups.clone();
+        let slot = pods_slot.clone();
         tasks.spawn(async move {
             let volumes = volumes::VolumeManager::for_node(&services);
             match pods::start_for_node(&services, volumes, cgroups).await {
                 Ok(pods) => {
+                    let _ = slot.set(pods.clone());
                     // kubelet's /healthz `syncloop` check.
                     let check = pods.clone();
                     let every = services.ctx.config.node.sync_frequency.get();

@@ -108,6 +108,12 @@ pub struct FakeConfig {
     /// Whether GetContainerEvents is offered (containerd ≥ 1.7) or answers
     /// Unimplemented (containerd 1.6).
     pub container_events: bool,
+    /// The cgroup driver RuntimeConfig reports (`None`: RuntimeConfig
+    /// answers Unimplemented, as containerd < 2.0).
+    pub cgroup_driver: Option<crate::api::CgroupDriver>,
+    /// `info["config"]` of a verbose Status (containerd's CRI configuration
+    /// as JSON); empty: no info.
+    pub status_config: String,
 }
 
 impl Default for FakeConfig {
@@ -117,6 +123,8 @@ impl Default for FakeConfig {
             runtime_version: "keelson-fake".to_string(),
             pod_cidr: "10.88.0.0/16".to_string(),
             container_events: true,
+            cgroup_driver: Some(crate::api::CgroupDriver::Cgroupfs),
+            status_config: String::new(),
         }
     }
 }

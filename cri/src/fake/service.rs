@@ -273,12 +273,26 @@ impl RuntimeService for FakeService {
         self.enter("ReopenContainerLog", id.clone()).await?;
         let state = self.state();
         let id = state.container_id(&id)?;
-        let running = state
+        let Some(c) = state
             .containers
             .get(&id)
-            .is_some_and(|c| c.state == api::ContainerState::ContainerRunning);
-        if !running {
+            .filter(|c| c.state == api::ContainerState::ContainerRunning)
+        else {
             return Err(Status::unknown("container is not running"));
+        };
+        // containerd closes the log and opens the path again, creating it
+        // (after a rotation renamed it away).
+        if !c.log_path.is_empty() {
+            let path = std::path::Path::new(&c.log_path);
+            if path.parent().is_some_and(|d| d.is_dir()) {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|e| {
+                        Status::unknown(format!("failed to create and open log file: {e}"))
+                    })?;
+            }
         }
         ok(api::ReopenContainerLogResponse {})
     }
@@ -408,8 +422,12 @@ impl RuntimeService for FakeService {
         ok(api::UpdateRuntimeConfigResponse {})
     }
 
-    async fn status(&self, _: Request<api::StatusRequest>) -> Reply<api::StatusResponse> {
+    async fn status(&self, req: Request<api::StatusRequest>) -> Reply<api::StatusResponse> {
         self.enter("Status", "").await?;
+        let mut info = std::collections::HashMap::new();
+        if req.get_ref().verbose && !self.0.config.status_config.is_empty() {
+            info.insert("config".to_string(), self.0.config.status_config.clone());
+        }
         let state = self.state();
         let cond = |kind: &str, c: &super::state::Condition| api::RuntimeCondition {
             r#type: kind.to_string(),
@@ -424,7 +442,7 @@ impl RuntimeService for FakeService {
                     cond(NETWORK_READY, &state.network_ready),
                 ],
             }),
-            info: Default::default(),
+            info,
             // containerd 1.6 reports neither handlers nor features.
             runtime_handlers: Vec::new(),
             features: None,
@@ -480,11 +498,14 @@ impl RuntimeService for FakeService {
         _: Request<api::RuntimeConfigRequest>,
     ) -> Reply<api::RuntimeConfigResponse> {
         self.enter("RuntimeConfig", "").await?;
-        ok(api::RuntimeConfigResponse {
-            linux: Some(api::LinuxRuntimeConfiguration {
-                cgroup_driver: api::CgroupDriver::Cgroupfs as i32,
+        match self.0.config.cgroup_driver {
+            Some(d) => ok(api::RuntimeConfigResponse {
+                linux: Some(api::LinuxRuntimeConfiguration {
+                    cgroup_driver: d as i32,
+                }),
             }),
-        })
+            None => Err(unimplemented("RuntimeConfig")),
+        }
     }
 }
 

@@ -1,14 +1,23 @@
 //! Pod startup benchmark: the real `keelson` binary (node role) on a
-//! private real containerd, pods created through the test API server.
-//! For batches of 1, 30 and 100 pods it reports the startup latency of each
-//! pod — from the create request to the first `Running` seen through a
-//! watch — as p50/p99, and keelson's CPU seconds and peak RSS meanwhile.
+//! private real containerd. For batches of 1, 30 and 100 pods it reports
+//! the startup latency of each pod — from the create request to the first
+//! `Running` seen through a watch — as p50/p99, and the node agent's CPU
+//! seconds and peak RSS meanwhile.
+//!
+//! - Without `--kubelet`: pods are created through the test API server.
+//! - With `--kubelet PATH`: a real control plane (kube-apiserver,
+//!   kube-controller-manager and etcd; the first two from PATH's
+//!   directory, as `../shared/k8s/unpack DIR` writes them) and one private
+//!   containerd; keelson runs the batches, then the real kubelet on the same
+//!   containerd and network runs the same batches, and the report ends with
+//!   the ratios kubelet / keelson.
 //!
 //! Needs root. Use a release build of keelson for meaningful figures:
 //!
 //! ```text
-//! cargo build --release -p keelson -p keelson-tests --bin pod-startup-bench
-//! sudo KEELSON_BIN=target/release/keelson target/release/pod-startup-bench [--sizes 1,30,100]
+//! cargo build --release -p keelson -p keelson-tests --bin keelson --bin pod-startup-bench
+//! sudo KEELSON_BIN=target/release/keelson target/release/pod-startup-bench \
+//!     [--sizes 1,30,100] [--kubelet DIR/kubelet]
 //! ```
 
 use std::collections::HashMap;
@@ -104,7 +113,7 @@ async fn run_batch(
     api: &Api<Pod>,
     node_name: &str,
     size: usize,
-    batch: usize,
+    batch: &str,
     pid: i32,
 ) -> Result<BatchResult> {
     let prefix = format!("bench{batch}-");
@@ -202,21 +211,75 @@ async fn run_batch(
     })
 }
 
+struct Args {
+    sizes: Vec<usize>,
+    kubelet: Option<std::path::PathBuf>,
+}
+
+fn args() -> Result<Args> {
+    let mut a = Args {
+        sizes: vec![1, 30, 100],
+        kubelet: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--sizes" => {
+                a.sizes = it
+                    .next()
+                    .context("--sizes needs a list")?
+                    .split(',')
+                    .map(|s| s.parse())
+                    .collect::<Result<_, _>>()?;
+            }
+            "--kubelet" => a.kubelet = Some(it.next().context("--kubelet needs a path")?.into()),
+            other => bail!("unknown argument {other:?} (--sizes LIST, --kubelet PATH)"),
+        }
+    }
+    Ok(a)
+}
+
+const HEADER: &str =
+    "  pods    p50 (s)    p99 (s)    max (s)   wall (s)    agent CPU s   peak RSS MiB";
+
+fn row(r: &BatchResult) -> String {
+    format!(
+        "{:>6}  {:>9.3}  {:>9.3}  {:>9.3}  {:>9.2}  {:>13.2}  {:>13.1}",
+        r.size, r.p50, r.p99, r.max, r.wall, r.cpu, r.peak_rss
+    )
+}
+
+async fn batches(
+    api: &Api<Pod>,
+    node: &str,
+    sizes: &[usize],
+    pid: i32,
+    tag: &str,
+) -> Result<Vec<BatchResult>> {
+    let mut out = Vec::new();
+    for (i, size) in sizes.iter().enumerate() {
+        let r = run_batch(api, node, *size, &format!("{tag}{i}"), pid).await?;
+        println!("{}", row(&r));
+        out.push(r);
+    }
+    Ok(out)
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
-    let mut sizes = vec![1usize, 30, 100];
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == "--sizes") {
-        sizes = args
-            .get(i + 1)
-            .context("--sizes needs a list")?
-            .split(',')
-            .map(|s| s.parse())
-            .collect::<Result<_, _>>()?;
-    }
+    let args = args()?;
     if !nix::unistd::geteuid().is_root() {
         bail!("the pod startup benchmark needs root (containerd, network namespaces, cgroups)");
     }
+    let bin = std::env::var("KEELSON_BIN")
+        .unwrap_or_else(|_| "target/debug/keelson (debug build!)".into());
+    match &args.kubelet {
+        None => against_test_api(&args, &bin).await,
+        Some(kubelet) => side_by_side(&args, &bin, kubelet).await,
+    }
+}
+
+async fn against_test_api(args: &Args, bin: &str) -> Result<()> {
     let ctrd = Containerd::start().await.context("starting containerd")?;
     let testapi = TestApiServer::start(TestApiOptions::default()).await?;
     let admin = testapi.client().await;
@@ -241,24 +304,73 @@ async fn main() -> Result<()> {
     let pid = pid.context("keelson did not start")?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let api: Api<Pod> = Api::namespaced(admin, "default");
-    let bin = std::env::var("KEELSON_BIN")
-        .unwrap_or_else(|_| "target/debug/keelson (debug build!)".into());
-    println!("pod startup: create request → Running seen through a watch");
+    println!("pod startup: create request → Running seen through a watch (test API server)");
     println!(
         "keelson: {bin}; containerd {}",
         ctrd.client().version().await?.runtime_version
     );
+    println!("{HEADER}");
+    batches(&api, &node.node_name, &args.sizes, pid, "bench").await?;
+    drop(node);
+    Ok(())
+}
+
+/// keelson, then the real kubelet, on one containerd against one real
+/// control plane.
+async fn side_by_side(args: &Args, bin: &str, kubelet: &Path) -> Result<()> {
+    use keelson_tests::upstream::{
+        Agents, ClusterNode, ControlPlane, NodeSpec, ProxyAgent, UpstreamBins,
+    };
+    let dir = kubelet.parent().context("--kubelet has no directory")?;
+    let bins = UpstreamBins::in_dir(dir).map_err(anyhow::Error::msg)?;
+    let cp = std::sync::Arc::new(ControlPlane::start(&bins).await?);
+    let admin = cp.admin_client().await?;
+    let quiet = |agents: Agents| NodeSpec {
+        proxy: ProxyAgent::None,
+        quiet: true,
+        ..NodeSpec::of(agents)
+    };
+    let mut node = ClusterNode::start(&cp, "bench-keelson", quiet(Agents::Keelson)).await?;
+    node.wait_ready(&admin).await?;
+    let version = node.containerd().client().version().await?.runtime_version;
+    let api: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    println!("pod startup: create request → Running seen through a watch");
     println!(
-        "{:>5}  {:>9}  {:>9}  {:>9}  {:>9}  {:>12}  {:>13}",
-        "pods", "p50 (s)", "p99 (s)", "max (s)", "wall (s)", "keelson CPU s", "peak RSS MiB"
+        "real kube-apiserver v1.36 ({}); containerd {version}; one containerd for both agents",
+        bins.dir().display()
     );
-    for (batch, size) in sizes.iter().enumerate() {
-        let r = run_batch(&api, &node.node_name, *size, batch, pid).await?;
+    println!("\nkeelson ({bin}):\n{HEADER}");
+    let pid = agent_pid(&node)?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mine = batches(&api, &node.name, &args.sizes, pid, "k").await?;
+
+    node.replace_agents("bench-kubelet", quiet(Agents::Upstream))?;
+    node.wait_ready(&admin).await?;
+    let pid = agent_pid(&node)?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    println!("\nkubelet ({}):\n{HEADER}", kubelet.display());
+    let theirs = batches(&api, &node.name, &args.sizes, pid, "u").await?;
+
+    println!("\nkubelet / keelson (above 1: keelson is faster or smaller):");
+    println!("  pods    p50     p99     CPU     peak RSS");
+    for (m, t) in mine.iter().zip(&theirs) {
+        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
         println!(
-            "{:>5}  {:>9.3}  {:>9.3}  {:>9.3}  {:>9.2}  {:>12.2}  {:>13.1}",
-            r.size, r.p50, r.p99, r.max, r.wall, r.cpu, r.peak_rss
+            "{:>6}  {:>5.2}x  {:>5.2}x  {:>5.2}x  {:>5.2}x",
+            m.size,
+            ratio(t.p50, m.p50),
+            ratio(t.p99, m.p99),
+            ratio(t.cpu, m.cpu),
+            ratio(t.peak_rss, m.peak_rss)
         );
     }
     drop(node);
     Ok(())
+}
+
+fn agent_pid(node: &keelson_tests::upstream::ClusterNode) -> Result<i32> {
+    let pid = node
+        .node_agent_pid()
+        .context("the node agent is not running")?;
+    Ok(i32::try_from(pid)?)
 }

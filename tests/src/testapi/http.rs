@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use super::authn::{PeerCert, UserInfo, authenticate, peer_cert};
 use super::discovery;
 use super::error::ApiError;
 use super::knobs::{Outage, RequestRecord};
@@ -162,55 +163,77 @@ fn header(h: &HeaderMap, name: http::header::HeaderName) -> String {
         .to_string()
 }
 
-/// Who is calling: a bearer token, else the TLS client certificate, else
-/// anonymous; 401 when tokens are configured and none of these proves who.
-fn authenticate(
-    state: &ApiState,
-    headers: &HeaderMap,
-    path: &str,
-    cert_user: Option<&str>,
-) -> Result<String, ApiError> {
-    let bearer = header(headers, http::header::AUTHORIZATION);
-    let token = bearer
-        .strip_prefix("Bearer ")
-        .map(str::trim)
-        .unwrap_or_default();
-    if !token.is_empty() {
-        if let Some((_, user)) = state.config.tokens.iter().find(|(t, _)| t == token) {
-            return Ok(user.clone());
+/// `pods/{log,exec,attach,portforward}` and `nodes/proxy`: authenticated,
+/// logged, then proxied to the node's kubelet.
+async fn proxy_to_kubelet(
+    state: &Arc<ApiState>,
+    peer: Option<&PeerCert>,
+    target: super::kubelet_proxy::Target,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    let (verb, resource, sub, ns, name) = match &target {
+        super::kubelet_proxy::Target::Pod { ns, name, sub } => (
+            if req.method() == http::Method::GET {
+                "get"
+            } else {
+                "create"
+            },
+            "pods",
+            sub.clone(),
+            ns.clone(),
+            name.clone(),
+        ),
+        super::kubelet_proxy::Target::Node { name, .. } => (
+            match req.method().as_str() {
+                "GET" | "HEAD" => "get",
+                "PUT" => "update",
+                "PATCH" => "patch",
+                "DELETE" => "delete",
+                _ => "create",
+            },
+            "nodes",
+            "proxy".to_string(),
+            String::new(),
+            name.clone(),
+        ),
+    };
+    let mut rec = RequestRecord {
+        at: SystemTime::now(),
+        http_version: format!("{:?}", req.version()),
+        method: req.method().to_string(),
+        path: path.clone(),
+        query: req.uri().query().unwrap_or_default().to_string(),
+        verb: verb.to_string(),
+        resource: resource.to_string(),
+        subresource: sub,
+        namespace: ns,
+        name,
+        user: String::new(),
+        user_agent: header(req.headers(), http::header::USER_AGENT),
+        accept: header(req.headers(), http::header::ACCEPT),
+        content_type: header(req.headers(), http::header::CONTENT_TYPE),
+        status: 0,
+    };
+    let resp = match authenticate(state, req.headers(), &path, peer) {
+        Ok(user) => {
+            rec.user = user.name;
+            match super::kubelet_proxy::serve(state, target, req).await {
+                Ok(r) => r,
+                Err(e) => error_response(&e),
+            }
         }
-        if let Some(id) = state.signer.authenticate(token) {
-            return Ok(id.user);
-        }
-        if !state.config.tokens.is_empty() {
-            return Err(ApiError::unauthorized());
-        }
-    }
-    if let Some(u) = cert_user {
-        return Ok(u.to_string());
-    }
-    if state.config.tokens.is_empty() {
-        return Ok("system:anonymous".into());
-    }
-    // Public endpoints stay reachable without credentials, as upstream's
-    // system:public-info-viewer and service-account-issuer-discovery roles allow.
-    let public = matches!(
-        path,
-        "/version" | "/.well-known/openid-configuration" | "/openid/v1/jwks"
-    ) || ["/healthz", "/livez", "/readyz"]
-        .iter()
-        .any(|p| path.starts_with(p));
-    if public {
-        Ok("system:anonymous".into())
-    } else {
-        Err(ApiError::unauthorized())
-    }
+        Err(e) => error_response(&e),
+    };
+    rec.status = resp.status().as_u16();
+    state.knobs.log(rec);
+    resp
 }
 
 /// Serves one request.
 async fn handle(
     state: Arc<ApiState>,
-    cert_user: Option<Arc<str>>,
+    peer: Option<Arc<PeerCert>>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, std::io::Error> {
     // Simulated outage.
@@ -223,6 +246,9 @@ async fn handle(
             std::io::ErrorKind::ConnectionReset,
             "outage (test knob)",
         ));
+    }
+    if let Some(target) = super::kubelet_proxy::route(req.uri().path()) {
+        return Ok(proxy_to_kubelet(&state, peer.as_deref(), target, req).await);
     }
     let (parts, body) = req.into_parts();
     let method = parts.method.as_str().to_string();
@@ -248,7 +274,7 @@ async fn handle(
     };
     let result = process(
         &state,
-        cert_user.as_deref(),
+        peer.as_deref(),
         &parts.headers,
         &method,
         &path,
@@ -280,7 +306,7 @@ async fn handle(
 #[allow(clippy::too_many_arguments)]
 async fn process(
     state: &Arc<ApiState>,
-    cert_user: Option<&str>,
+    peer: Option<&PeerCert>,
     headers: &HeaderMap,
     method: &str,
     path: &str,
@@ -288,10 +314,37 @@ async fn process(
     body: Incoming,
     rec: &mut RequestRecord,
 ) -> Result<Response<Body>, ApiError> {
-    let user = authenticate(state, headers, path, cert_user)?;
-    rec.user = user;
+    let user = authenticate(state, headers, path, peer)?;
+    rec.user = user.name.clone();
     let accept = header(headers, http::header::ACCEPT);
     let content_type = header(headers, http::header::CONTENT_TYPE);
+    if method == "POST" {
+        let review = match path {
+            "/apis/authentication.k8s.io/v1/tokenreviews" => Some(true),
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews" => Some(false),
+            _ => None,
+        };
+        if let Some(is_token) = review {
+            rec.verb = "create".into();
+            rec.resource = if is_token {
+                "tokenreviews"
+            } else {
+                "subjectaccessreviews"
+            }
+            .into();
+            let body = body
+                .collect()
+                .await
+                .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?
+                .to_bytes();
+            let v = if is_token {
+                super::reviews::token_review(state, &body)?
+            } else {
+                super::reviews::subject_access_review(state, &body)?
+            };
+            return Ok(respond(201, "application/json", Bytes::from(v.to_string())));
+        }
+    }
     match routing::route(path)? {
         Route::NonResource(nr) => {
             if method != "GET" && method != "HEAD" {
@@ -318,7 +371,16 @@ async fn process(
                 .await
                 .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?
                 .to_bytes();
-            resource(state, &rp, verb, query, &accept, &content_type, &body)
+            resource(
+                state,
+                &rp,
+                &user,
+                verb,
+                query,
+                &accept,
+                &content_type,
+                &body,
+            )
         }
     }
 }
@@ -398,9 +460,11 @@ fn as_table(
     ))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn resource(
     state: &Arc<ApiState>,
     rp: &ResourcePath,
+    user: &UserInfo,
     verb: &str,
     q: &Query,
     accept: &str,
@@ -412,6 +476,7 @@ fn resource(
         ns: rp.ns.as_deref(),
         name: rp.name.as_deref(),
         sub: rp.sub.as_deref(),
+        user: Some(user),
     };
     let repr = negotiate(accept, q)?;
     let reply = match verb {
@@ -535,17 +600,19 @@ pub fn spawn_listener(
                     match tls {
                         Some(acceptor) => match acceptor.accept(stream).await {
                             Ok(s) => {
-                                let cert_user: Option<Arc<str>> = s
+                                let peer: Option<Arc<PeerCert>> = s
                                     .get_ref()
                                     .1
                                     .peer_certificates()
                                     .and_then(|c| c.first())
-                                    .and_then(|c| state.cert_user(c.as_ref()))
-                                    .map(Arc::from);
+                                    .and_then(|c| peer_cert(c.as_ref()))
+                                    .map(Arc::new);
                                 let svc = hyper::service::service_fn(move |req| {
-                                    handle(state.clone(), cert_user.clone(), req)
+                                    handle(state.clone(), peer.clone(), req)
                                 });
-                                builder.serve_connection(TokioIo::new(s), svc).await
+                                builder
+                                    .serve_connection_with_upgrades(TokioIo::new(s), svc)
+                                    .await
                             }
                             Err(e) => {
                                 tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
@@ -556,7 +623,9 @@ pub fn spawn_listener(
                             let svc = hyper::service::service_fn(move |req| {
                                 handle(state.clone(), None, req)
                             });
-                            builder.serve_connection(TokioIo::new(stream), svc).await
+                            builder
+                                .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                                .await
                         }
                     }
                 };

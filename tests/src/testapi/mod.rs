@@ -16,6 +16,8 @@
 
 mod admission;
 mod allocator;
+mod authn;
+mod csr;
 mod defaults;
 mod discovery;
 mod error;
@@ -24,12 +26,14 @@ mod fields;
 mod http;
 mod knobs;
 mod kubeconfig;
+mod kubelet_proxy;
 mod namespaces;
 mod objects;
 mod openapi;
 mod patch;
 mod pods;
 mod resources;
+mod reviews;
 mod routing;
 mod schema;
 mod selectors;
@@ -54,6 +58,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use error::{ApiError, TestApiError};
 pub use knobs::{Knobs, Outage, RequestRecord};
+pub use kubelet_proxy::{KUBELET_CLIENT_USER, NodeDialer};
 pub use resources::{RESOURCES, ResourceInfo};
 
 use state::{ApiState, ServerConfig};
@@ -104,6 +109,18 @@ pub struct TestApiOptions {
     pub request_log_size: usize,
     /// Service account token issuer (`iss`) and default audience.
     pub issuer: String,
+    /// Lifetime of certificates the CertificateSigningRequest signer issues
+    /// (kube-controller-manager's `--cluster-signing-duration`, default one
+    /// year); a request's `expirationSeconds` may ask for less.
+    pub csr_signing_duration: Duration,
+    /// How far back the signer sets notBefore (upstream: 5 minutes; tests
+    /// of rotation with lifetimes of seconds set 0).
+    pub csr_signing_backdate: Duration,
+    /// Approve kubelet client CertificateSigningRequests as
+    /// kube-controller-manager's csrapproving controller does (bootstrap
+    /// and renewal). Default false: requests wait for an approval through
+    /// the `approval` subresource (`kubectl certificate approve`).
+    pub approve_node_client_csrs: bool,
 }
 
 impl Default for TestApiOptions {
@@ -122,6 +139,9 @@ impl Default for TestApiOptions {
             extra_sans: Vec::new(),
             request_log_size: 10_000,
             issuer: "https://kubernetes.default.svc.cluster.local".to_string(),
+            csr_signing_duration: Duration::from_secs(365 * 24 * 3600),
+            csr_signing_backdate: Duration::from_secs(300),
+            approve_node_client_csrs: false,
         }
     }
 }
@@ -129,7 +149,7 @@ impl Default for TestApiOptions {
 /// A running test API server. Dropping it stops it.
 pub struct TestApiServer {
     state: Arc<ApiState>,
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    issuer: Arc<rcgen::Issuer<'static, rcgen::KeyPair>>,
     http_addr: SocketAddr,
     https_addr: SocketAddr,
     kubeconfig: PathBuf,
@@ -228,6 +248,17 @@ impl TestApiServer {
             https_addr.ip()
         };
         let https_url = format!("https://{}:{}", url_host(https_host), https_addr.port());
+        // kube-apiserver's --kubelet-client-certificate: a client
+        // certificate of this CA (kubeadm's CN, in system:masters so the
+        // kubelets' SubjectAccessReviews allow it).
+        let kubelet_cert = tls::issue_client(
+            &tls.issuer,
+            kubelet_proxy::KUBELET_CLIENT_USER,
+            Some("system:masters"),
+        )?;
+        let kubelet =
+            kubelet_proxy::KubeletClient::new(&kubelet_cert.cert_pem, &kubelet_cert.key_pem)
+                .map_err(TestApiError::Tls)?;
         let state = Arc::new(ApiState {
             store,
             knobs,
@@ -244,7 +275,7 @@ impl TestApiServer {
                 bookmark_interval: opts.bookmark_interval,
             },
             https_url: https_url.clone(),
-            client_certs: Mutex::new(std::collections::HashMap::new()),
+            kubelet,
         });
         seed(&state, https_host, https_addr.port()).map_err(|e| TestApiError::Option {
             option: "seed",
@@ -276,14 +307,25 @@ impl TestApiServer {
 
         let shutdown = CancellationToken::new();
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config.clone());
+        let issuer = Arc::new(tls.issuer);
         let tasks = vec![
             http::spawn_listener(state.clone(), http_l, None, shutdown.clone()),
             http::spawn_listener(state.clone(), https_l, Some(acceptor), shutdown.clone()),
+            csr::spawn(
+                state.clone(),
+                issuer.clone(),
+                csr::SignerConfig {
+                    duration: opts.csr_signing_duration,
+                    backdate: opts.csr_signing_backdate,
+                    approve_node_clients: opts.approve_node_client_csrs,
+                },
+                shutdown.clone(),
+            ),
         ];
         tracing::info!(http = %http_addr, https = %https_addr, "test API server started");
         Ok(TestApiServer {
             state,
-            issuer: tls.issuer,
+            issuer,
             http_addr,
             https_addr,
             kubeconfig,
@@ -329,6 +371,34 @@ impl TestApiServer {
         &self.state.config.ca_pem
     }
 
+    /// The CA of this server's kubelet client certificate: what a node's
+    /// `authentication.x509.clientCAFile` must hold (it is [`Self::ca_pem`]).
+    pub fn kubelet_client_ca_pem(&self) -> &str {
+        &self.state.config.ca_pem
+    }
+
+    /// Verifies kubelets' serving certificates against `pem` from now on
+    /// (kube-apiserver's `--kubelet-certificate-authority`); `None`: no
+    /// verification (its default).
+    pub fn set_kubelet_certificate_authority(&self, pem: Option<String>) {
+        *self
+            .state
+            .kubelet
+            .ca
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = pem;
+    }
+
+    /// Dials kubelets with `dialer` (e.g. into a node's network namespace).
+    pub fn set_node_dialer(&self, dialer: NodeDialer) {
+        *self
+            .state
+            .kubelet
+            .dialer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(dialer);
+    }
+
     /// Writes another kubeconfig for this server with `user_token` as the
     /// bearer token (e.g. a node's or kube-proxy's identity).
     pub fn write_kubeconfig(
@@ -363,7 +433,6 @@ impl TestApiServer {
         group: Option<&str>,
     ) -> Result<(String, String), TestApiError> {
         let c = tls::issue_client(&self.issuer, user, group)?;
-        self.state.register_cert(&c.der, user);
         Ok((c.cert_pem, c.key_pem))
     }
 

@@ -73,6 +73,8 @@ pub struct Target<'a> {
     pub name: Option<&'a str>,
     /// Subresource from the URL.
     pub sub: Option<&'a str>,
+    /// Who is asking (None for the server's own controllers).
+    pub user: Option<&'a super::authn::UserInfo>,
 }
 
 impl Target<'_> {
@@ -564,7 +566,10 @@ pub fn create(
 ) -> Result<JsonReply, ApiError> {
     check_type_meta(t, &body)?;
     let warnings = field_check(t, q, &body)?;
-    let obj = intake(t, body);
+    let mut obj = intake(t, body);
+    if t.res.kind == "CertificateSigningRequest" {
+        super::csr::prepare_create(&mut obj, t.user);
+    }
     let body_ns = meta_str(&obj, "namespace").to_string();
     let ns = t.ns_str().to_string();
     if t.res.namespaced && !body_ns.is_empty() && body_ns != ns {
@@ -586,6 +591,9 @@ pub enum UpdateMode {
     Main,
     /// `status` subresource: only status (and labels/annotations) change.
     Status,
+    /// `approval` subresource (CertificateSigningRequests): only the
+    /// Approved/Denied conditions change.
+    Approval,
 }
 
 fn carry_system_meta(old: &Value, new: &mut Value, mode: UpdateMode) {
@@ -612,7 +620,7 @@ fn carry_system_meta(old: &Value, new: &mut Value, mode: UpdateMode) {
     }
     m.remove("managedFields");
     m.remove("selfLink");
-    if mode == UpdateMode::Status
+    if mode != UpdateMode::Main
         && let Some(o) = old_meta.get("ownerReferences")
     {
         m.insert("ownerReferences".into(), o.clone());
@@ -666,7 +674,7 @@ pub fn update_in(
         );
     }
     match mode {
-        UpdateMode::Status => {
+        UpdateMode::Status | UpdateMode::Approval => {
             // Everything but metadata and status comes from the stored object.
             let status = new.get("status").cloned();
             let new_meta = new.get("metadata").cloned();
@@ -701,6 +709,11 @@ pub fn update_in(
                 o.insert("spec".into(), spec.clone());
             }
         }
+    }
+    if kind == "CertificateSigningRequest"
+        && let Err(causes) = super::csr::prepare_update(&old, &mut new, mode)
+    {
+        invalid(kind, &name, causes)?;
     }
     defaults::apply(kind, &mut new);
     invalid(kind, &name, validation::object(kind, &new))?;
@@ -812,6 +825,7 @@ fn status_target(t: &Target<'_>) -> Result<UpdateMode, ApiError> {
     match t.sub {
         None => Ok(UpdateMode::Main),
         Some("status") if t.res.has_status() => Ok(UpdateMode::Status),
+        Some("approval") if t.res.subresources.contains(&"approval") => Ok(UpdateMode::Approval),
         Some(_) => Err(ApiError::method_not_allowed("PUT")),
     }
 }

@@ -64,7 +64,7 @@ impl ResourceInfo {
     /// Verbs allowed on a subresource, as discovery lists them.
     pub fn subresource_verbs(sub: &str) -> &'static [&'static str] {
         match sub {
-            "status" => &["get", "patch", "update"],
+            "status" | "approval" => &["get", "patch", "update"],
             "finalize" => &["update"],
             _ => &["create"],
         }
@@ -321,6 +321,21 @@ pub static RESOURCES: &[ResourceInfo] = &[
         subresources: &[],
         storage: "leases",
         fields: &[],
+        tracks_generation: false,
+        returns_deleted_object: false,
+    },
+    ResourceInfo {
+        group: "certificates.k8s.io",
+        version: "v1",
+        plural: "certificatesigningrequests",
+        singular: "certificatesigningrequest",
+        kind: "CertificateSigningRequest",
+        namespaced: false,
+        short_names: &["csr"],
+        categories: &[],
+        subresources: &["status", "approval"],
+        storage: "certificatesigningrequests",
+        fields: &["spec.signerName"],
         tracks_generation: false,
         returns_deleted_object: false,
     },

@@ -1,7 +1,6 @@
 //! The shared state of one running server.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::knobs::Knobs;
@@ -36,29 +35,6 @@ pub struct ApiState {
     pub config: ServerConfig,
     /// `https://host:port` of the TLS listener (for discovery documents).
     pub https_url: String,
-    /// Client certificates issued: SHA-256 of the DER → user name.
-    pub client_certs: Mutex<HashMap<Vec<u8>, String>>,
-}
-
-impl ApiState {
-    /// The user a presented client certificate (DER) was issued to.
-    pub fn cert_user(&self, der: &[u8]) -> Option<String> {
-        use sha2::Digest;
-        let digest = sha2::Sha256::digest(der).to_vec();
-        self.client_certs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&digest)
-            .cloned()
-    }
-
-    /// Remembers an issued client certificate.
-    pub fn register_cert(&self, der: &[u8], user: &str) {
-        use sha2::Digest;
-        let digest = sha2::Sha256::digest(der).to_vec();
-        self.client_certs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(digest, user.to_string());
-    }
+    /// How this server reaches kubelets (`nodes/proxy`, `pods/log`, …).
+    pub kubelet: super::kubelet_proxy::KubeletClient,
 }

@@ -409,6 +409,20 @@ impl Store {
             .cloned()
     }
 
+    /// Every object of a storage key, as JSON (small tables: RBAC objects).
+    pub fn get_all(&self, storage: &str) -> Vec<serde_json::Value> {
+        self.read()
+            .tables
+            .get(storage)
+            .map(|t| {
+                t.objects
+                    .values()
+                    .filter_map(|o| serde_json::from_slice(&o.bytes).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Number of objects stored in all resources.
     pub fn object_count(&self) -> usize {
         self.read().tables.values().map(|t| t.objects.len()).sum()

@@ -30,8 +30,6 @@ pub struct ClientCert {
     pub cert_pem: String,
     /// Private key, PEM (PKCS#8).
     pub key_pem: String,
-    /// Certificate, DER (what the server sees in the handshake).
-    pub der: Vec<u8>,
 }
 
 /// Issues a client certificate with CN = `user` and O = `group`.
@@ -53,7 +51,6 @@ pub fn issue_client(
     Ok(ClientCert {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
-        der: cert.der().to_vec(),
     })
 }
 

@@ -45,8 +45,9 @@ pub fn name(kind: &str, name: &str) -> Vec<Cause> {
     let (ok, msg) = match kind {
         "Namespace" => (is_dns1123_label(name), DNS1123_LABEL_MSG),
         "Service" => (is_dns1035_label(name), DNS1035_LABEL_MSG),
-        // Events and leases accept any path segment name upstream.
-        "Event" | "Lease" => (
+        // Events, leases and certificate signing requests (kubelet's are
+        // named in base64url) accept any path segment name upstream.
+        "Event" | "Lease" | "CertificateSigningRequest" => (
             !name.contains('/') && name != "." && name != "..",
             "may not contain '/'",
         ),
@@ -65,6 +66,25 @@ pub fn object(kind: &str, obj: &Value) -> Vec<Cause> {
         "Pod" => pod(obj),
         "Service" => service(obj),
         "EndpointSlice" => endpoint_slice(obj),
+        "CertificateSigningRequest" => super::csr::validate(obj),
+        "Node" => node(obj),
+        _ => Vec::new(),
+    }
+}
+
+/// kube-apiserver's `validateNodeSwapStatus` (pkg/apis/core/validation):
+/// a reported swap capacity must be positive; a node without swap leaves
+/// `nodeInfo.swap` out. Checked on create and on every update (status too).
+fn node(obj: &Value) -> Vec<Cause> {
+    match obj
+        .pointer("/status/nodeInfo/swap/capacity")
+        .and_then(Value::as_i64)
+    {
+        Some(c) if c <= 0 => vec![Cause {
+            reason: "FieldValueInvalid",
+            message: format!("Invalid value: {c}: must be greater than zero"),
+            field: "metadata.nodeSwapStatus.capacity".into(),
+        }],
         _ => Vec::new(),
     }
 }
@@ -285,6 +305,16 @@ mod tests {
         assert!(!name("Service", "1abc").is_empty());
         assert!(!name("Namespace", "a.b").is_empty());
         assert_eq!(name("ConfigMap", "")[0].field, "metadata.name");
+    }
+
+    #[test]
+    fn node_swap_capacity_must_be_positive() {
+        let with = |c: i64| json!({"status": {"nodeInfo": {"swap": {"capacity": c}}}});
+        let causes = object("Node", &with(0));
+        assert_eq!(causes.len(), 1);
+        assert_eq!(causes[0].field, "metadata.nodeSwapStatus.capacity");
+        assert!(object("Node", &with(1 << 30)).is_empty());
+        assert!(object("Node", &json!({"status": {"nodeInfo": {}}})).is_empty());
     }
 
     #[test]

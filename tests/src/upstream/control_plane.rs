@@ -90,7 +90,7 @@ impl ControlPlane {
             ],
         )?;
         let (api_crt, api_key) = serving.write(&pki, "apiserver")?;
-        let kubelet_client = ca.client("kube-apiserver-kubelet-client", &["system:masters"])?;
+        let kubelet_client = ca.client("kube-apiserver-kubelet-client", Some("system:masters"))?;
         let (kc_crt, kc_key) = kubelet_client.write(&pki, "apiserver-kubelet-client")?;
         let (sa_private, sa_public) = service_account_keys()?;
         let sa_key = pki.join("sa.key");
@@ -149,7 +149,7 @@ impl ControlPlane {
         partial.daemons = daemons;
 
         let relay = HostRelay::start(cp_ns, SocketAddr::from(([127, 0, 0, 1], API_PORT)))?;
-        let admin = ca.client("kubernetes-admin", &["system:masters"])?;
+        let admin = ca.client("kubernetes-admin", Some("system:masters"))?;
         let admin_kubeconfig = dir.join("admin.kubeconfig");
         kubeconfig::write(
             &admin_kubeconfig,
@@ -162,7 +162,7 @@ impl ControlPlane {
         wait_ready(&client, &mut partial.daemons).await?;
 
         // The controller manager talks to the API server inside the namespace.
-        let kcm_cert = ca.client("system:kube-controller-manager", &[])?;
+        let kcm_cert = ca.client("system:kube-controller-manager", None)?;
         let kcm_kubeconfig = dir.join("controller-manager.kubeconfig");
         kubeconfig::write(
             &kcm_kubeconfig,
@@ -251,9 +251,9 @@ impl ControlPlane {
         }
     }
 
-    /// A client certificate signed by the cluster CA.
-    pub fn client_cert(&self, user: &str, groups: &[&str]) -> Result<CertPair, UpstreamError> {
-        self.ca.client(user, groups)
+    /// A client certificate signed by the cluster CA (CN = user, O = group).
+    pub fn client_cert(&self, user: &str, group: Option<&str>) -> Result<CertPair, UpstreamError> {
+        self.ca.client(user, group)
     }
 
     /// A serving certificate for a node agent on `ip`, signed by the CA the
@@ -262,15 +262,15 @@ impl ControlPlane {
         self.ca.server(node, &[node], &[ip])
     }
 
-    /// Writes a kubeconfig for `user` in `groups` with a client certificate.
+    /// Writes a kubeconfig for `user` in `group` with a client certificate.
     pub fn write_kubeconfig(
         &self,
         path: &Path,
         user: &str,
-        groups: &[&str],
+        group: Option<&str>,
         reach: Reach,
     ) -> Result<(), UpstreamError> {
-        let cert = self.client_cert(user, groups)?;
+        let cert = self.client_cert(user, group)?;
         kubeconfig::write(
             path,
             &self.server(reach),
@@ -303,7 +303,7 @@ impl ControlPlane {
         self.write_kubeconfig(
             path,
             &format!("system:node:{node}"),
-            &["system:nodes"],
+            Some("system:nodes"),
             Reach::Node,
         )
     }
@@ -312,7 +312,7 @@ impl ControlPlane {
     /// `system:node-proxier` by the API server's bootstrap RBAC and
     /// nothing else.
     pub fn write_proxy_kubeconfig(&self, path: &Path) -> Result<(), UpstreamError> {
-        self.write_kubeconfig(path, "system:kube-proxy", &[], Reach::Node)
+        self.write_kubeconfig(path, "system:kube-proxy", None, Reach::Node)
     }
 
     /// `Err` with the log tail of a control plane process that exited.
@@ -351,37 +351,57 @@ impl Drop for ControlPlane {
     }
 }
 
-async fn wait_ready(client: &kube::Client, daemons: &mut [Daemon]) -> Result<(), UpstreamError> {
+/// Polls `probe` until it answers, failing at once with the log of a
+/// process that exited, and after two minutes with the logs' tails.
+async fn wait_serving<F, Fut>(
+    what: &str,
+    daemons: &mut [Daemon],
+    mut probe: F,
+) -> Result<(), UpstreamError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
     wait_for(
-        "kube-apiserver /readyz",
+        what,
         Duration::from_secs(120),
         Duration::from_millis(250),
         || {
-            let client = client.clone();
             let exited = daemons
                 .iter_mut()
                 .map(Daemon::check_running)
                 .find_map(Result::err);
+            let answer = probe();
             async move {
-                if let Some(e) = exited {
-                    return Ok(Err(e));
+                match exited {
+                    Some(e) => Ok(Err(e)),
+                    None => answer.await.map(Ok),
                 }
-                let req = http::Request::get("/readyz")
-                    .body(Vec::new())
-                    .map_err(|e| e.to_string())?;
-                client
-                    .request_text(req)
-                    .await
-                    .map(|_| Ok(()))
-                    .map_err(|e| e.to_string())
             }
         },
     )
     .await
     .map_err(|e| UpstreamError::Setup {
-        context: "waiting for kube-apiserver".into(),
+        context: format!("waiting for {what}"),
         message: format!("{e}\n{}", tails(daemons)),
     })?
+}
+
+async fn wait_ready(client: &kube::Client, daemons: &mut [Daemon]) -> Result<(), UpstreamError> {
+    wait_serving("kube-apiserver /readyz", daemons, || {
+        let client = client.clone();
+        async move {
+            let req = http::Request::get("/readyz")
+                .body(Vec::new())
+                .map_err(|e| e.to_string())?;
+            client
+                .request_text(req)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await
 }
 
 async fn wait_controllers(
@@ -389,22 +409,14 @@ async fn wait_controllers(
     daemons: &mut [Daemon],
 ) -> Result<(), UpstreamError> {
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-    wait_for(
+    wait_serving(
         "kube-controller-manager to create the default ServiceAccount",
-        Duration::from_secs(120),
-        Duration::from_millis(250),
+        daemons,
         || {
             let sas = sas.clone();
-            let exited = daemons
-                .iter_mut()
-                .map(Daemon::check_running)
-                .find_map(Result::err);
             async move {
-                if let Some(e) = exited {
-                    return Ok(Err(e));
-                }
                 match sas.get_opt("default").await {
-                    Ok(Some(_)) => Ok(Ok(())),
+                    Ok(Some(_)) => Ok(()),
                     Ok(None) => Err("not yet".to_string()),
                     Err(e) => Err(e.to_string()),
                 }
@@ -412,10 +424,6 @@ async fn wait_controllers(
         },
     )
     .await
-    .map_err(|e| UpstreamError::Setup {
-        context: "waiting for kube-controller-manager".into(),
-        message: format!("{e}\n{}", tails(daemons)),
-    })?
 }
 
 fn tails(daemons: &[Daemon]) -> String {

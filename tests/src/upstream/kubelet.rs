@@ -111,6 +111,8 @@ pub struct Layout<'a> {
     pub node_name: &'a str,
     /// `--node-ip`.
     pub node_ip: IpAddr,
+    /// `--v`.
+    pub verbosity: u8,
 }
 
 /// Creates `cgroup_root` in every hierarchy under `/sys/fs/cgroup` (kubelet
@@ -146,10 +148,15 @@ pub fn command(ns: &NetNs, kubelet: &Path, l: &Layout<'_>) -> Result<Command, Up
     let root = l.dir.join("kubelet-root");
     std::fs::create_dir_all(&root).map_err(UpstreamError::io("creating kubelet's root dir"))?;
     let none: Option<&str> = None;
-    mount(Some(&root), &root, none, MsFlags::MS_BIND, none).map_err(|e| UpstreamError::Setup {
-        context: format!("bind-mounting {}", root.display()),
-        message: e.to_string(),
-    })?;
+    let mounted = crate::containerd::mounts_under(&root).contains(&root);
+    if !mounted {
+        mount(Some(&root), &root, none, MsFlags::MS_BIND, none).map_err(|e| {
+            UpstreamError::Setup {
+                context: format!("bind-mounting {}", root.display()),
+                message: e.to_string(),
+            }
+        })?;
+    }
     mount(none, &root, none, MsFlags::MS_SHARED, none).map_err(|e| UpstreamError::Setup {
         context: format!("making {} shared", root.display()),
         message: e.to_string(),

@@ -28,7 +28,7 @@ mod stale;
 
 pub use bins::{UpstreamBins, can_run, upstream_or_skip};
 pub use control_plane::{ControlPlane, Reach};
-pub use node::{Agents, ClusterNode, NodeAgent, NodeSpec, ProxyAgent};
+pub use node::{Agents, ClusterNode, KeelsonFiles, NodeAgent, NodeSpec, ProxyAgent};
 pub use runner::{Case, Env};
 
 use crate::netns::NetNsError;

@@ -79,6 +79,21 @@ impl Agents {
     }
 }
 
+/// Which files keelson is started with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeelsonFiles {
+    /// A KeelsonConfiguration (`--config`) as a user writes it.
+    #[default]
+    Keelson,
+    /// The very files the real agents get: the node's KubeletConfiguration
+    /// (`--kubelet-config`, the same file [`ClusterNode::kubelet_config_path`]
+    /// the kubelet of an upstream node reads) and kube-proxy's
+    /// KubeProxyConfiguration (`--proxy-config`), with kubelet's
+    /// command-line flags (`--kubeconfig`, `--root-dir`, `--node-ip`,
+    /// `--hostname-override`).
+    Upstream,
+}
+
 /// Edits keelson's configuration before start.
 pub type EditKeelson = Arc<dyn Fn(&mut Config) + Send + Sync>;
 /// Edits a YAML configuration file (KubeletConfiguration, KubeProxyConfiguration).
@@ -94,12 +109,17 @@ pub struct NodeSpec {
     /// The data plane: `nftables` (default) or `iptables` (kube-proxy),
     /// `ebpf` (keelson).
     pub proxy_mode: String,
+    /// Which files keelson reads.
+    pub keelson_files: KeelsonFiles,
     /// Edits keelson's configuration.
     pub keelson: Option<EditKeelson>,
     /// Edits the KubeletConfiguration.
     pub kubelet: Option<EditYaml>,
     /// Edits the KubeProxyConfiguration.
     pub kube_proxy: Option<EditYaml>,
+    /// Production log levels (keelson `warn`, kubelet and kube-proxy
+    /// `--v=0`) instead of the tests' verbose ones: for benchmarks.
+    pub quiet: bool,
 }
 
 impl NodeSpec {
@@ -110,9 +130,11 @@ impl NodeSpec {
             node,
             proxy,
             proxy_mode: "nftables".to_string(),
+            keelson_files: KeelsonFiles::Keelson,
             keelson: None,
             kubelet: None,
             kube_proxy: None,
+            quiet: false,
         }
     }
 }
@@ -207,6 +229,10 @@ impl ClusterNode {
         let keelson_proxy_in_node =
             spec.node == NodeAgent::Keelson && spec.proxy == ProxyAgent::Keelson;
         match spec.node {
+            NodeAgent::Keelson if spec.keelson_files == KeelsonFiles::Upstream => {
+                *lock(&self.node_agent) =
+                    Some(self.spawn_keelson_from_upstream_files(keelson_proxy_in_node)?);
+            }
             NodeAgent::Keelson => {
                 let cfg = self.keelson_config(true, keelson_proxy_in_node)?;
                 *lock(&self.node_agent) = Some(self.spawn_keelson("keelson", &cfg, &[])?);
@@ -249,6 +275,16 @@ impl ClusterNode {
             cfg.node.cgroup_root = self.ctrd.cgroup_parent();
             cfg.node.node_ip = Some(IpAddr::V4(self.ip));
             cfg.node.cluster_dns = vec![IpAddr::V4(CLUSTER_DNS)];
+            // The node API as the kubelet of this cluster has it: a serving
+            // certificate the API server checks (--kubelet-certificate-authority)
+            // and the cluster CA for its kubelet client certificate.
+            let serving = self.cp.serving_cert(&self.name, IpAddr::V4(self.ip))?;
+            let pki = self.dir.join("keelson-pki");
+            std::fs::create_dir_all(&pki).map_err(UpstreamError::io("creating keelson pki"))?;
+            let (crt, key) = serving.write(&pki, "kubelet")?;
+            cfg.node.tls_cert_file = Some(crt);
+            cfg.node.tls_private_key_file = Some(key);
+            cfg.node.authentication.x509.client_ca_file = Some(self.cp.ca_file());
             ignore_host_disk(&mut cfg);
         }
         if proxy_role {
@@ -285,11 +321,14 @@ impl ClusterNode {
             message: e.to_string(),
         })?;
         let mut cmd = self.ctrd.netns().command(&bin.display().to_string());
-        cmd.arg("run")
-            .arg("--config")
-            .arg(&path)
-            .args(extra)
-            .env("RUST_LOG", "info,keelson=debug");
+        cmd.arg("run").arg("--config").arg(&path).args(extra).env(
+            "RUST_LOG",
+            if self.spec.quiet {
+                "warn"
+            } else {
+                "info,keelson=debug"
+            },
+        );
         Daemon::spawn(name, cmd, &self.dir.join(format!("{name}.log")))
     }
 
@@ -298,8 +337,9 @@ impl ClusterNode {
         self.dir.join("kubelet-config.yaml")
     }
 
-    fn spawn_kubelet(&self) -> Result<Daemon, UpstreamError> {
-        kubelet::create_cgroup_root(&self.ctrd.cgroup_parent())?;
+    /// Writes the node's KubeletConfiguration (with the spec's edits), its
+    /// serving certificate and node kubeconfig; returns (config, kubeconfig).
+    fn write_kubelet_files(&self) -> Result<(PathBuf, PathBuf), UpstreamError> {
         let serving = self.cp.serving_cert(&self.name, IpAddr::V4(self.ip))?;
         let pki = self.dir.join("kubelet-pki");
         std::fs::create_dir_all(&pki).map_err(UpstreamError::io("creating kubelet pki"))?;
@@ -324,6 +364,12 @@ impl ClusterNode {
             message: e.to_string(),
         })?;
         std::fs::write(&path, text).map_err(UpstreamError::io("writing kubelet's config"))?;
+        Ok((path, kc))
+    }
+
+    fn spawn_kubelet(&self) -> Result<Daemon, UpstreamError> {
+        kubelet::create_cgroup_root(&self.ctrd.cgroup_parent())?;
+        let (path, kc) = self.write_kubelet_files()?;
         let cmd = kubelet::command(
             self.ctrd.netns(),
             &self.cp.bins().path("kubelet"),
@@ -333,12 +379,15 @@ impl ClusterNode {
                 kubeconfig: &kc,
                 node_name: &self.name,
                 node_ip: IpAddr::V4(self.ip),
+                verbosity: if self.spec.quiet { 0 } else { 2 },
             },
         )?;
         Daemon::spawn("kubelet", cmd, &self.dir.join("kubelet.log"))
     }
 
-    fn spawn_kube_proxy(&self) -> Result<Daemon, UpstreamError> {
+    /// Writes kube-proxy's configuration file (with the spec's edits) and
+    /// its kubeconfig; returns the file.
+    fn write_kube_proxy_files(&self) -> Result<PathBuf, UpstreamError> {
         let kc = self.dir.join("kube-proxy.kubeconfig");
         self.cp.write_proxy_kubeconfig(&kc)?;
         let mut config = kube_proxy_config(&kc, &self.name, &self.spec.proxy_mode);
@@ -351,6 +400,42 @@ impl ClusterNode {
             message: e.to_string(),
         })?;
         std::fs::write(&path, text).map_err(UpstreamError::io("writing kube-proxy's config"))?;
+        Ok(path)
+    }
+
+    /// keelson with kubelet's command line: the KubeletConfiguration the
+    /// kubelet of this node would read, kube-proxy's file when the proxy
+    /// role runs in the same process, and kubelet's flags.
+    fn spawn_keelson_from_upstream_files(&self, proxy_role: bool) -> Result<Daemon, UpstreamError> {
+        let (config, kc) = self.write_kubelet_files()?;
+        let bin = keelson_bin().map_err(|e| UpstreamError::Setup {
+            context: "finding keelson".into(),
+            message: e.to_string(),
+        })?;
+        let mut cmd = self.ctrd.netns().command(&bin.display().to_string());
+        cmd.arg("run")
+            .arg(format!("--kubelet-config={}", config.display()))
+            .arg(format!("--kubeconfig={}", kc.display()))
+            .arg(format!(
+                "--root-dir={}",
+                self.dir.join("keelson-root").display()
+            ))
+            .arg(format!("--node-ip={}", self.ip))
+            .arg(format!("--hostname-override={}", self.name));
+        if proxy_role {
+            cmd.arg(format!(
+                "--proxy-config={}",
+                self.write_kube_proxy_files()?.display()
+            ));
+        } else {
+            cmd.arg("--node-only");
+        }
+        cmd.env("RUST_LOG", "info,keelson=debug");
+        Daemon::spawn("keelson", cmd, &self.dir.join("keelson.log"))
+    }
+
+    fn spawn_kube_proxy(&self) -> Result<Daemon, UpstreamError> {
+        let path = self.write_kube_proxy_files()?;
         let mut cmd = self
             .ctrd
             .netns()
@@ -453,6 +538,21 @@ impl ClusterNode {
             context: format!("waiting for node {}", self.name),
             message: format!("{e}\n{}", self.log_tails(40)),
         })
+    }
+
+    /// The node agent's process id, while it runs (kubelet's or keelson's).
+    pub fn node_agent_pid(&self) -> Option<u32> {
+        lock(&self.node_agent).as_ref().and_then(Daemon::pid)
+    }
+
+    /// Stops the agents and starts others on the same containerd and
+    /// network, registering as `name` (e.g. keelson, then kubelet, for a
+    /// benchmark on identical ground).
+    pub fn replace_agents(&mut self, name: &str, spec: NodeSpec) -> Result<(), UpstreamError> {
+        self.stop_agents();
+        self.name = name.to_string();
+        self.spec = spec;
+        self.start_agents()
     }
 
     /// Stops the agents (SIGTERM, grace, SIGKILL); containerd and the pods stay.

@@ -71,7 +71,7 @@ impl Ca {
         let key = KeyPair::generate().map_err(tls)?;
         let mut params = CertificateParams::new(Vec::<String>::new()).map_err(tls)?;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name = dn("kubernetes", &[]);
+        params.distinguished_name = dn("kubernetes", None);
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::CrlSign,
@@ -98,11 +98,12 @@ impl Ca {
         }
     }
 
-    /// A client certificate: CN = `user`, one O per group.
-    pub fn client(&self, user: &str, groups: &[&str]) -> Result<CertPair, UpstreamError> {
+    /// A client certificate: CN = `user`, O = `group` (rcgen writes one
+    /// value per attribute type, so one group).
+    pub fn client(&self, user: &str, group: Option<&str>) -> Result<CertPair, UpstreamError> {
         let key = KeyPair::generate().map_err(tls)?;
         let mut params = CertificateParams::new(Vec::<String>::new()).map_err(tls)?;
-        params.distinguished_name = dn(user, groups);
+        params.distinguished_name = dn(user, group);
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
@@ -125,7 +126,7 @@ impl Ca {
         params
             .subject_alt_names
             .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
-        params.distinguished_name = dn(cn, &[]);
+        params.distinguished_name = dn(cn, None);
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
@@ -143,11 +144,11 @@ impl Ca {
     }
 }
 
-fn dn(cn: &str, orgs: &[&str]) -> DistinguishedName {
+fn dn(cn: &str, org: Option<&str>) -> DistinguishedName {
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, cn);
-    for o in orgs {
-        dn.push(DnType::OrganizationName, *o);
+    if let Some(o) = org {
+        dn.push(DnType::OrganizationName, o);
     }
     dn
 }
@@ -165,10 +166,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn client_certificate_carries_user_and_groups() {
+    fn client_certificate_carries_user_and_group() {
         let ca = Ca::new().expect("ca");
         let c = ca
-            .client("system:node:n1", &["system:nodes", "extra"])
+            .client("system:node:n1", Some("system:nodes"))
             .expect("client");
         let der = rustls_pemfile::certs(&mut c.cert_pem.as_bytes())
             .next()
@@ -176,7 +177,7 @@ mod tests {
             .expect("pem");
         // The subject is DER-encoded: the names appear as bytes.
         let bytes = der.as_ref();
-        for needle in ["system:node:n1", "system:nodes", "extra"] {
+        for needle in ["system:node:n1", "system:nodes"] {
             assert!(
                 bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
                 "{needle} in the subject"

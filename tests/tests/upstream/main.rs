@@ -6,6 +6,8 @@
 //! `KEELSON_UPSTREAM_BIN=DIR cargo test -p keelson-tests upstream_` runs
 //! exactly this tier; without the binaries every case is reported skipped.
 
+mod config_cases;
+mod node_api_cases;
 mod node_cases;
 mod pod_cases;
 mod service_cases;
@@ -15,6 +17,13 @@ use keelson_tests::upstream::Case;
 use keelson_tests::upstream::runner;
 
 fn main() -> std::process::ExitCode {
-    let cases: Vec<Case> = [node_cases::CASES, pod_cases::CASES, service_cases::CASES].concat();
+    let cases: Vec<Case> = [
+        node_cases::CASES,
+        pod_cases::CASES,
+        service_cases::CASES,
+        node_api_cases::CASES,
+        config_cases::CASES,
+    ]
+    .concat();
     runner::main(&cases)
 }

@@ -14,7 +14,9 @@ use keelson_tests::upstream::{Agents, Case, Env};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 
-use crate::support::{busybox_pod, create_pod, namespace, pod_condition, wait_event, wait_pod};
+use crate::support::{
+    busybox_pod, create_pod, namespace, pod_condition, wait_event, wait_pod, wait_pod_ready,
+};
 
 pub const CASES: &[Case] = &[
     Case {
@@ -200,12 +202,7 @@ async fn pod_probes(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
         "periodSeconds": 1, "failureThreshold": 2,
     });
     create_pod(c, &ns, pod).await?;
-    wait_pod(c, &ns, "probed", "Ready", Duration::from_secs(90), |p| {
-        (pod_condition(p, "Ready").as_deref() == Some("True"))
-            .then_some(())
-            .ok_or_else(|| "not Ready".to_string())
-    })
-    .await?;
+    wait_pod_ready(c, &ns, "probed").await?;
     wait_pod(
         c,
         &ns,
@@ -381,19 +378,7 @@ async fn pod_graceful_deletion(env: Arc<Env>, agents: Agents) -> anyhow::Result<
         }
     });
     create_pod(c, &ns, pod).await?;
-    wait_pod(
-        c,
-        &ns,
-        "graceful",
-        "Running",
-        Duration::from_secs(90),
-        |p| {
-            (pod_condition(p, "Ready").as_deref() == Some("True"))
-                .then_some(())
-                .ok_or_else(|| "not Ready".to_string())
-        },
-    )
-    .await?;
+    wait_pod_ready(c, &ns, "graceful").await?;
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
     let start = Instant::now();
     pods.delete("graceful", &DeleteParams::default()).await?;
@@ -547,12 +532,7 @@ async fn pod_status_has_kubelets_shape(env: Arc<Env>) -> anyhow::Result<()> {
             }
         });
         create_pod(c, &ns, pod).await?;
-        wait_pod(c, &ns, "shaped", "Ready", Duration::from_secs(90), |p| {
-            (pod_condition(p, "Ready").as_deref() == Some("True"))
-                .then_some(())
-                .ok_or_else(|| "not Ready".to_string())
-        })
-        .await?;
+        wait_pod_ready(c, &ns, "shaped").await?;
         // Let a second status write (if any) land before comparing.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let p = Api::<Pod>::namespaced(c.clone(), &ns).get("shaped").await?;

@@ -16,7 +16,7 @@ use keelson_tests::upstream::{Agents, Case, ClusterNode, Env, NodeAgent, NodeSpe
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 
-use crate::support::{busybox_pod, create_pod, http_get, namespace, pod_condition, wait_pod};
+use crate::support::{busybox_pod, create_pod, http_get, namespace, wait_pod_ready};
 
 pub const CASES: &[Case] = &[
     Case {
@@ -63,19 +63,7 @@ async fn web_service(
         .create(&PostParams::default(), &svc)
         .await?;
     for i in 0..n {
-        wait_pod(
-            c,
-            ns,
-            &format!("web-{i}"),
-            "Ready",
-            Duration::from_secs(90),
-            |p| {
-                (pod_condition(p, "Ready").as_deref() == Some("True"))
-                    .then_some(())
-                    .ok_or_else(|| "not Ready".to_string())
-            },
-        )
-        .await?;
+        wait_pod_ready(c, ns, &format!("web-{i}")).await?;
     }
     Ok(svc)
 }
@@ -169,7 +157,9 @@ fn cluster_ip_and_node_port(svc: &Service) -> anyhow::Result<(IpAddr, u16)> {
     Ok((ip, u16::try_from(node_port)?))
 }
 
-async fn check_service(env: &Env, node: &ClusterNode) -> anyhow::Result<()> {
+/// Two web pods behind a NodePort Service on `node`: both answer through
+/// the ClusterIP and the NodePort, a deleted one stops answering.
+pub async fn check_service(env: &Env, node: &ClusterNode) -> anyhow::Result<()> {
     let c = &env.admin;
     let ns = namespace(c, "svc").await?;
     let svc = web_service(c, &ns, node, 2).await?;

@@ -107,6 +107,16 @@ where
     Ok(got)
 }
 
+/// Waits until the pod's Ready condition is True.
+pub async fn wait_pod_ready(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<()> {
+    wait_pod(client, ns, name, "Ready", Duration::from_secs(90), |p| {
+        (pod_condition(p, "Ready").as_deref() == Some("True"))
+            .then_some(())
+            .ok_or_else(|| "not Ready".to_string())
+    })
+    .await
+}
+
 /// The phase, conditions and container states of a pod, in one line.
 pub fn brief_status(pod: &Pod) -> String {
     let Some(s) = pod.status.as_ref() else {

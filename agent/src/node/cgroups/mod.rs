@@ -19,6 +19,7 @@
 //! the real `/sys/fs/cgroup` in the system tier.
 
 pub mod detect;
+pub mod driver;
 pub mod fs;
 pub mod name;
 pub mod pod;

@@ -20,6 +20,7 @@ pub mod pleg;
 pub mod podutil;
 pub mod probes;
 pub mod qos;
+mod queries;
 pub mod resources;
 pub mod runtime;
 pub mod source;

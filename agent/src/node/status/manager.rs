@@ -137,7 +137,7 @@ impl StatusConfig {
                 kube_reserved: super::capacity::parse_reserved(&n.kube_reserved),
                 thresholds,
                 kubelet_version: crate::version::KUBERNETES_VERSION.to_string(),
-                kubelet_port: super::setters::KUBELET_PORT,
+                kubelet_port: n.port,
             },
             update_frequency: update,
             report_frequency: n.node_status_report_frequency.get(),

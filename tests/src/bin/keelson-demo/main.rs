@@ -14,7 +14,10 @@
 //! 5. `kubectl apply` of `scripts/demo.d/hello.yaml`: the Pod runs, the
 //!    Service answers through its ClusterIP from the node's namespace;
 //! 6. an audit of what the proxy identity asked the API server for against
-//!    the shipped ClusterRole (`packaging/kubernetes/proxy/rbac.yaml`).
+//!    the shipped ClusterRole (`packaging/kubernetes/proxy/rbac.yaml`);
+//! 7. `kubectl logs` and `kubectl exec` of the Pod: the API server proxies
+//!    them to keelson's node API (:10250) with its kubelet client
+//!    certificate, which keelson's `clientCAFile` trusts.
 //!
 //! Then it waits for Ctrl-C (`--check`: it stops at once) and tears down in
 //! order: the workload through the API (keelson terminates the Pod), keelson
@@ -223,7 +226,12 @@ async fn demo(args: &Args, interrupt: CancellationToken) -> anyhow::Result<()> {
 
     let started = Instant::now();
     let mut run = or_interrupt(&interrupt, start_everything(&bin, timeout)).await?;
-    let result = or_interrupt(&interrupt, show_workload(&run, &manifests, timeout)).await;
+    let result = match or_interrupt(&interrupt, show_workload(&run, &manifests, timeout)).await {
+        Ok(svc) => or_interrupt(&interrupt, show_node_api(&run))
+            .await
+            .map(|()| svc),
+        Err(e) => Err(e),
+    };
     let outcome = match result {
         Ok(svc) => {
             println!(
@@ -339,6 +347,22 @@ async fn start_everything(bin: &Path, timeout: Duration) -> anyhow::Result<Runni
     keelson_tests::node_harness::ignore_host_disk(&mut cfg);
     cfg.proxy.client_connection.kubeconfig = Some(proxy_kc);
     cfg.proxy.cluster_cidr = ctrd.pod_cidr().to_string();
+    // The node API trusts the API server's kubelet client certificate; the
+    // API server reaches it inside the node's namespace.
+    let client_ca = state.join("kubelet-client-ca.crt");
+    std::fs::write(&client_ca, api.kubelet_client_ca_pem()).context("client CA")?;
+    cfg.node.authentication.x509.client_ca_file = Some(client_ca);
+    let ns_name = ctrd.netns().name().to_string();
+    api.set_node_dialer(std::sync::Arc::new(move |addr| {
+        let ns = ns_name.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                keelson_tests::netns::connect_in(&ns, addr, Duration::from_secs(5))
+            })
+            .await
+            .map_err(std::io::Error::other)?
+        })
+    }));
     cfg.validate()
         .map_err(|e| anyhow::anyhow!("demo configuration: {e:?}"))?;
     let config_path = state.join("config.yaml");
@@ -584,11 +608,33 @@ async fn show_workload(
     Ok(Shown { cluster_ip, port })
 }
 
+/// Step 7: kubectl logs and exec through the API server to the node API.
+async fn show_node_api(run: &Running) -> anyhow::Result<()> {
+    step(
+        7,
+        "kubectl logs and exec: the API server proxies them to keelson's node API (:10250)",
+    );
+    let logs = run.kubectl.run(&["logs", "hello"], true).await?;
+    if !logs.contains("serving /tmp/www") {
+        bail!("kubectl logs hello printed {logs:?}");
+    }
+    let out = run
+        .kubectl
+        .run(&["exec", "hello", "--", "cat", "/tmp/www/index.html"], true)
+        .await?;
+    if !out.contains("hello from pod hello") {
+        bail!("kubectl exec printed {out:?}");
+    }
+    Ok(())
+}
+
 fn try_it(run: &Running, svc: &Shown) {
     println!("\nTry it yourself (in another shell, as root):");
     println!("    export KUBECONFIG={}", run.kubectl.kubeconfig.display());
     println!("    kubectl get pods,services,endpointslices -o wide");
     println!("    kubectl get events");
+    println!("    kubectl logs -f hello");
+    println!("    kubectl exec -it hello -- sh");
     println!(
         "    nsenter --net={} curl http://{}:{}/",
         run.ctrd.netns().path().display(),

@@ -1,0 +1,666 @@
+//! A KubeletConfiguration (`kubelet.config.k8s.io/v1beta1`, the file
+//! kubelet reads with `--config`, e.g. kubeadm's `/var/lib/kubelet/config.yaml`)
+//! applied to keelson's `node:` section.
+//!
+//! Every v1beta1 field is handled here, in the order of upstream's
+//! `staging/src/k8s.io/kubelet/config/v1beta1/types.go`:
+//! - fields keelson implements set the matching keelson field, after
+//!   upstream's defaulting (`pkg/kubelet/apis/config/v1beta1/defaults.go`):
+//!   zero values of non-pointer fields mean "default", a pointer field keeps
+//!   an explicit zero; `nodeStatusReportFrequency` follows
+//!   `nodeStatusUpdateFrequency`; `serializeImagePulls` is false when
+//!   `maxParallelImagePulls` ≥ 2; `evictionHard` replaces the defaults unless
+//!   `mergeDefaultEvictionSettings` (as `cmd/kubelet/app/server.go`'s
+//!   `loadConfigFile`); relative paths are relative to the file's directory
+//!   (`KubeletConfigurationPathRefs`);
+//! - fields keelson does not implement are accepted when they hold
+//!   upstream's default and refused otherwise, with the field's path;
+//! - anything else is an unknown field.
+//!
+//! A field absent from the file keeps the value keelson already has, which
+//! is upstream's default unless a KeelsonConfiguration set it.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::common::{apply_logging, check_type_meta};
+use super::reader::{CONTENT_TYPES, Default, Object, Report};
+use crate::config::duration::KubeDuration;
+use crate::config::eviction::default_eviction_hard;
+use crate::config::node::TaintConfig;
+use crate::config::{CgroupDriver, Config};
+
+/// `apiVersion` of the files read here.
+pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+/// `kind` of the files read here.
+pub const KIND: &str = "KubeletConfiguration";
+
+/// Upstream's `DefaultVolumePluginDir`.
+const DEFAULT_VOLUME_PLUGIN_DIR: &str = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/";
+
+/// The kubelet HTTPS API (`:10250`) settings. keelson does not serve that
+/// API yet; with nothing listening, these settings protect nothing and are
+/// accepted as they are (listed in the warning).
+const KUBELET_API_FIELDS: &[&str] = &[
+    "enableServer",
+    "address",
+    "port",
+    "tlsCertFile",
+    "tlsPrivateKeyFile",
+    "tlsCipherSuites",
+    "tlsCurvePreferences",
+    "tlsMinVersion",
+    "serverTLSBootstrap",
+    "authentication",
+    "authorization",
+    "enableDebuggingHandlers",
+    "streamingConnectionIdleTimeout",
+    "enableSystemLogHandler",
+    "enableProfilingHandler",
+    "enableDebugFlagsHandler",
+];
+
+/// Applies a KubeletConfiguration document to `cfg`. `dir` is the file's
+/// directory (relative paths are resolved against it).
+pub fn apply(cfg: &mut Config, doc: Value, dir: &Path, report: &mut Report) {
+    let mut o = Object::root(doc, report);
+    check_type_meta(&mut o, API_VERSION, KIND, report);
+    let n = &mut cfg.node;
+    let abs = |p: String| -> PathBuf {
+        let p = PathBuf::from(p);
+        if p.is_absolute() { p } else { dir.join(p) }
+    };
+
+    for key in KUBELET_API_FIELDS {
+        o.accept_any(key, report);
+    }
+    if let Some(p) = o.string("staticPodPath", report) {
+        n.static_pod_path = Some(abs(p));
+    }
+    if let Some(p) = o.string("podLogsDir", report) {
+        n.pod_logs_dir = abs(p);
+    }
+    set(&mut n.sync_frequency, o.duration("syncFrequency", report));
+    set(
+        &mut n.file_check_frequency,
+        o.duration("fileCheckFrequency", report),
+    );
+    o.unimplemented(
+        "httpCheckFrequency",
+        Default::Duration(KubeDuration::from_secs(20)),
+        "no static pods from a URL",
+        report,
+    );
+    o.unimplemented(
+        "staticPodURL",
+        Default::Str(""),
+        "no static pods from a URL",
+        report,
+    );
+    o.unimplemented(
+        "staticPodURLHeader",
+        Default::Empty,
+        "no static pods from a URL",
+        report,
+    );
+    o.unimplemented(
+        "readOnlyPort",
+        Default::IntExact(0),
+        "no read-only port",
+        report,
+    );
+    if let Some(b) = o.flag("rotateCertificates", report) {
+        n.rotate_certificates = b;
+    } else {
+        // v1beta1's zero value: kubelet rotates only when asked (kubeadm asks).
+        n.rotate_certificates = false;
+    }
+    o.unimplemented(
+        "registryPullQPS",
+        Default::IntExact(5),
+        "image pulls are not rate limited",
+        report,
+    );
+    o.unimplemented(
+        "registryBurst",
+        Default::Int(10),
+        "image pulls are not rate limited",
+        report,
+    );
+    o.unimplemented(
+        "imagePullCredentialsVerificationPolicy",
+        Default::OneOf(&["NeverVerifyPreloadedImages", ""]),
+        "pulled-image credentials are not verified",
+        report,
+    );
+    o.unimplemented(
+        "preloadedImagesVerificationAllowlist",
+        Default::Empty,
+        "pulled-image credentials are not verified",
+        report,
+    );
+    o.unimplemented(
+        "eventRecordQPS",
+        Default::IntExact(50),
+        "events use keelson's own rate limit",
+        report,
+    );
+    o.unimplemented(
+        "eventBurst",
+        Default::Int(100),
+        "events use keelson's own rate limit",
+        report,
+    );
+    o.unimplemented(
+        "enableContentionProfiling",
+        Default::Bool(false),
+        "no profiling",
+        report,
+    );
+    healthz(cfg_healthz(&mut o, report), &mut cfg.healthz_bind_address);
+    let n = &mut cfg.node;
+    if let Some(v) = o.get::<i32>("oomScoreAdj", report) {
+        n.oom_score_adj = v;
+    }
+    if let Some(d) = o.string("clusterDomain", report) {
+        n.cluster_domain = d;
+    }
+    if let Some(list) = o.get::<Vec<String>>("clusterDNS", report) {
+        let mut ips = Vec::new();
+        for (i, s) in list.iter().enumerate() {
+            match s.parse::<IpAddr>() {
+                Ok(ip) => ips.push(ip),
+                Err(_) => report.error(
+                    format!("clusterDNS[{i}]"),
+                    format!("{s:?} is not an IP address"),
+                ),
+            }
+        }
+        n.cluster_dns = ips;
+    }
+    let update = o.duration("nodeStatusUpdateFrequency", report);
+    let report_freq = o.duration("nodeStatusReportFrequency", report);
+    match (update, report_freq) {
+        (_, Some(r)) => n.node_status_report_frequency = r,
+        // Upstream: set explicitly, the update frequency is also the report frequency.
+        (Some(u), None) => n.node_status_report_frequency = u,
+        (None, None) => {}
+    }
+    set(&mut n.node_status_update_frequency, update);
+    if let Some(v) = o.int("nodeLeaseDurationSeconds", report) {
+        n.node_lease_duration_seconds = clamp_i32(v);
+    }
+    set(
+        &mut n.image_minimum_gc_age,
+        o.duration("imageMinimumGCAge", report),
+    );
+    if let Some(d) = o.duration_ptr("imageMaximumGCAge", report) {
+        n.image_maximum_gc_age = d;
+    }
+    if let Some(v) = o.get::<i32>("imageGCHighThresholdPercent", report) {
+        n.image_gc_high_threshold_percent = v;
+    }
+    if let Some(v) = o.get::<i32>("imageGCLowThresholdPercent", report) {
+        n.image_gc_low_threshold_percent = v;
+    }
+    o.unimplemented(
+        "volumeStatsAggPeriod",
+        Default::Duration(KubeDuration::from_secs(60)),
+        "no volume stats",
+        report,
+    );
+    o.unimplemented(
+        "kubeletCgroups",
+        Default::Str(""),
+        "keelson stays in its own cgroup",
+        report,
+    );
+    o.unimplemented(
+        "systemCgroups",
+        Default::Str(""),
+        "system cgroups are not managed",
+        report,
+    );
+    if let Some(r) = o.string("cgroupRoot", report) {
+        n.cgroup_root = r;
+    }
+    if let Some(b) = o.get::<bool>("cgroupsPerQOS", report) {
+        n.cgroups_per_qos = b;
+    }
+    match o.string("cgroupDriver", report).as_deref() {
+        None => {}
+        Some("cgroupfs") => n.cgroup_driver = CgroupDriver::Cgroupfs,
+        Some("systemd") => n.cgroup_driver = CgroupDriver::Systemd,
+        Some(other) => report.error(
+            "cgroupDriver",
+            format!("must be \"cgroupfs\" or \"systemd\", got {other:?}"),
+        ),
+    }
+    o.unimplemented(
+        "cpuManagerPolicy",
+        Default::Str("none"),
+        "no CPU manager",
+        report,
+    );
+    o.unimplemented(
+        "singleProcessOOMKill",
+        Default::Bool(false),
+        "containers are OOM-killed as the kernel decides",
+        report,
+    );
+    o.unimplemented(
+        "cpuManagerPolicyOptions",
+        Default::Empty,
+        "no CPU manager",
+        report,
+    );
+    o.unimplemented(
+        "cpuManagerReconcilePeriod",
+        Default::Duration(KubeDuration::from_secs(10)),
+        "no CPU manager",
+        report,
+    );
+    o.unimplemented(
+        "memoryManagerPolicy",
+        Default::Str("None"),
+        "no memory manager",
+        report,
+    );
+    o.unimplemented(
+        "topologyManagerPolicy",
+        Default::Str("none"),
+        "no topology manager",
+        report,
+    );
+    o.unimplemented(
+        "topologyManagerScope",
+        Default::Str("container"),
+        "no topology manager",
+        report,
+    );
+    o.unimplemented(
+        "topologyManagerPolicyOptions",
+        Default::Empty,
+        "no topology manager",
+        report,
+    );
+    o.unimplemented(
+        "qosReserved",
+        Default::Empty,
+        "no QoS memory reservation",
+        report,
+    );
+    set(
+        &mut n.runtime_request_timeout,
+        o.duration("runtimeRequestTimeout", report),
+    );
+    o.unimplemented(
+        "hairpinMode",
+        Default::Str("promiscuous-bridge"),
+        "hairpin traffic is the CNI plugin's business",
+        report,
+    );
+    if let Some(v) = o.int("maxPods", report) {
+        n.max_pods = clamp_i32(v);
+    }
+    if let Some(c) = o.string("podCIDR", report) {
+        n.pod_cidr = c;
+    }
+    if let Some(v) = o.get::<i64>("podPidsLimit", report) {
+        // Upstream: nil or negative means -1.
+        n.pod_pids_limit = if v < 0 { -1 } else { v };
+    }
+    if let Some(r) = o.get::<String>("resolvConf", report) {
+        // An explicit "" disables the host's resolver for pods, as kubelet.
+        n.resolv_conf = if r.is_empty() { PathBuf::new() } else { abs(r) };
+    }
+    o.unimplemented(
+        "runOnce",
+        Default::Bool(false),
+        "runOnce mode is deprecated upstream",
+        report,
+    );
+    if let Some(b) = o.get::<bool>("cpuCFSQuota", report) {
+        n.cpu_cfs_quota = b;
+    }
+    if let Some(d) = o.duration_ptr("cpuCFSQuotaPeriod", report) {
+        n.cpu_cfs_quota_period = d;
+    }
+    if let Some(v) = o.get::<i32>("nodeStatusMaxImages", report) {
+        n.node_status_max_images = v;
+    }
+    o.unimplemented(
+        "maxOpenFiles",
+        Default::Int(1_000_000),
+        "the systemd unit sets LimitNOFILE",
+        report,
+    );
+    o.unimplemented(
+        "contentType",
+        CONTENT_TYPES,
+        "keelson always speaks JSON",
+        report,
+    );
+    if let Some(q) = o.get::<i32>("kubeAPIQPS", report) {
+        // client-go reads 0 as its default of 5.
+        n.kube_api_qps = if q == 0 { 5.0 } else { q as f32 };
+    }
+    if let Some(b) = o.int("kubeAPIBurst", report) {
+        n.kube_api_burst = clamp_i32(b);
+    }
+    let serialize = o.get::<bool>("serializeImagePulls", report);
+    let parallel = o.get::<i32>("maxParallelImagePulls", report);
+    n.max_parallel_image_pulls = parallel.or(n.max_parallel_image_pulls);
+    n.serialize_image_pulls = match (serialize, parallel) {
+        (Some(s), _) => s,
+        (None, Some(p)) => p < 2,
+        (None, None) => n.serialize_image_pulls,
+    };
+    apply_eviction(n, &mut o, report);
+    o.unimplemented(
+        "podsPerCore",
+        Default::IntExact(0),
+        "maxPods is the only pod limit",
+        report,
+    );
+    o.unimplemented(
+        "enableControllerAttachDetach",
+        Default::Bool(true),
+        "volumes are attached by the attach/detach controller",
+        report,
+    );
+    o.unimplemented(
+        "protectKernelDefaults",
+        Default::Bool(false),
+        "kernel tunables are not checked",
+        report,
+    );
+    o.unimplemented(
+        "makeIPTablesUtilChains",
+        Default::Bool(true),
+        "keelson creates no iptables chains",
+        report,
+    );
+    o.unimplemented(
+        "iptablesMasqueradeBit",
+        Default::IntExact(14),
+        "keelson creates no iptables chains",
+        report,
+    );
+    o.unimplemented(
+        "iptablesDropBit",
+        Default::IntExact(15),
+        "keelson creates no iptables chains",
+        report,
+    );
+    o.unimplemented(
+        "featureGates",
+        Default::Empty,
+        "keelson has no feature gates",
+        report,
+    );
+    if let Some(b) = o.get::<bool>("failSwapOn", report) {
+        n.fail_swap_on = b;
+    }
+    let mut swap = o.object("memorySwap", report);
+    swap.unimplemented(
+        "swapBehavior",
+        Default::OneOf(&["NoSwap", ""]),
+        "containers get no swap",
+        report,
+    );
+    swap.finish(report);
+    for (key, default) in [
+        ("containerLogMaxSize", Default::Str("10Mi")),
+        ("containerLogMaxFiles", Default::IntExact(5)),
+        ("containerLogMaxWorkers", Default::IntExact(1)),
+        (
+            "containerLogMonitorInterval",
+            Default::Duration(KubeDuration::from_secs(10)),
+        ),
+    ] {
+        o.unimplemented(
+            key,
+            default,
+            "container logs are not rotated by keelson",
+            report,
+        );
+    }
+    o.unimplemented(
+        "configMapAndSecretChangeDetectionStrategy",
+        Default::Str("Watch"),
+        "keelson watches the ConfigMaps and Secrets pods use",
+        report,
+    );
+    if let Some(m) = o.get::<BTreeMap<String, String>>("systemReserved", report) {
+        n.system_reserved = m;
+    }
+    if let Some(m) = o.get::<BTreeMap<String, String>>("kubeReserved", report) {
+        n.kube_reserved = m;
+    }
+    o.unimplemented(
+        "reservedSystemCPUs",
+        Default::Str(""),
+        "no CPU manager",
+        report,
+    );
+    o.unimplemented(
+        "showHiddenMetricsForVersion",
+        Default::Str(""),
+        "no hidden metrics",
+        report,
+    );
+    o.unimplemented(
+        "systemReservedCgroup",
+        Default::Str(""),
+        "only the pods cgroup is enforced",
+        report,
+    );
+    o.unimplemented(
+        "kubeReservedCgroup",
+        Default::Str(""),
+        "only the pods cgroup is enforced",
+        report,
+    );
+    o.unimplemented(
+        "enforceNodeAllocatable",
+        Default::List(&["pods"]),
+        "only the pods cgroup is enforced",
+        report,
+    );
+    o.unimplemented(
+        "allowedUnsafeSysctls",
+        Default::Empty,
+        "pod sysctls are not admitted by keelson",
+        report,
+    );
+    o.unimplemented(
+        "volumePluginDir",
+        Default::Str(DEFAULT_VOLUME_PLUGIN_DIR),
+        "no FlexVolume plugins",
+        report,
+    );
+    if let Some(p) = o.string("providerID", report) {
+        n.provider_id = p;
+    }
+    if let Some(b) = o.flag("kernelMemcgNotification", report) {
+        n.kernel_memcg_notification = b;
+    }
+    apply_logging(cfg, &mut o, report);
+    let n = &mut cfg.node;
+    o.unimplemented(
+        "enableSystemLogQuery",
+        Default::Bool(false),
+        "no node log query",
+        report,
+    );
+    for key in ["shutdownGracePeriod", "shutdownGracePeriodCriticalPods"] {
+        o.unimplemented(
+            key,
+            Default::Duration(KubeDuration::from_secs(0)),
+            "no graceful node shutdown",
+            report,
+        );
+    }
+    o.unimplemented(
+        "shutdownGracePeriodByPodPriority",
+        Default::Empty,
+        "no graceful node shutdown",
+        report,
+    );
+    let mut crash = o.object("crashLoopBackOff", report);
+    crash.unimplemented(
+        "maxContainerRestartPeriod",
+        Default::Duration(KubeDuration::from_secs(300)),
+        "the CrashLoopBackOff cap is kubelet's 5 minutes",
+        report,
+    );
+    crash.finish(report);
+    o.unimplemented(
+        "reservedMemory",
+        Default::Empty,
+        "no memory manager",
+        report,
+    );
+    o.unimplemented(
+        "seccompDefault",
+        Default::Bool(false),
+        "RuntimeDefault seccomp is not the default",
+        report,
+    );
+    o.unimplemented(
+        "memoryThrottlingFactor",
+        Default::Float(0.9),
+        "no memory QoS",
+        report,
+    );
+    o.unimplemented(
+        "memoryReservationPolicy",
+        Default::Str("None"),
+        "no memory QoS",
+        report,
+    );
+    if let Some(items) = o.get::<Vec<TaintConfig>>("registerWithTaints", report) {
+        n.register_with_taints = items.into_iter().map(Into::into).collect();
+    }
+    if let Some(b) = o.get::<bool>("registerNode", report) {
+        n.register_node = b;
+    }
+    o.unimplemented("tracing", Default::Empty, "no tracing", report);
+    o.unimplemented(
+        "localStorageCapacityIsolation",
+        Default::Bool(true),
+        "local ephemeral storage is always accounted",
+        report,
+    );
+    if let Some(e) = o.string("containerRuntimeEndpoint", report) {
+        n.container_runtime_endpoint = e;
+    }
+    if let Some(e) = o.string("imageServiceEndpoint", report) {
+        n.image_service_endpoint = Some(e);
+    }
+    // v1beta1 defaults failCgroupV1 to true: kubelet refuses cgroup v1 hosts.
+    n.fail_cgroup_v1 = o.get::<bool>("failCgroupV1", report).unwrap_or(true);
+    let mut userns = o.object("userNamespaces", report);
+    userns.unimplemented(
+        "idsPerPod",
+        Default::IntExact(65536),
+        "no user namespaces",
+        report,
+    );
+    userns.finish(report);
+    o.finish(report);
+}
+
+/// `healthzBindAddress` + `healthzPort`, as kubelet serves them:
+/// `None` when neither is in the file, `Some(None)` when the port is 0
+/// (healthz disabled), else the address.
+fn cfg_healthz(o: &mut Object, report: &mut Report) -> Option<Option<String>> {
+    let addr = o.string("healthzBindAddress", report);
+    let port = o.get::<i32>("healthzPort", report);
+    if addr.is_none() && port.is_none() {
+        return None;
+    }
+    let port = port.unwrap_or(10248);
+    if port == 0 {
+        return Some(None);
+    }
+    if !(1..=65535).contains(&port) {
+        report.error(
+            "healthzPort",
+            format!("{port} must be between 1 and 65535, inclusive"),
+        );
+        return None;
+    }
+    let addr = addr.unwrap_or_else(|| "127.0.0.1".to_string());
+    let Ok(ip) = addr.parse::<IpAddr>() else {
+        report.error(
+            "healthzBindAddress",
+            format!("{addr:?} is not an IP address"),
+        );
+        return None;
+    };
+    Some(Some(std::net::SocketAddr::new(ip, port as u16).to_string()))
+}
+
+fn healthz(v: Option<Option<String>>, target: &mut Option<String>) {
+    match v {
+        None => {}
+        // An empty address disables keelson's healthz server.
+        Some(None) => *target = Some(String::new()),
+        Some(Some(a)) => *target = Some(a),
+    }
+}
+
+fn apply_eviction(n: &mut crate::config::NodeConfig, o: &mut Object, report: &mut Report) {
+    let hard = o.get::<BTreeMap<String, String>>("evictionHard", report);
+    if let Some(m) = o.get::<BTreeMap<String, String>>("evictionSoft", report) {
+        n.eviction_soft = m;
+    }
+    if let Some(m) = o.get::<BTreeMap<String, String>>("evictionSoftGracePeriod", report) {
+        let mut out = BTreeMap::new();
+        for (k, v) in m {
+            match KubeDuration::parse(&v) {
+                Ok(d) => {
+                    out.insert(k, d);
+                }
+                Err(e) => report.error(format!("evictionSoftGracePeriod[{k:?}]"), e.to_string()),
+            }
+        }
+        n.eviction_soft_grace_period = out;
+    }
+    set(
+        &mut n.eviction_pressure_transition_period,
+        o.duration("evictionPressureTransitionPeriod", report),
+    );
+    if let Some(v) = o.int("evictionMaxPodGracePeriod", report) {
+        n.eviction_max_pod_grace_period = clamp_i32(v);
+    }
+    if let Some(m) = o.get::<BTreeMap<String, String>>("evictionMinimumReclaim", report) {
+        n.eviction_minimum_reclaim = m;
+    }
+    let merge = o
+        .get::<bool>("mergeDefaultEvictionSettings", report)
+        .unwrap_or(false);
+    if let Some(mut hard) = hard {
+        if merge {
+            for (k, v) in default_eviction_hard() {
+                hard.entry(k).or_insert(v);
+            }
+        }
+        n.eviction_hard = hard;
+    }
+}
+
+fn set(target: &mut KubeDuration, v: Option<KubeDuration>) {
+    if let Some(d) = v {
+        *target = d;
+    }
+}
+
+fn clamp_i32(v: i64) -> i32 {
+    v.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+}

@@ -1,0 +1,29 @@
+//! Read-only views of the pod manager for the node API (kubelet's
+//! `GetPods`, `GetPodByName`, used by `pkg/kubelet/server/server.go`).
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::PodsHandle;
+
+impl PodsHandle {
+    /// Every pod this node should run (API and static pods; mirror pods
+    /// excluded), as the pod manager holds them.
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.workers.lifecycle().store.pods()
+    }
+
+    /// The pod named `namespace/name` (kubelet's `GetPodByName`).
+    pub fn pod_by_name(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.workers
+            .lifecycle()
+            .store
+            .pods_where(|p| {
+                p.metadata.namespace.as_deref() == Some(namespace)
+                    && p.metadata.name.as_deref() == Some(name)
+            })
+            .into_iter()
+            .next()
+    }
+}

@@ -1,0 +1,325 @@
+//! Node API benchmark: the real `keelson` binary (node role) on a private
+//! real containerd. Prints:
+//!
+//! 1. streaming a 100 MiB container log (`/containerLogs`, straight from
+//!    the node API, and `kubectl logs` through the test API server):
+//!    MiB/s and keelson's RSS growth;
+//! 2. `/stats/summary` latency (p50/p99 of 200 requests) with 100 pods;
+//! 3. 50 concurrent `logs -f` followers: keelson's RSS growth.
+//!
+//! Needs root. Use release builds for meaningful figures:
+//!
+//! ```text
+//! cargo build --release -p keelson -p keelson-tests --bin node-api-bench
+//! sudo KEELSON_BIN=target/release/keelson target/release/node-api-bench [--pods 100]
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Pod;
+use keelson::config::KubeDuration;
+use keelson_tests::containerd::Containerd;
+use keelson_tests::images::BUSYBOX_IMAGE;
+use keelson_tests::node_api::{Credentials, tls_config};
+use keelson_tests::node_harness::{BinaryNode, BinaryNodeOptions, SYSTEM_NODE_IP};
+use keelson_tests::testapi::{TestApiOptions, TestApiServer};
+use kube::Api;
+use kube::api::PostParams;
+use rustls::pki_types::ServerName;
+use serde_json::json;
+
+fn rss_of(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 1024
+}
+
+fn keelson_pid(config: &Path) -> Result<i32> {
+    let needle = config.display().to_string();
+    for entry in std::fs::read_dir("/proc")? {
+        let entry = entry?;
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&cmdline);
+        if text.contains("run") && text.contains(&needle) && text.contains("keelson") {
+            return Ok(pid);
+        }
+    }
+    bail!("keelson process with config {needle} not found")
+}
+
+/// Opens a TLS connection to the node API inside the namespace.
+async fn node_conn(
+    ns: &str,
+    addr: SocketAddr,
+    creds: &Credentials,
+) -> Result<hyper::client::conn::http1::SendRequest<Empty<Bytes>>> {
+    let ns = ns.to_string();
+    let tcp = tokio::task::spawn_blocking(move || {
+        keelson_tests::netns::connect_in(&ns, addr, Duration::from_secs(5))
+    })
+    .await??;
+    let tls =
+        tokio_rustls::TlsConnector::from(tls_config(creds, None).map_err(anyhow::Error::msg)?)
+            .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+            .await?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+    tokio::spawn(conn);
+    Ok(sender)
+}
+
+async fn get(
+    sender: &mut hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    path: &str,
+) -> Result<hyper::Response<hyper::body::Incoming>> {
+    sender.ready().await?;
+    let req = http::Request::builder()
+        .uri(path)
+        .header(http::header::HOST, "node")
+        .body(Empty::new())?;
+    Ok(sender.send_request(req).await?)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+async fn wait_running(pods: &Api<Pod>, names: &[String], timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let list = pods.list(&Default::default()).await?;
+        let running = list
+            .items
+            .iter()
+            .filter(|p| names.contains(p.metadata.name.as_ref().unwrap_or(&String::new())))
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        if running == names.len() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{running}/{} pods running after {timeout:?}", names.len());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let n_pods: usize = args
+        .iter()
+        .position(|a| a == "--pods")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let ctrd = Containerd::start().await.context("containerd")?;
+    let api = TestApiServer::start(TestApiOptions::default()).await?;
+    let admin = api.client().await;
+    let state = tempfile::tempdir()?;
+    let logs_dir: PathBuf = state.path().join("pod-logs");
+    let logs2 = logs_dir.clone();
+    let node = BinaryNode::start(
+        &ctrd,
+        &api,
+        BinaryNodeOptions {
+            configure: Some(Arc::new(move |c| {
+                c.node.pod_logs_dir = logs2.clone();
+                c.node.container_log_max_size = "1Gi".into();
+                c.node.max_pods = 250;
+                c.node.node_status_update_frequency = KubeDuration::from_secs(2);
+            })),
+            log_filter: "info".into(),
+            ..BinaryNodeOptions::default()
+        },
+    )?;
+    let pid = keelson_pid(&node.dir().join("config.yaml"))?;
+    let ns = ctrd.netns().name().to_string();
+    let addr = SocketAddr::new(SYSTEM_NODE_IP.into(), 10250);
+    let (cert, key) = api.issue_client_certificate("bench", Some("system:masters"))?;
+    let creds = Credentials::Cert(cert, key);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let mk = |name: String| {
+        serde_json::from_value::<Pod>(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": node.node_name, "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "app", "image": BUSYBOX_IMAGE, "command": ["sleep", "36000"]}]}
+        }))
+    };
+    pods.create(&PostParams::default(), &mk("quiet".into())?)
+        .await?;
+    wait_running(&pods, &["quiet".to_string()], Duration::from_secs(120)).await?;
+    let uid = pods.get("quiet").await?.metadata.uid.unwrap_or_default();
+    let log = logs_dir.join(format!("default_quiet_{uid}/app/0.log"));
+
+    // 1. a 100 MiB log.
+    {
+        use std::io::Write;
+        let mut f = std::io::BufWriter::new(std::fs::OpenOptions::new().append(true).open(&log)?);
+        let line = format!(
+            "2024-05-01T10:00:00.123456789Z stdout F {}\n",
+            "x".repeat(120)
+        );
+        let mut written = 0usize;
+        while written < 100 * 1024 * 1024 {
+            f.write_all(line.as_bytes())?;
+            written += line.len();
+        }
+        f.flush()?;
+    }
+    let size = std::fs::metadata(&log)?.len();
+    let rss0 = rss_of(pid);
+    let mut peak = rss0;
+    let mut sender = node_conn(&ns, addr, &creds).await?;
+    let start = Instant::now();
+    let resp = get(&mut sender, "/containerLogs/default/quiet/app").await?;
+    let mut body = resp.into_body();
+    let mut got = 0u64;
+    let mut last_sample = Instant::now();
+    while let Some(frame) = body.frame().await {
+        if let Ok(d) = frame?.into_data() {
+            got += d.len() as u64;
+        }
+        if last_sample.elapsed() > Duration::from_millis(50) {
+            peak = peak.max(rss_of(pid));
+            last_sample = Instant::now();
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    peak = peak.max(rss_of(pid));
+    println!(
+        "logs (node API): a {:.1} MiB log file read in {:.2} s = {:.0} MiB/s of log ({:.1} MiB of content sent, {:.0} MiB/s); keelson RSS {:.1} MiB -> peak {:.1} MiB (+{:.1} MiB)",
+        size as f64 / 1048576.0,
+        secs,
+        size as f64 / 1048576.0 / secs,
+        got as f64 / 1048576.0,
+        got as f64 / 1048576.0 / secs,
+        rss0 as f64 / 1048576.0,
+        peak as f64 / 1048576.0,
+        (peak.saturating_sub(rss0)) as f64 / 1048576.0
+    );
+    let kstart = Instant::now();
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(api.kubeconfig_path())
+        .args(["logs", "quiet"])
+        .stdout(std::process::Stdio::piped())
+        .output()
+        .await?;
+    let ksecs = kstart.elapsed().as_secs_f64();
+    println!(
+        "logs (kubectl logs through the test API server): {:.1} MiB in {:.2} s = {:.0} MiB/s",
+        out.stdout.len() as f64 / 1048576.0,
+        ksecs,
+        out.stdout.len() as f64 / 1048576.0 / ksecs
+    );
+
+    // 3. 50 followers.
+    let rss_before = rss_of(pid);
+    let mut followers = Vec::new();
+    for _ in 0..50 {
+        let mut s = node_conn(&ns, addr, &creds).await?;
+        let resp = get(
+            &mut s,
+            "/containerLogs/default/quiet/app?follow=true&tailLines=1",
+        )
+        .await?;
+        let mut b = resp.into_body();
+        followers.push(tokio::spawn(async move {
+            let _keep = s;
+            let mut n = 0u64;
+            while let Some(Ok(f)) = b.frame().await {
+                if let Ok(d) = f.into_data() {
+                    n += d.len() as u64;
+                }
+            }
+            n
+        }));
+    }
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log)?;
+        for i in 0..50 {
+            writeln!(f, "2024-05-01T10:00:01Z stdout F follow {i}")?;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_follow = rss_of(pid);
+    println!(
+        "50 logs -f followers: keelson RSS {:.1} MiB -> {:.1} MiB (+{:.1} MiB), threads {}",
+        rss_before as f64 / 1048576.0,
+        rss_follow as f64 / 1048576.0,
+        rss_follow.saturating_sub(rss_before) as f64 / 1048576.0,
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    );
+    for f in followers {
+        f.abort();
+    }
+
+    // 2. /stats/summary with n pods.
+    let names: Vec<String> = (0..n_pods.saturating_sub(1))
+        .map(|i| format!("p{i}"))
+        .collect();
+    for n in &names {
+        pods.create(&PostParams::default(), &mk(n.clone())?).await?;
+    }
+    wait_running(&pods, &names, Duration::from_secs(900)).await?;
+    let mut s = node_conn(&ns, addr, &creds).await?;
+    // Warm the per-minute disk usage caches, as a scraper's first call does.
+    let r = get(&mut s, "/stats/summary").await?;
+    let _ = r.into_body().collect().await?;
+    let mut times = Vec::new();
+    let mut pods_seen = 0;
+    for _ in 0..200 {
+        let t = Instant::now();
+        let r = get(&mut s, "/stats/summary").await?;
+        let b = r.into_body().collect().await?.to_bytes();
+        times.push(t.elapsed());
+        let v: serde_json::Value = serde_json::from_slice(&b)?;
+        pods_seen = v["pods"].as_array().map(Vec::len).unwrap_or(0);
+    }
+    times.sort();
+    println!(
+        "/stats/summary with {pods_seen} pods: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (200 requests)",
+        pct(&times, 0.5).as_secs_f64() * 1e3,
+        pct(&times, 0.99).as_secs_f64() * 1e3,
+        times.last().copied().unwrap_or_default().as_secs_f64() * 1e3
+    );
+    let mut times = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        let r = get(&mut s, "/metrics/resource").await?;
+        let _ = r.into_body().collect().await?;
+        times.push(t.elapsed());
+    }
+    times.sort();
+    println!(
+        "/metrics/resource with {pods_seen} pods: p50 {:.1} ms, p99 {:.1} ms",
+        pct(&times, 0.5).as_secs_f64() * 1e3,
+        pct(&times, 0.99).as_secs_f64() * 1e3
+    );
+    drop(node);
+    Ok(())
+}

@@ -1,0 +1,203 @@
+//! Helpers for tests of the node API (kubelet's :10250): a raw HTTPS
+//! client that presents a bearer token or a client certificate (and does
+//! not check the node's self-signed certificate, as kube-apiserver without
+//! `--kubelet-certificate-authority`), and the real kubectl.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+/// How a request proves who it is.
+#[derive(Debug, Clone, Default)]
+pub enum Credentials {
+    /// Nothing.
+    #[default]
+    None,
+    /// `Authorization: Bearer <token>`.
+    Token(String),
+    /// A client certificate and key (PEM).
+    Cert(String, String),
+}
+
+#[derive(Debug)]
+struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The TLS client config for `creds`; `ca`: verify the server against it.
+pub fn tls_config(
+    creds: &Credentials,
+    ca: Option<&str>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let b = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let b = match ca {
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in rustls_pemfile::certs(&mut pem.as_bytes()) {
+                roots
+                    .add(c.map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?;
+            }
+            b.with_root_certificates(roots)
+        }
+        None => b
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyServer(provider))),
+    };
+    let mut cfg = match creds {
+        Credentials::Cert(cert, key) => {
+            let chain = rustls_pemfile::certs(&mut cert.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut key.as_bytes())
+                .map_err(|e| e.to_string())?
+                .ok_or("no key")?;
+            b.with_client_auth_cert(chain, key)
+                .map_err(|e| e.to_string())?
+        }
+        _ => b.with_no_client_auth(),
+    };
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// One HTTPS request to the node API: (status, body).
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    creds: &Credentials,
+) -> Result<(u16, String), String> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    request_on(tcp, addr, method, path, creds).await
+}
+
+/// [`request`] over a connection already open (e.g. in a namespace).
+pub async fn request_on(
+    tcp: tokio::net::TcpStream,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    creds: &Credentials,
+) -> Result<(u16, String), String> {
+    let tls = tokio_rustls::TlsConnector::from(tls_config(creds, None)?)
+        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+        .await
+        .map_err(|e| format!("TLS: {e}"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::HOST, addr.to_string());
+    if let Credentials::Token(t) = creds {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
+    let resp = tokio::time::timeout(Duration::from_secs(30), sender.send_request(req))
+        .await
+        .map_err(|_| "no answer within 30s".to_string())?
+        .map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let body = tokio::time::timeout(Duration::from_secs(30), resp.into_body().collect())
+        .await
+        .map_err(|_| "body not done within 30s".to_string())?
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// What kubectl printed.
+#[derive(Debug, Clone)]
+pub struct KubectlOutput {
+    /// Exit status 0.
+    pub ok: bool,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// Runs the real kubectl with `kubeconfig` (stdin from `input`), killed
+/// after `timeout`.
+pub async fn kubectl(
+    kubeconfig: &Path,
+    args: &[&str],
+    input: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<KubectlOutput, String> {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = tokio::process::Command::new("kubectl");
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| format!("starting kubectl: {e}"))?;
+    if let (Some(data), Some(mut stdin)) = (input, child.stdin.take()) {
+        let data = data.to_vec();
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&data).await;
+            let _ = stdin.shutdown().await;
+        });
+    }
+    let out = tokio::time::timeout(timeout, child.wait_with_output())
+        .await
+        .map_err(|_| format!("kubectl {args:?} did not finish within {timeout:?}"))?
+        .map_err(|e| e.to_string())?;
+    Ok(KubectlOutput {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}

@@ -1,0 +1,365 @@
+//! Component tests of the node API (kubelet's :10250) on the in-process
+//! node role (test API server, fake CRI runtime): authentication (client
+//! certificates, bearer tokens through TokenReview, 401 without
+//! credentials), authorization through SubjectAccessReview with kubelet's
+//! attributes and 403 text, `kubectl logs` and `kubectl get --raw
+//! .../proxy/stats/summary` through the test API server's node proxy.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use keelson_tests::node_api::{Credentials, kubectl, request};
+use keelson_tests::node_harness::{InProcessNode, NodeHarnessOptions};
+use keelson_tests::support::wait_for;
+use keelson_tests::testapi::{StaticToken, TestApiOptions};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(60);
+const IMAGE: &str = "keelson.local/busybox:1";
+
+fn token(t: &str, u: &str) -> StaticToken {
+    StaticToken {
+        token: t.into(),
+        user: u.into(),
+    }
+}
+
+async fn start() -> (InProcessNode, SocketAddr) {
+    let opts = NodeHarnessOptions {
+        api: TestApiOptions {
+            tokens: vec![
+                token("admin-token", "admin"),
+                token("viewer-token", "viewer"),
+                token("nobody-token", "nobody"),
+            ],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let node = InProcessNode::start(opts).await.expect("node starts");
+    node.fake.add_image(IMAGE);
+    let addr = SocketAddr::new(
+        node.config.node.address.parse().unwrap(),
+        u16::try_from(node.config.node.port).unwrap(),
+    );
+    // The API is up once it answers (401 without credentials).
+    wait_for(
+        "the node API answers",
+        T,
+        Duration::from_millis(100),
+        || async {
+            match request(addr, "GET", "/healthz", &Credentials::None).await {
+                Ok((401, _)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+    .unwrap();
+    (node, addr)
+}
+
+async fn grant_viewer_stats(node: &InProcessNode) {
+    let apply = |kind: &str, body: Value| {
+        let client = node.admin.clone();
+        let kind = kind.to_string();
+        async move {
+            let ar = if kind == "ClusterRole" {
+                kube::api::ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRole>(&())
+            } else {
+                kube::api::ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(&())
+            };
+            let api: Api<kube::api::DynamicObject> = Api::all_with(client, &ar);
+            let obj: kube::api::DynamicObject = serde_json::from_value(body).unwrap();
+            api.create(&PostParams::default(), &obj).await.unwrap();
+        }
+    };
+    apply(
+        "ClusterRole",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "node-stats-reader"},
+               "rules": [{"apiGroups": [""], "resources": ["nodes/stats"], "verbs": ["get"]}]}),
+    )
+    .await;
+    apply(
+        "ClusterRoleBinding",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "viewer-stats"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-stats-reader"},
+               "subjects": [{"kind": "User", "name": "viewer", "apiGroup": "rbac.authorization.k8s.io"}]}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_and_authorization_read_as_kubelet() {
+    let (node, addr) = start().await;
+    grant_viewer_stats(&node).await;
+    let tok = |t: &str| Credentials::Token(t.to_string());
+
+    // No credentials, and a token the API server does not know: 401.
+    assert_eq!(
+        request(addr, "GET", "/pods", &Credentials::None)
+            .await
+            .unwrap(),
+        (401, "Unauthorized".to_string())
+    );
+    assert_eq!(
+        request(addr, "GET", "/pods", &tok("made-up"))
+            .await
+            .unwrap(),
+        (401, "Unauthorized".to_string())
+    );
+    // A user without rights: kubelet's 403 text, with the fine-grained
+    // subresource first and its fallback.
+    assert_eq!(
+        request(addr, "GET", "/stats/summary", &tok("nobody-token"))
+            .await
+            .unwrap(),
+        (
+            403,
+            "Forbidden (user=nobody, verb=get, resource=nodes, subresource(s)=[stats])\n"
+                .to_string()
+        )
+    );
+    assert_eq!(
+        request(addr, "GET", "/pods", &tok("viewer-token"))
+            .await
+            .unwrap(),
+        (
+            403,
+            "Forbidden (user=viewer, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
+                .to_string()
+        )
+    );
+    // nodes/stats granted: the summary.
+    let (code, body) = request(addr, "GET", "/stats/summary", &tok("viewer-token"))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let summary: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(summary["node"]["nodeName"], json!(node.node_name));
+    // A client certificate of the CA in clientCAFile, in system:masters.
+    let (cert, key) = node
+        .api
+        .issue_client_certificate("cluster-admin", Some("system:masters"))
+        .unwrap();
+    let (code, body) = request(addr, "GET", "/pods", &Credentials::Cert(cert, key))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["kind"],
+        "PodList"
+    );
+    // The reviews the node asked: one TokenReview per token (cached), SARs.
+    let reqs = node.api.knobs().requests();
+    let reviews = reqs.iter().filter(|r| r.resource == "tokenreviews").count();
+    assert!(reviews >= 3, "{reviews} TokenReviews");
+    let again = request(addr, "GET", "/stats/summary", &tok("viewer-token"))
+        .await
+        .unwrap();
+    assert_eq!(again.0, 200);
+    let reqs2 = node.api.knobs().requests();
+    assert_eq!(
+        reqs2
+            .iter()
+            .filter(|r| r.resource == "tokenreviews")
+            .count(),
+        reviews,
+        "cached TokenReview answers are reused"
+    );
+    assert_eq!(
+        reqs2
+            .iter()
+            .filter(|r| r.resource == "subjectaccessreviews")
+            .count(),
+        reqs.iter()
+            .filter(|r| r.resource == "subjectaccessreviews")
+            .count(),
+        "cached SubjectAccessReview answers are reused"
+    );
+}
+
+fn log_line(ts: &str, stream: &str, tag: &str, text: &str) -> String {
+    format!("{ts} {stream} {tag} {text}\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_and_stats_through_the_api_server() {
+    let (node, addr) = start().await;
+    let pods: Api<Pod> = Api::namespaced(node.admin.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "talker"},
+        "spec": {"nodeName": node.node_name, "containers": [{"name": "app", "image": IMAGE}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let log_path = wait_for(
+        "the container runs",
+        T,
+        Duration::from_millis(100),
+        || async {
+            let p = pods.get("talker").await.map_err(|e| e.to_string())?;
+            let running = p
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|c| c.into_iter().next())
+                .and_then(|c| c.state)
+                .is_some_and(|s| s.running.is_some());
+            if !running {
+                return Err("not running".into());
+            }
+            node.fake
+                .containers()
+                .into_iter()
+                .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == "app"))
+                .map(|c| c.log_path)
+                .ok_or_else(|| "no container".to_string())
+        },
+    )
+    .await
+    .unwrap();
+    let log = std::path::PathBuf::from(&log_path);
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    std::fs::write(
+        &log,
+        [
+            log_line("2024-05-01T10:00:00.1Z", "stdout", "F", "hello"),
+            log_line("2024-05-01T10:00:01Z", "stderr", "P", "wor"),
+            log_line("2024-05-01T10:00:02Z", "stderr", "F", "ld"),
+            log_line("2024-05-01T10:00:03Z", "stdout", "F", "bye"),
+        ]
+        .concat(),
+    )
+    .unwrap();
+    let kc = node.api.kubeconfig_path().to_path_buf();
+    let k = |args: Vec<&'static str>| {
+        let kc = kc.clone();
+        async move { kubectl(&kc, &args, None, T).await.unwrap() }
+    };
+    let out = k(vec!["logs", "talker"]).await;
+    assert!(out.ok, "{out:?}");
+    assert_eq!(out.stdout, "hello\nworld\nbye\n");
+    // kubelet counts file lines: the last two are the second half of the
+    // partial line and "bye".
+    let out = k(vec!["logs", "talker", "--tail=2"]).await;
+    assert_eq!(out.stdout, "ld\nbye\n", "{out:?}");
+    let out = k(vec!["logs", "talker", "--tail=3"]).await;
+    assert_eq!(out.stdout, "world\nbye\n", "{out:?}");
+    let out = k(vec!["logs", "talker", "--timestamps", "--tail=1"]).await;
+    assert_eq!(
+        out.stdout, "2024-05-01T10:00:03.000000000Z bye\n",
+        "{out:?}"
+    );
+    let out = k(vec!["logs", "talker", "--limit-bytes=8"]).await;
+    assert_eq!(out.stdout, "hello\nwo", "{out:?}");
+    let out = k(vec!["logs", "talker", "--since-time=2024-05-01T10:00:03Z"]).await;
+    assert_eq!(out.stdout, "bye\n", "{out:?}");
+    // No previous instance: kubelet's 400 text.
+    let out = k(vec!["logs", "talker", "--previous"]).await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr
+            .contains("previous terminated container \"app\" in pod \"talker\" not found"),
+        "{out:?}"
+    );
+
+    // Stats and resource metrics through nodes/proxy.
+    let path = format!("/api/v1/nodes/{}/proxy/stats/summary", node.node_name);
+    let out = kubectl(&kc, &["get", "--raw", &path], None, T)
+        .await
+        .unwrap();
+    assert!(
+        out.ok,
+        "{out:?} {:?}",
+        node.api
+            .knobs()
+            .requests()
+            .iter()
+            .filter(|r| r.path.contains("proxy"))
+            .map(|r| (r.path.clone(), r.status))
+            .collect::<Vec<_>>()
+    );
+    let s: Value = serde_json::from_str(&out.stdout).unwrap();
+    let pods_stats = s["pods"].as_array().unwrap();
+    assert!(
+        pods_stats.iter().any(|p| p["podRef"]["name"] == "talker"),
+        "{s}"
+    );
+    let path = format!("/api/v1/nodes/{}/proxy/metrics/resource", node.node_name);
+    let out = kubectl(&kc, &["get", "--raw", &path], None, T)
+        .await
+        .unwrap();
+    assert!(out.ok, "{out:?}");
+    assert!(
+        out.stdout.contains("resource_scrape_error 0"),
+        "{}",
+        out.stdout
+    );
+    // Unknown pod and container: kubelet's 404 texts (kube-apiserver
+    // checks the container name of pods/log itself, so ask the node).
+    let (cert, key) = node
+        .api
+        .issue_client_certificate("cluster-admin", Some("system:masters"))
+        .unwrap();
+    let admin = Credentials::Cert(cert, key);
+    assert_eq!(
+        request(addr, "GET", "/containerLogs/default/talker/nope", &admin)
+            .await
+            .unwrap(),
+        (
+            404,
+            "container \"nope\" not found in pod \"talker\"".to_string()
+        )
+    );
+    assert_eq!(
+        request(addr, "GET", "/containerLogs/default/ghost/app", &admin)
+            .await
+            .unwrap(),
+        (404, "pod \"ghost\" does not exist".to_string())
+    );
+    let (code, body) = request(
+        addr,
+        "GET",
+        "/containerLogs/default/talker/app?tailLines=x",
+        &admin,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 400);
+    assert!(body.contains("tailLines"), "{body}");
+    // A runtime that cannot stream (this fake answers Exec with
+    // Unimplemented): 500 with the runtime's error.
+    let (code, body) = request(
+        addr,
+        "POST",
+        "/exec/default/talker/app?command=ls&output=1",
+        &admin,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.starts_with("rpc error: code = Unimplemented"),
+        "{body}"
+    );
+    // No stream asked for: kubelet's 400.
+    let (code, body) = request(
+        addr,
+        "POST",
+        "/exec/default/talker/app?command=ls&stdout=1",
+        &admin,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (code, body.as_str()),
+        (400, "you must specify at least 1 of stdin, stdout, stderr")
+    );
+}

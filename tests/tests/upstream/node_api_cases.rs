@@ -1,0 +1,366 @@
+//! The node API (kubelet's :10250) through the real kube-apiserver, which
+//! proxies with its `--kubelet-client-certificate` and checks the node's
+//! serving certificate against `--kubelet-certificate-authority`:
+//! `kubectl logs` (`--tail`, `--timestamps`, `-f`, `--previous`),
+//! `kubectl exec` (stdin, exit codes), `kubectl attach`, `kubectl
+//! port-forward` with traffic, `get --raw` of the stats summary and the
+//! resource metrics, and the node's own 401/403 answers.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, ensure};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use keelson_tests::node_api::{Credentials, kubectl, request_on};
+use keelson_tests::upstream::{Agents, Case, Env};
+use kube::Api;
+use kube::api::PostParams;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+
+use crate::support::{busybox_pod, create_pod, namespace, wait_pod};
+
+pub const CASES: &[Case] = &[
+    Case {
+        name: "node_api_logs",
+        agents: &Agents::ALL,
+        run: |env, agents| Box::pin(node_api_logs(env, agents)),
+    },
+    Case {
+        name: "node_api_exec_attach_port_forward",
+        agents: &Agents::ALL,
+        run: |env, agents| Box::pin(node_api_exec_attach_port_forward(env, agents)),
+    },
+    Case {
+        name: "node_api_stats",
+        agents: &Agents::ALL,
+        run: |env, agents| Box::pin(node_api_stats(env, agents)),
+    },
+    Case {
+        name: "node_api_authn_authz",
+        agents: &Agents::ALL,
+        run: |env, agents| Box::pin(node_api_authn_authz(env, agents)),
+    },
+];
+
+const T: Duration = Duration::from_secs(90);
+
+async fn k(
+    env: &Env,
+    args: &[&str],
+    input: Option<&[u8]>,
+) -> anyhow::Result<keelson_tests::node_api::KubectlOutput> {
+    kubectl(env.cp.admin_kubeconfig(), args, input, T)
+        .await
+        .map_err(|e| anyhow!(e))
+}
+
+async fn running(env: &Env, ns: &str, name: &str) -> anyhow::Result<()> {
+    wait_pod(&env.admin, ns, name, &format!("{name} running"), T, |p| {
+        let phase = p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        if phase == "Running" {
+            Ok(())
+        } else {
+            Err(phase)
+        }
+    })
+    .await
+}
+
+async fn node_api_logs(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
+    let node = env.node(agents).await?;
+    let ns = namespace(&env.admin, "logs").await?;
+    create_pod(
+        &env.admin,
+        &ns,
+        busybox_pod(
+            "talker",
+            &node.name,
+            "i=0; while true; do echo line $i; i=$((i+1)); sleep 0.2; done",
+        ),
+    )
+    .await?;
+    running(&env, &ns, "talker").await?;
+    // Enough lines for --tail.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let out = k(&env, &["-n", &ns, "logs", "talker", "--tail=2"], None).await?;
+    ensure!(out.ok, "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    ensure!(
+        lines.len() == 2 && lines.iter().all(|l| l.starts_with("line ")),
+        "{out:?}"
+    );
+    let out = k(
+        &env,
+        &["-n", &ns, "logs", "talker", "--tail=1", "--timestamps"],
+        None,
+    )
+    .await?;
+    let l = out.stdout.trim_end();
+    let (ts, rest) = l.split_once(' ').ok_or_else(|| anyhow!("{out:?}"))?;
+    ensure!(rest.starts_with("line "), "{out:?}");
+    // RFC3339Nano, fixed width (nine fraction digits).
+    ensure!(
+        ts.len() == 30 && ts.as_bytes()[19] == b'.' && ts.ends_with('Z'),
+        "{ts:?}"
+    );
+    // -f: consecutive lines as they come.
+    let mut f = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(env.cp.admin_kubeconfig())
+        .args(["-n", &ns, "logs", "-f", "talker", "--tail=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut rd =
+        tokio::io::BufReader::new(f.stdout.take().ok_or_else(|| anyhow!("no stdout"))?).lines();
+    let mut prev: Option<u64> = None;
+    for _ in 0..5 {
+        let l = tokio::time::timeout(Duration::from_secs(20), rd.next_line())
+            .await
+            .map_err(|_| anyhow!("logs -f stalled"))??
+            .ok_or_else(|| anyhow!("logs -f ended"))?;
+        let n: u64 = l
+            .strip_prefix("line ")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| anyhow!("{l:?}"))?;
+        if let Some(p) = prev {
+            ensure!(n == p + 1, "{p} then {n}");
+        }
+        prev = Some(n);
+    }
+    drop(rd);
+    drop(f);
+    // --previous: the instance before the restart.
+    let mut crasher = busybox_pod(
+        "crasher",
+        &node.name,
+        "n=$(cat /d/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /d/n; echo run $n; sleep 1; exit 3",
+    );
+    crasher["spec"]["volumes"] = serde_json::json!([{"name": "d", "emptyDir": {}}]);
+    crasher["spec"]["containers"][0]["volumeMounts"] =
+        serde_json::json!([{"name": "d", "mountPath": "/d"}]);
+    create_pod(&env.admin, &ns, crasher).await?;
+    let out = k(&env, &["-n", &ns, "logs", "crasher", "--previous"], None).await?;
+    // Before any restart, both agents refuse with kubelet's text.
+    if !out.ok {
+        ensure!(
+            out.stderr
+                .contains("previous terminated container \"main\" in pod \"crasher\" not found"),
+            "{out:?}"
+        );
+    }
+    wait_pod(&env.admin, &ns, "crasher", "restarted", T, |p| {
+        let r = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.first())
+            .map(|c| c.restart_count)
+            .unwrap_or(0);
+        if r >= 1 {
+            Ok(())
+        } else {
+            Err(format!("restarts {r}"))
+        }
+    })
+    .await?;
+    let out = k(&env, &["-n", &ns, "logs", "crasher", "--previous"], None).await?;
+    ensure!(out.ok, "{out:?}");
+    ensure!(out.stdout.starts_with("run "), "{out:?}");
+    Ok(())
+}
+
+async fn node_api_exec_attach_port_forward(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
+    let node = env.node(agents).await?;
+    let ns = namespace(&env.admin, "exec").await?;
+    create_pod(
+        &env.admin,
+        &ns,
+        busybox_pod(
+            "web",
+            &node.name,
+            "mkdir -p /w; echo hi > /w/index.html; exec httpd -f -p 8080 -h /w",
+        ),
+    )
+    .await?;
+    running(&env, &ns, "web").await?;
+    let out = k(
+        &env,
+        &[
+            "-n",
+            &ns,
+            "exec",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "echo out; exit 7",
+        ],
+        None,
+    )
+    .await?;
+    ensure!(!out.ok && out.stdout == "out\n", "{out:?}");
+    ensure!(
+        out.stderr.contains("command terminated with exit code 7"),
+        "{out:?}"
+    );
+    let out = k(
+        &env,
+        &["-n", &ns, "exec", "-i", "web", "--", "cat"],
+        Some(b"from stdin\n"),
+    )
+    .await?;
+    ensure!(out.ok && out.stdout == "from stdin\n", "{out:?}");
+    // port-forward with traffic.
+    let mut pf = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(env.cp.admin_kubeconfig())
+        .args(["-n", &ns, "port-forward", "pod/web", ":8080"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut lines =
+        tokio::io::BufReader::new(pf.stdout.take().ok_or_else(|| anyhow!("no stdout"))?).lines();
+    let line = tokio::time::timeout(T, lines.next_line())
+        .await??
+        .unwrap_or_default();
+    let port: u16 = line
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| anyhow!("{line:?}"))?;
+    let mut c = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    c.write_all(b"GET / HTTP/1.0\r\nHost: web\r\n\r\n").await?;
+    let mut body = String::new();
+    tokio::time::timeout(Duration::from_secs(20), c.read_to_string(&mut body)).await??;
+    ensure!(body.contains(" 200 ") && body.ends_with("hi\n"), "{body:?}");
+    drop(pf);
+    // attach.
+    let mut reader = busybox_pod("reader", &node.name, "read l; echo got $l");
+    reader["spec"]["restartPolicy"] = serde_json::json!("Never");
+    reader["spec"]["containers"][0]["stdin"] = serde_json::json!(true);
+    reader["spec"]["containers"][0]["stdinOnce"] = serde_json::json!(true);
+    create_pod(&env.admin, &ns, reader).await?;
+    running(&env, &ns, "reader").await?;
+    let out = k(
+        &env,
+        &["-n", &ns, "attach", "-i", "reader"],
+        Some(b"hello\n"),
+    )
+    .await?;
+    ensure!(out.stdout.contains("got hello"), "{out:?}");
+    Ok(())
+}
+
+async fn node_api_stats(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
+    let node = env.node(agents).await?;
+    let ns = namespace(&env.admin, "stats").await?;
+    create_pod(
+        &env.admin,
+        &ns,
+        busybox_pod("busy", &node.name, "while true; do :; done"),
+    )
+    .await?;
+    running(&env, &ns, "busy").await?;
+    let path = format!("/api/v1/nodes/{}/proxy/stats/summary", node.name);
+    let pod = keelson_tests::support::wait_for(
+        "the pod in the summary",
+        T,
+        Duration::from_secs(1),
+        || async {
+            let out = k(&env, &["get", "--raw", &path], None)
+                .await
+                .map_err(|e| e.to_string())?;
+            let s: serde_json::Value =
+                serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {out:?}"))?;
+            s["pods"]
+                .as_array()
+                .and_then(|ps| {
+                    ps.iter().find(|p| {
+                        p["podRef"]["name"] == "busy" && p["podRef"]["namespace"] == ns.as_str()
+                    })
+                })
+                // kubelet's pod figures come from cAdvisor's housekeeping
+                // and start at 0: wait for the busy loop's CPU to show.
+                .filter(|p| {
+                    p["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap_or(0) > 0
+                        && p["memory"]["workingSetBytes"].is_u64()
+                })
+                .cloned()
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await?;
+    ensure!(pod["containers"][0]["name"] == "main", "{pod}");
+    let path = format!("/api/v1/nodes/{}/proxy/metrics/resource", node.name);
+    let out = k(&env, &["get", "--raw", &path], None).await?;
+    ensure!(out.ok, "{out:?}");
+    let want = format!("pod_cpu_usage_seconds_total{{namespace=\"{ns}\",pod=\"busy\"}}");
+    ensure!(
+        out.stdout.contains(&want),
+        "{want} missing:\n{}",
+        out.stdout
+    );
+    ensure!(
+        out.stdout.contains("node_memory_working_set_bytes"),
+        "{}",
+        out.stdout
+    );
+    Ok(())
+}
+
+async fn node_api_authn_authz(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
+    let node = env.node(agents).await?;
+    let ns = namespace(&env.admin, "authz").await?;
+    let sa: ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "reader"}}))?;
+    let sas: Api<ServiceAccount> = Api::namespaced(env.admin.clone(), &ns);
+    sas.create(&PostParams::default(), &sa).await?;
+    let tr: TokenRequest = serde_json::from_value(serde_json::json!({"spec": {"audiences": []}}))?;
+    let token = sas
+        .create_token_request("reader", &PostParams::default(), &tr)
+        .await?
+        .status
+        .and_then(|s| s.token)
+        .ok_or_else(|| anyhow!("no token"))?;
+    let addr = std::net::SocketAddr::new(node.ip.into(), 10250);
+    let ask = |creds: Credentials, path: &'static str| {
+        let netns = node.containerd().netns();
+        let conn = netns.tcp_connect(addr, Duration::from_secs(5));
+        async move {
+            let conn = conn.map_err(|e| anyhow!("{e}"))?;
+            request_on(conn, addr, "GET", path, &creds)
+                .await
+                .map_err(|e| anyhow!(e))
+        }
+    };
+    let (code, body) = ask(Credentials::None, "/stats/summary").await?;
+    ensure!(
+        (code, body.as_str()) == (401, "Unauthorized"),
+        "{code} {body:?}"
+    );
+    let (code, body) = ask(Credentials::Token(token), "/stats/summary").await?;
+    let want = format!(
+        "Forbidden (user=system:serviceaccount:{ns}:reader, verb=get, resource=nodes, subresource(s)=[stats])\n"
+    );
+    ensure!(code == 403 && body == want, "{code} {body:?}");
+    // Through the API server, a user without nodes/proxy is refused there.
+    let kc = node.dir().join(format!("nobody-{ns}.kubeconfig"));
+    env.cp
+        .write_kubeconfig(&kc, "nobody", None, keelson_tests::upstream::Reach::Host)?;
+    let path = format!("/api/v1/nodes/{}/proxy/stats/summary", node.name);
+    let out = kubectl(&kc, &["get", "--raw", &path], None, T)
+        .await
+        .map_err(|e| anyhow!(e))?;
+    ensure!(!out.ok && out.stderr.contains("Forbidden"), "{out:?}");
+    Ok(())
+}
