@@ -113,7 +113,7 @@ fn change(handle: &ProxyHandle, vip: &str, r: usize, pods: &BTreeSet<usize>) {
         // The Service goes, then comes back with its slices first.
         3 => {
             handle.delete_service("default", "churn");
-            handle.replace_endpoint_slices(&slices(pods, false));
+            handle.replace_endpoint_slices(slices(pods, false));
             handle.update_service(&service(vip, false));
         }
         // The Service changes while its slices do, one slice at a time.
@@ -130,7 +130,7 @@ fn change(handle: &ProxyHandle, vip: &str, r: usize, pods: &BTreeSet<usize>) {
             }
         }
         // Endpoints replaced in place, one slice or two.
-        _ => handle.replace_endpoint_slices(&slices(pods, r % 2 == 1)),
+        _ => handle.replace_endpoint_slices(slices(pods, r % 2 == 1)),
     }
 }
 
@@ -161,7 +161,7 @@ async fn churn(lab: Arc<Lab>, proxier: Proxier, handle: ProxyHandle, vip_ip: &st
         .unwrap_or_else(|_| unreachable!());
     let mut pods: BTreeSet<usize> = [0, 1].into();
     handle.replace_services(&[service(vip_ip, false)]);
-    handle.replace_endpoint_slices(&slices(&pods, false));
+    handle.replace_endpoint_slices(slices(&pods, false));
     handle.services_synced();
     handle.endpoint_slices_synced();
 

@@ -155,7 +155,7 @@ async fn endpoint_removal_stops_new_connections_and_flushes_udp_flows() {
     let lab = Lab::new(4).await.expect("lab");
     let (mut proxier, handle) = proxier(&lab);
     handle.replace_services(&[web("web", "10.96.0.30")]);
-    handle.replace_endpoint_slices(&slices("web", &[0, 1]));
+    handle.replace_endpoint_slices(slices("web", &[0, 1]));
     tokio::task::block_in_place(|| proxier.sync_now(false)).expect("sync");
     assert_eq!(
         pods_seen(&lab, Origin::Pod(3), "10.96.0.30:80", 20).await,
@@ -191,7 +191,7 @@ async fn endpoint_removal_stops_new_connections_and_flushes_udp_flows() {
     // ...which is then removed: new TCP connections avoid it, and the UDP
     // flow (still alive in conntrack) is flushed so it moves too, although
     // the removed pod still answers.
-    handle.replace_endpoint_slices(&slices("web", &[stays]));
+    handle.replace_endpoint_slices(slices("web", &[stays]));
     let report = tokio::task::block_in_place(|| proxier.sync_now(false)).expect("sync");
     assert!(
         report.conntrack_deleted >= 1,
@@ -231,7 +231,7 @@ async fn restart_adopts_the_table_without_dropping_traffic() {
     route_external_ips(&lab).expect("routes");
     let (mut first, handle) = proxier(&lab);
     handle.replace_services(&[web("web", "10.96.0.31"), web("old", "10.96.0.32")]);
-    handle.replace_endpoint_slices(&[slices("web", &[0, 1]), slices("old", &[2])].concat());
+    handle.replace_endpoint_slices([slices("web", &[0, 1]), slices("old", &[2])].concat());
     tokio::task::block_in_place(|| first.sync_now(false)).expect("first instance syncs");
     assert_eq!(
         pods_seen(&lab, Origin::Client, "10.96.0.32:80", 3).await,
@@ -284,7 +284,7 @@ async fn restart_adopts_the_table_without_dropping_traffic() {
     drop(first);
     let (mut second, handle) = proxier(&lab);
     handle.replace_services(&[web("web", "10.96.0.31")]);
-    handle.replace_endpoint_slices(&slices("web", &[0, 1]));
+    handle.replace_endpoint_slices(slices("web", &[0, 1]));
     let report =
         tokio::task::block_in_place(|| second.sync_now(false)).expect("second instance adopts");
     assert!(report.full && report.outcome.repaired, "{report:?}");
@@ -364,7 +364,7 @@ async fn kernel_refusal_keeps_the_previous_rules() {
     let events = Arc::new(Recorded::default());
     let mut proxier = proxier.with_events(events.clone());
     handle.replace_services(&[web("web", "10.96.0.33")]);
-    handle.replace_endpoint_slices(&slices("web", &[0]));
+    handle.replace_endpoint_slices(slices("web", &[0]));
     tokio::task::block_in_place(|| proxier.sync_now(false)).expect("sync");
     assert_eq!(
         pods_seen(&lab, Origin::Pod(1), "10.96.0.33:80", 5).await,
@@ -381,7 +381,7 @@ async fn kernel_refusal_keeps_the_previous_rules() {
     // The next sync (a new Service using that address, and a changed
     // endpoint of the old one) is refused as a whole.
     handle.replace_services(&[web("web", "10.96.0.33"), web("new", "10.96.0.34")]);
-    handle.replace_endpoint_slices(&[slices("web", &[1]), slices("new", &[1])].concat());
+    handle.replace_endpoint_slices([slices("web", &[1]), slices("new", &[1])].concat());
     let err = tokio::task::block_in_place(|| proxier.sync_now(false)).expect_err("refused");
     match &err {
         BackendError::Refused { what, errno, .. } => {
@@ -438,7 +438,7 @@ async fn the_table_reads_like_kube_proxys() {
     let lab = Lab::new(1).await.expect("lab");
     let (mut proxier, handle) = proxier(&lab);
     handle.replace_services(&[web("web", "10.96.0.35")]);
-    handle.replace_endpoint_slices(&slices("web", &[0]));
+    handle.replace_endpoint_slices(slices("web", &[0]));
     tokio::task::block_in_place(|| proxier.sync_now(false)).expect("sync");
     let text = lab
         .node
@@ -630,7 +630,7 @@ async fn service_tables_of_an_earlier_version_are_removed() {
     let tables = lab.node.exec("nft", &["list", "tables"]).expect("nft");
     assert!(!tables.contains("keelson-services"), "{tables}");
     handle.replace_services(&[web("web", "10.96.0.60")]);
-    handle.replace_endpoint_slices(&slices("web", &[1]));
+    handle.replace_endpoint_slices(slices("web", &[1]));
     tokio::task::block_in_place(|| proxier.sync_now(false)).expect("sync");
     assert_eq!(
         pods_seen(&lab, Origin::Pod(0), "10.96.0.60:80", 10).await,
