@@ -299,7 +299,10 @@ async fn phases(
     r.end_rss_bytes = last.map(|s| s.rss_bytes);
 
     // Warm restart: the rules stay while the proxy is down; a new process
-    // lists the objects and adopts what the kernel holds.
+    // lists the objects and adopts what the kernel holds. The sampled
+    // Services' endpoints as they are now (the probes and the churn
+    // replaced some since the cold sync).
+    let sample_targets = targets(scenario, &sample);
     let stopped = verify_sample(agent, &sample_targets).await?;
     let log = logs.join(format!("{}-n{n}-restart.log", kind.slug()));
     let started = mono_wall_now();
