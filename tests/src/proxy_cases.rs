@@ -44,6 +44,21 @@ pub const CLIENT_IP: &str = "192.168.100.2";
 pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
 /// Service network.
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+/// The nftables backend's settings for the lab: the pod network is the
+/// cluster CIDR, the Service CIDR is [`SERVICE_CIDR`].
+pub fn lab_nftables_config() -> keelson_netplane::nftables::NftablesConfig {
+    use keelson_netplane::model::IpFamily;
+    use keelson_netplane::nftables::{LocalTraffic, NftablesConfig};
+    let mut c = NftablesConfig::default();
+    let (Ok(cluster), Ok(services)) = (CLUSTER_CIDR.parse(), SERVICE_CIDR.parse()) else {
+        unreachable!("the lab's CIDRs are valid")
+    };
+    c.local_traffic
+        .insert(IpFamily::V4, LocalTraffic::Cidr(cluster));
+    c.service_cidrs.insert(IpFamily::V4, vec![services]);
+    c
+}
+
 /// The pods' TCP port.
 pub const TCP_PORT: u16 = 8080;
 /// The pods' UDP port.

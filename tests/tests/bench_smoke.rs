@@ -76,7 +76,11 @@ fn quick_bench_programs_every_contestant_correctly() {
         );
         // Rules (and pinned eBPF programs) outlive the process, and the
         // restarted one adopts them.
-        assert!(r.warm_restart_ms.is_some(), "{}: warm restart", r.contestant);
+        assert!(
+            r.warm_restart_ms.is_some(),
+            "{}: warm restart",
+            r.contestant
+        );
         let (stopped, after, sampled) = r.warm_restart_vips.expect("warm restart sampled");
         assert!(sampled > 0, "{}: no VIP sampled", r.contestant);
         assert_eq!(

@@ -23,36 +23,23 @@ use std::time::Duration;
 
 use keelson_netplane::ebpf::{EbpfBackend, EbpfConfig, pinned_revnat_entries};
 use keelson_netplane::model::IpFamily;
-use keelson_netplane::nftables::{LocalTraffic, NftablesBackend, NftablesConfig};
+use keelson_netplane::nftables::NftablesBackend;
 use keelson_netplane::prometheus::Registry;
 use keelson_netplane::proxier::{
     ConntrackCleaner, LogEvents, Proxier, ProxierConfig, ProxyHandle, ServiceHealthServer,
 };
 use keelson_tests::ebpf_env::{TestBpffs, TestCgroup};
 use keelson_tests::proxy_cases::{
-    CLUSTER_CIDR, Case, Expect, Lab, NODE_NAME, NsListen, Origin, Probe, SERVICE_CIDR, Target,
-    cases, load_case, route_external_ips, run_probe,
+    Case, Expect, Lab, NODE_NAME, NsListen, Origin, Probe, SERVICE_CIDR, Target, cases,
+    lab_nftables_config, load_case, route_external_ips, run_probe,
 };
 use keelson_tests::support::require_root;
-
-fn nft_config() -> NftablesConfig {
-    let mut c = NftablesConfig::default();
-    c.local_traffic.insert(
-        IpFamily::V4,
-        LocalTraffic::Cidr(CLUSTER_CIDR.parse().expect("cluster CIDR")),
-    );
-    c.service_cidrs.insert(
-        IpFamily::V4,
-        vec![SERVICE_CIDR.parse().expect("service CIDR")],
-    );
-    c
-}
 
 /// The ebpf-mode proxier: socket LB on `cgroup` + nftables in the node netns.
 fn proxier(lab: &Lab, ebpf: &EbpfConfig) -> (Proxier, ProxyHandle) {
     let nft = lab
         .node
-        .run(|| NftablesBackend::new(nft_config()))
+        .run(|| NftablesBackend::new(lab_nftables_config()))
         .expect("thread in node netns")
         .expect("nftables backend");
     let backend = EbpfBackend::new(ebpf, Box::new(nft)).expect("ebpf backend");

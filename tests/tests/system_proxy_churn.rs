@@ -22,12 +22,12 @@ use keelson_netplane::Backend;
 use keelson_netplane::ebpf::EbpfBackend;
 use keelson_netplane::fixtures::{EndpointSpec, ServiceBuilder, SliceBuilder};
 use keelson_netplane::model::{IpFamily, Protocol};
-use keelson_netplane::nftables::{LocalTraffic, NftablesBackend, NftablesConfig};
+use keelson_netplane::nftables::NftablesBackend;
 use keelson_netplane::prometheus::Registry;
 use keelson_netplane::proxier::{LogEvents, Proxier, ProxierConfig, ProxyHandle};
 use keelson_tests::ebpf_env::{TestBpffs, TestCgroup};
 use keelson_tests::proxy_cases::{
-    CLUSTER_CIDR, Lab, NODE_NAME, OTHER_NODE, Origin, SERVICE_CIDR, TCP_PORT, pod_ip, pod_name,
+    Lab, NODE_NAME, OTHER_NODE, Origin, TCP_PORT, lab_nftables_config, pod_ip, pod_name,
 };
 use keelson_tests::support::{require_root, wait_for};
 use tokio_util::sync::CancellationToken;
@@ -44,19 +44,6 @@ const VIP_EBPF: &str = "10.96.0.78";
 /// deadline, so only a lasting loss fails.
 const BATCH: usize = 24;
 const DEADLINE: Duration = Duration::from_secs(10);
-
-fn nft_config() -> NftablesConfig {
-    let mut c = NftablesConfig::default();
-    c.local_traffic.insert(
-        IpFamily::V4,
-        LocalTraffic::Cidr(CLUSTER_CIDR.parse().unwrap_or_else(|_| unreachable!())),
-    );
-    c.service_cidrs.insert(
-        IpFamily::V4,
-        vec![SERVICE_CIDR.parse().unwrap_or_else(|_| unreachable!())],
-    );
-    c
-}
 
 fn service(vip: &str, second_port: bool) -> Service {
     let mut b = ServiceBuilder::new("default", "churn")
@@ -279,7 +266,7 @@ async fn endpoint_churn_while_connecting_nftables() {
     let lab = Arc::new(Lab::new(PODS).await.expect("lab"));
     let nft = lab
         .node
-        .run(|| NftablesBackend::new(nft_config()))
+        .run(|| NftablesBackend::new(lab_nftables_config()))
         .expect("thread in node netns")
         .expect("nftables backend");
     let (proxier, handle) = proxier(Box::new(nft));
@@ -297,7 +284,7 @@ async fn endpoint_churn_while_connecting_ebpf() {
     let lab = Arc::new(Lab::new(PODS).await.expect("lab"));
     let nft = lab
         .node
-        .run(|| NftablesBackend::new(nft_config()))
+        .run(|| NftablesBackend::new(lab_nftables_config()))
         .expect("thread in node netns")
         .expect("nftables backend");
     let backend = EbpfBackend::new(&bpffs.config, Box::new(nft)).expect("ebpf backend");

@@ -6,33 +6,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keelson_netplane::model::IpFamily;
-use keelson_netplane::nftables::{LocalTraffic, NftablesBackend, NftablesConfig};
+use keelson_netplane::nftables::{LocalTraffic, NftablesBackend};
 use keelson_netplane::prometheus::Registry;
 use keelson_netplane::proxier::{
     ConntrackCleaner, Proxier, ProxierConfig, ProxyHandle, ServiceHealthServer,
 };
 use keelson_tests::proxy_cases::{
-    CLUSTER_CIDR, Lab, NODE_NAME, NsListen, SERVICE_CIDR, cases, route_external_ips, run_case,
+    Lab, NODE_NAME, NsListen, cases, lab_nftables_config, route_external_ips, run_case,
 };
 use keelson_tests::support::require_root;
-
-fn nft_config() -> NftablesConfig {
-    let mut c = NftablesConfig::default();
-    c.local_traffic.insert(
-        IpFamily::V4,
-        LocalTraffic::Cidr(CLUSTER_CIDR.parse().unwrap_or_else(|_| unreachable!())),
-    );
-    c.service_cidrs.insert(
-        IpFamily::V4,
-        vec![SERVICE_CIDR.parse().unwrap_or_else(|_| unreachable!())],
-    );
-    c
-}
 
 /// A proxier with an nftables backend, conntrack cleaner and health-check
 /// server, all living in the lab's node namespace.
 fn proxier(lab: &Lab) -> (Proxier, ProxyHandle) {
-    let config = nft_config();
+    let config = lab_nftables_config();
     let backend = lab
         .node
         .run(move || NftablesBackend::new(config))
@@ -539,7 +526,7 @@ async fn dual_stack_service_is_programmed_in_ip_and_ip6_tables() {
             }
         }));
     }
-    let mut config = nft_config();
+    let mut config = lab_nftables_config();
     config.families = vec![IpFamily::V4, IpFamily::V6];
     config.local_traffic.insert(
         IpFamily::V6,

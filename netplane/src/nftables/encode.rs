@@ -363,19 +363,7 @@ fn encode_op(
                     nfproto(id.family),
                     0,
                 );
-                let mut list = PushSetelemListAttrs::new(&mut *buf)
-                    .push_table_bytes(t)
-                    .push_set_bytes(set.as_bytes())
-                    .nested_elements();
-                for key in chunk {
-                    list = list
-                        .nested_elem()
-                        .nested_key()
-                        .push_value(key)
-                        .end_nested()
-                        .end_nested();
-                }
-                list.end_nested();
+                push_element_keys(buf, t, set, chunk);
                 end_message(buf, off);
             }
         }
@@ -569,6 +557,29 @@ fn encode_set(table: &[u8], family: IpFamily, set: &SetDef, id: u32, buf: &mut V
         udata.extend(udata_comment(UDATA_SET_COMMENT, c));
     }
     s.push_userdata(&udata);
+}
+
+/// A set-element list of `table`'s `set` naming elements by key alone (a
+/// deletion, or a lookup by key).
+pub(super) fn push_element_keys<K: AsRef<[u8]>>(
+    buf: &mut Vec<u8>,
+    table: &[u8],
+    set: &str,
+    keys: &[K],
+) {
+    let mut list = PushSetelemListAttrs::new(buf)
+        .push_table_bytes(table)
+        .push_set_bytes(set.as_bytes())
+        .nested_elements();
+    for key in keys {
+        list = list
+            .nested_elem()
+            .nested_key()
+            .push_value(key.as_ref())
+            .end_nested()
+            .end_nested();
+    }
+    list.end_nested();
 }
 
 #[cfg(test)]

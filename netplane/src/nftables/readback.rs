@@ -13,7 +13,7 @@ use netlink_bindings::nftables::{
     SetAttrs, SetelemListAttrs,
 };
 
-use super::encode::parse_rule_userdata;
+use super::encode::{parse_rule_userdata, push_element_keys};
 use super::netlink::NfSocket;
 use super::table::{KernelTable, KernelValue};
 use super::wire::MsgKind;
@@ -119,19 +119,7 @@ pub fn read_elements_by_key(
     while !rest.is_empty() {
         let batch = &rest[..rest.len().min(KEYS_PER_REQUEST)];
         let (replies, errno) = socket.request_items(MsgKind::GetSetElem, family, |b| {
-            let mut list = PushSetelemListAttrs::new(b)
-                .push_table_bytes(table.as_bytes())
-                .push_set_bytes(set.as_bytes())
-                .nested_elements();
-            for key in batch {
-                list = list
-                    .nested_elem()
-                    .nested_key()
-                    .push_value(key)
-                    .end_nested()
-                    .end_nested();
-            }
-            list.end_nested();
+            push_element_keys(b, table.as_bytes(), set, batch)
         })?;
         let answered = replies.len();
         parse_elements(&replies, &mut out);

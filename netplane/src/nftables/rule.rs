@@ -307,43 +307,22 @@ impl RuleBuilder {
     }
 
     /// `ct state new`.
-    pub fn ct_state_new(mut self) -> Self {
-        self.exprs.push(Expr::CtState { dreg: REG_1 });
-        self.exprs.push(Expr::Bitwise {
-            sreg: REG_1,
-            dreg: REG_1,
-            mask: CT_STATE_NEW.to_ne_bytes().to_vec(),
-            xor: vec![0; 4],
-        });
-        self.exprs.push(Expr::Cmp {
-            sreg: REG_1,
-            neq: true,
-            data: vec![0; 4],
-        });
-        self
+    pub fn ct_state_new(self) -> Self {
+        self.masked_test(Expr::CtState { dreg: REG_1 }, CT_STATE_NEW, true)
     }
 
     /// `meta mark set meta mark | <bits>`.
-    pub fn mark_or(mut self, bits: u32) -> Self {
-        self.exprs.push(Expr::Meta {
-            dreg: REG_1,
-            key: MetaKey::Mark,
-        });
-        self.exprs.push(Expr::Bitwise {
-            sreg: REG_1,
-            dreg: REG_1,
-            mask: (!bits).to_ne_bytes().to_vec(),
-            xor: bits.to_ne_bytes().to_vec(),
-        });
-        self.exprs.push(Expr::MetaSet {
-            key: MetaKey::Mark,
-            sreg: REG_1,
-        });
-        self
+    pub fn mark_or(self, bits: u32) -> Self {
+        self.mark_rewrite(!bits, bits)
     }
 
     /// `meta mark set meta mark ^ <bits>`.
-    pub fn mark_xor(mut self, bits: u32) -> Self {
+    pub fn mark_xor(self, bits: u32) -> Self {
+        self.mark_rewrite(u32::MAX, bits)
+    }
+
+    /// `meta mark set meta mark & <mask> ^ <xor>`.
+    fn mark_rewrite(mut self, mask: u32, xor: u32) -> Self {
         self.exprs.push(Expr::Meta {
             dreg: REG_1,
             key: MetaKey::Mark,
@@ -351,8 +330,8 @@ impl RuleBuilder {
         self.exprs.push(Expr::Bitwise {
             sreg: REG_1,
             dreg: REG_1,
-            mask: u32::MAX.to_ne_bytes().to_vec(),
-            xor: bits.to_ne_bytes().to_vec(),
+            mask: mask.to_ne_bytes().to_vec(),
+            xor: xor.to_ne_bytes().to_vec(),
         });
         self.exprs.push(Expr::MetaSet {
             key: MetaKey::Mark,
@@ -363,25 +342,33 @@ impl RuleBuilder {
 
     /// `meta mark & <bits> != 0`.
     pub fn mark_bits_set(self, bits: u32) -> Self {
-        let mut s = self.mark_bits_clear(bits);
-        if let Some(Expr::Cmp { neq, .. }) = s.exprs.last_mut() {
-            *neq = true;
-        }
-        s
+        self.masked_test(
+            Expr::Meta {
+                dreg: REG_1,
+                key: MetaKey::Mark,
+            },
+            bits,
+            true,
+        )
     }
 
     /// `ct status dnat`.
-    pub fn ct_status_dnat(mut self) -> Self {
-        self.exprs.push(Expr::CtStatus { dreg: REG_1 });
+    pub fn ct_status_dnat(self) -> Self {
+        self.masked_test(Expr::CtStatus { dreg: REG_1 }, CT_STATUS_DNAT, true)
+    }
+
+    /// `<load> & <mask> != 0` (`nonzero`) or `== 0`, in register 1.
+    fn masked_test(mut self, load: Expr, mask: u32, nonzero: bool) -> Self {
+        self.exprs.push(load);
         self.exprs.push(Expr::Bitwise {
             sreg: REG_1,
             dreg: REG_1,
-            mask: CT_STATUS_DNAT.to_ne_bytes().to_vec(),
+            mask: mask.to_ne_bytes().to_vec(),
             xor: vec![0; 4],
         });
         self.exprs.push(Expr::Cmp {
             sreg: REG_1,
-            neq: true,
+            neq: nonzero,
             data: vec![0; 4],
         });
         self
@@ -527,23 +514,15 @@ impl RuleBuilder {
     }
 
     /// `meta mark & <bits> == 0`.
-    pub fn mark_bits_clear(mut self, bits: u32) -> Self {
-        self.exprs.push(Expr::Meta {
-            dreg: REG_1,
-            key: MetaKey::Mark,
-        });
-        self.exprs.push(Expr::Bitwise {
-            sreg: REG_1,
-            dreg: REG_1,
-            mask: bits.to_ne_bytes().to_vec(),
-            xor: vec![0; 4],
-        });
-        self.exprs.push(Expr::Cmp {
-            sreg: REG_1,
-            neq: false,
-            data: vec![0; 4],
-        });
-        self
+    pub fn mark_bits_clear(self, bits: u32) -> Self {
+        self.masked_test(
+            Expr::Meta {
+                dreg: REG_1,
+                key: MetaKey::Mark,
+            },
+            bits,
+            false,
+        )
     }
 
     /// `ip daddr . meta l4proto . th dport vmap @map`.

@@ -136,17 +136,20 @@ async fn phases(
     // Cold sync.
     let log = logs.join(format!("{}-n{n}.log", kind.slug()));
     tracing::info!(contestant = %kind, services = n, log = %log.display(), "starting");
+    let launch = |log: &std::path::Path| {
+        ProxyProcess::start(&Launch {
+            kind,
+            settings,
+            ns: &node.node.ns,
+            node_name: &node.name,
+            kubeconfig: &node.kubeconfig,
+            ebpf,
+            work_dir: work,
+            log,
+        })
+    };
     let t0 = mono_ns();
-    let mut proc = ProxyProcess::start(&Launch {
-        kind,
-        settings,
-        ns: &node.node.ns,
-        node_name: &node.name,
-        kubeconfig: &node.kubeconfig,
-        ebpf,
-        work_dir: work,
-        log: &log,
-    })?;
+    let mut proc = launch(&log)?;
     let reach = guarded(
         &mut proc,
         agent.reach(sample_targets.clone(), cfg.cold_sync_timeout),
@@ -306,16 +309,7 @@ async fn phases(
     let stopped = verify_sample(agent, &sample_targets).await?;
     let log = logs.join(format!("{}-n{n}-restart.log", kind.slug()));
     let started = mono_wall_now();
-    let mut again = ProxyProcess::start(&Launch {
-        kind,
-        settings,
-        ns: &node.node.ns,
-        node_name: &node.name,
-        kubeconfig: &node.kubeconfig,
-        ebpf,
-        work_dir: work,
-        log: &log,
-    })?;
+    let mut again = launch(&log)?;
     let synced = guarded(&mut again, async {
         Ok(wait_synced(agent, metrics_addr, started, cfg.cold_sync_timeout).await)
     })
