@@ -726,12 +726,6 @@ impl Config {
                 "must be between 0 and 31, inclusive",
             ));
         }
-        if !(1..=64).contains(&p.nftables.service_shards) {
-            errs.push(FieldError::new(
-                "proxy.nftables.serviceShards",
-                "must be between 1 and 64, inclusive",
-            ));
-        }
         if p.client_connection.qps < 0.0 {
             errs.push(FieldError::new(
                 "proxy.clientConnection.qps",
