@@ -7,6 +7,7 @@
 
 pub mod bench;
 pub mod containerd;
+pub mod ebpf_env;
 pub mod images;
 pub mod netns;
 pub mod node_api;

@@ -44,6 +44,21 @@ pub const CLIENT_IP: &str = "192.168.100.2";
 pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
 /// Service network.
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+/// The nftables backend's settings for the lab: the pod network is the
+/// cluster CIDR, the Service CIDR is [`SERVICE_CIDR`].
+pub fn lab_nftables_config() -> keelson_netplane::nftables::NftablesConfig {
+    use keelson_netplane::model::IpFamily;
+    use keelson_netplane::nftables::{LocalTraffic, NftablesConfig};
+    let mut c = NftablesConfig::default();
+    let (Ok(cluster), Ok(services)) = (CLUSTER_CIDR.parse(), SERVICE_CIDR.parse()) else {
+        unreachable!("the lab's CIDRs are valid")
+    };
+    c.local_traffic
+        .insert(IpFamily::V4, LocalTraffic::Cidr(cluster));
+    c.service_cidrs.insert(IpFamily::V4, vec![services]);
+    c
+}
+
 /// The pods' TCP port.
 pub const TCP_PORT: u16 = 8080;
 /// The pods' UDP port.
@@ -847,6 +862,51 @@ pub fn cases() -> Vec<Case> {
                 3,
                 Balanced(vec![2]),
             )],
+        },
+        // kubernetes#131765, fixed by kubernetes#132456 (v1.34): the node's
+        // own traffic to the load-balancer IP or an externalIP of an
+        // eTP=Local Service is short-circuited to the Service's endpoints,
+        // even on a node with no local endpoint; only traffic from outside
+        // is dropped there. (kube-proxy checked for endpoints before DNAT
+        // and dropped it.)
+        Case {
+            name: "node-to-local-policy-external-addresses-without-local-endpoint",
+            kind: Kind::External,
+            node_zone: None,
+            services: vec![
+                ServiceBuilder::new("default", "lb-nolocal")
+                    .cluster_ip(&vip(26))
+                    .type_("LoadBalancer")
+                    .node_port("http", Tcp, 80, 30092)
+                    .lb_ingress(LB_IP)
+                    .external_ips(&[EXTERNAL_IP])
+                    .external_traffic_local(Some(32092))
+                    .build(),
+            ],
+            slices: vec![slice(
+                "lb-nolocal",
+                "http",
+                Tcp,
+                vec![ready(1, OTHER_NODE), ready(2, OTHER_NODE)],
+            )],
+            probes: vec![
+                probe(
+                    Node,
+                    Tcp,
+                    Target::Addr(sa(LB_IP, 80)),
+                    6,
+                    Within(vec![1, 2]),
+                ),
+                probe(
+                    Node,
+                    Tcp,
+                    Target::Addr(sa(EXTERNAL_IP, 80)),
+                    6,
+                    Within(vec![1, 2]),
+                ),
+                probe(Client, Tcp, Target::Addr(sa(LB_IP, 80)), 1, Dropped),
+                probe(Client, Tcp, Target::Addr(sa(EXTERNAL_IP, 80)), 1, Dropped),
+            ],
         },
     ]
 }

@@ -3,7 +3,8 @@
 //! binary) on a few dozen Services and must find that each one programmed
 //! the scenario correctly: every VIP lands on its own endpoints, every
 //! endpoint answers, after the cold sync and again after the churn, and
-//! every timed change was seen. A behaviour check only: no timing is
+//! every timed change was seen; the sampled VIPs still answer while the
+//! proxy is stopped and after it restarts. A behaviour check only: no timing is
 //! asserted (the figures are the benchmark's business).
 
 use std::process::Command;
@@ -71,6 +72,21 @@ fn quick_bench_programs_every_contestant_correctly() {
         assert!(
             r.programming_churn.n > 0,
             "{}: no change probed under churn",
+            r.contestant
+        );
+        // Rules (and pinned eBPF programs) outlive the process, and the
+        // restarted one adopts them.
+        assert!(
+            r.warm_restart_ms.is_some(),
+            "{}: warm restart",
+            r.contestant
+        );
+        let (stopped, after, sampled) = r.warm_restart_vips.expect("warm restart sampled");
+        assert!(sampled > 0, "{}: no VIP sampled", r.contestant);
+        assert_eq!(
+            (stopped, after),
+            (sampled, sampled),
+            "{}: sampled VIPs right while stopped and after the restart",
             r.contestant
         );
     }

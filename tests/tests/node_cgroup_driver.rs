@@ -228,6 +228,7 @@ async fn systemd_driver_makes_qos_and_pod_slices_over_dbus() {
         node.fake
             .sandbox_configs()
             .into_iter()
+            .map(|(config, _handler)| config)
             .find(|c| c.metadata.as_ref().is_some_and(|m| m.uid == uid))
             .and_then(|c| c.linux)
             .map(|l| l.cgroup_parent)

@@ -155,10 +155,12 @@ async fn init_container_then_app_reaches_running_with_kubelet_status() {
         vec![
             (
                 "Pulled".into(),
-                format!("Container image \"{IMAGE}\" already present on machine")
+                format!(
+                    "Container image \"{IMAGE}\" already present on machine and can be accessed by the pod"
+                )
             ),
-            ("Created".into(), "Created container: app".into()),
-            ("Started".into(), "Started container app".into()),
+            ("Created".into(), "Container created".into()),
+            ("Started".into(), "Container started".into()),
         ]
     );
     assert!(

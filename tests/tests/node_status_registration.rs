@@ -218,7 +218,7 @@ async fn node_appears_with_the_right_fields() {
 
     // kubelet's events about the node.
     let events = Api::<Event>::namespaced(node.admin.clone(), "default");
-    let reasons = keelson_tests::support::wait_for(
+    keelson_tests::support::wait_for(
         "node events",
         Duration::from_secs(10),
         Duration::from_millis(100),
@@ -233,9 +233,13 @@ async fn node_appears_with_the_right_fields() {
                 .filter(|e| e.involved_object.name.as_deref() == Some(node.node_name.as_str()))
                 .filter_map(|e| e.reason.clone())
                 .collect();
-            if reasons.iter().any(|r| r == "NodeHasSufficientMemory")
-                && reasons.iter().any(|r| r == "Starting")
-            {
+            // The events are posted one by one: wait for all of them.
+            let want = [
+                "Starting",
+                "NodeHasSufficientMemory",
+                "NodeHasNoDiskPressure",
+            ];
+            if want.iter().all(|w| reasons.iter().any(|r| r == w)) {
                 Ok(reasons)
             } else {
                 Err(format!("{reasons:?}"))
@@ -244,10 +248,6 @@ async fn node_appears_with_the_right_fields() {
     )
     .await
     .expect("events");
-    assert!(
-        reasons.iter().any(|r| r == "NodeHasNoDiskPressure"),
-        "{reasons:?}"
-    );
     let msg = events
         .list(&ListParams::default())
         .await

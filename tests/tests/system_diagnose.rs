@@ -556,40 +556,41 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
         ],
     );
 
-    // --- A tampered data plane: someone deleted hello's service chain (and
-    // the map element that jumps to it).
-    let chains = w
-        .ctrd
-        .netns()
-        .exec("nft", &["list", "table", "ip", "keelson"])
-        .unwrap();
-    let chain = chains
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("chain "))
-        .map(|l| l.trim_end_matches(" {").to_string())
-        .find(|c| c.starts_with("service-") && c.ends_with("default/hello/tcp/http"))
-        .unwrap_or_else(|| panic!("no service chain for hello in:\n{chains}"));
+    // --- A tampered data plane: someone deleted hello's ClusterIP element
+    // from the service-ips map (plain ClusterIP Services have no chain of
+    // their own: the element sends them to the chain shared by Services
+    // with as many endpoints).
     let cluster_ip = hello.spec.unwrap().cluster_ip.unwrap();
-    let script = w.state.path().join("tamper.nft");
-    std::fs::write(
-        &script,
-        format!(
-            "delete element ip keelson service-ips {{ {cluster_ip} . tcp . 80 }}\nflush chain ip keelson {chain}\ndelete chain ip keelson {chain}\n"
-        ),
-    )
-    .unwrap();
+    let element = format!("{cluster_ip} . tcp . 80");
+    let list_map = |w: &SysWorld| {
+        w.ctrd
+            .netns()
+            .exec("nft", &["list", "map", "ip", "keelson", "service-ips"])
+            .unwrap()
+    };
+    let before = list_map(&w);
+    assert!(
+        before.contains(&element),
+        "no service-ips element for hello in:\n{before}"
+    );
     w.ctrd
         .netns()
-        .exec("nft", &["-f", &script.display().to_string()])
+        .exec(
+            "nft",
+            &[
+                "delete",
+                "element",
+                "ip",
+                "keelson",
+                "service-ips",
+                &format!("{{ {element} }}"),
+            ],
+        )
         .unwrap();
-    let tampered = w
-        .ctrd
-        .netns()
-        .exec("nft", &["list", "table", "ip", "keelson"])
-        .unwrap();
+    let tampered = list_map(&w);
     assert!(
-        !tampered.contains(&format!("chain {chain} {{")),
-        "the chain was not deleted:\n{tampered}"
+        !tampered.contains(&element),
+        "the element was not deleted:\n{tampered}"
     );
     let (code, r) = d
         .report("tampered-table", &["service", "default/hello"])
@@ -599,19 +600,12 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
         code,
         &r,
         "dataPlane",
-        &[
-            &format!("chain {chain} missing from table ip keelson"),
-            &format!("element {cluster_ip} . tcp . 80 in service-ips missing"),
-        ],
+        &[&format!("element {element} in service-ips missing")],
     );
-    // Diagnose changed nothing: the chain is still gone.
-    let after = w
-        .ctrd
-        .netns()
-        .exec("nft", &["list", "table", "ip", "keelson"])
-        .unwrap();
+    // Diagnose changed nothing: the element is still gone.
+    let after = list_map(&w);
     assert!(
-        !after.contains(&format!("chain {chain} {{")),
+        !after.contains(&element),
         "diagnose must not repair the table:\n{after}"
     );
 

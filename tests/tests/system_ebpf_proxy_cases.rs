@@ -18,111 +18,28 @@
 //! own address as the peer (as with Cilium's socket LB).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use keelson_netplane::ebpf::{EbpfBackend, EbpfConfig, ensure_bpffs, pinned_revnat_entries};
+use keelson_netplane::ebpf::{EbpfBackend, EbpfConfig, pinned_revnat_entries};
 use keelson_netplane::model::IpFamily;
-use keelson_netplane::nftables::{LocalTraffic, NftablesBackend, NftablesConfig};
+use keelson_netplane::nftables::NftablesBackend;
 use keelson_netplane::prometheus::Registry;
 use keelson_netplane::proxier::{
     ConntrackCleaner, LogEvents, Proxier, ProxierConfig, ProxyHandle, ServiceHealthServer,
 };
-use keelson_tests::netns::unique_suffix;
+use keelson_tests::ebpf_env::{TestBpffs, TestCgroup};
 use keelson_tests::proxy_cases::{
-    CLUSTER_CIDR, Case, Expect, Lab, NODE_NAME, NsListen, Origin, Probe, SERVICE_CIDR, Target,
-    cases, load_case, route_external_ips, run_probe,
+    Case, Expect, Lab, NODE_NAME, NsListen, Origin, Probe, SERVICE_CIDR, Target, cases,
+    lab_nftables_config, load_case, route_external_ips, run_probe,
 };
 use keelson_tests::support::require_root;
-
-const CGROUP2_ROOT: &str = "/sys/fs/cgroup/unified";
-
-/// A cgroup v2 child the test creates; this process moves in and out of it.
-/// Dropping it moves the process back and removes the cgroup.
-struct TestCgroup {
-    path: PathBuf,
-    home: PathBuf,
-}
-
-impl TestCgroup {
-    fn new() -> TestCgroup {
-        let own = std::fs::read_to_string("/proc/self/cgroup").expect("/proc/self/cgroup");
-        let rel = own
-            .lines()
-            .find_map(|l| l.strip_prefix("0::"))
-            .expect("this process has a cgroup v2 path");
-        let home = Path::new(CGROUP2_ROOT).join(rel.trim_start_matches('/'));
-        let path = PathBuf::from(format!("{CGROUP2_ROOT}/kt-ebpf-cases-{}", unique_suffix()));
-        std::fs::create_dir(&path).expect("create test cgroup");
-        TestCgroup { path, home }
-    }
-
-    fn join(&self, dir: &Path) {
-        std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string())
-            .unwrap_or_else(|e| panic!("moving this process to {}: {e}", dir.display()));
-    }
-
-    /// Sockets created from now on are load-balanced (node or pod origin).
-    fn enter(&self) {
-        self.join(&self.path);
-    }
-
-    /// Sockets created from now on are not (outside client).
-    fn leave(&self) {
-        self.join(&self.home);
-    }
-}
-
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        let _ = std::fs::write(
-            self.home.join("cgroup.procs"),
-            std::process::id().to_string(),
-        );
-        if let Err(e) = std::fs::remove_dir(&self.path) {
-            eprintln!("warning: removing {}: {e}", self.path.display());
-        }
-    }
-}
-
-/// A bpffs mounted for the test; pins and mount removed on drop.
-struct TestBpffs {
-    config: EbpfConfig,
-}
-
-impl Drop for TestBpffs {
-    fn drop(&mut self) {
-        if let Err(e) = keelson_netplane::ebpf::cleanup(&self.config) {
-            eprintln!("warning: eBPF cleanup: {e}");
-        }
-        if let Some(dir) = self.config.bpffs_path.parent() {
-            if let Err(e) = nix::mount::umount2(dir, nix::mount::MntFlags::MNT_DETACH) {
-                eprintln!("warning: umount {}: {e}", dir.display());
-            }
-            let _ = std::fs::remove_dir(dir);
-        }
-    }
-}
-
-fn nft_config() -> NftablesConfig {
-    let mut c = NftablesConfig::default();
-    c.local_traffic.insert(
-        IpFamily::V4,
-        LocalTraffic::Cidr(CLUSTER_CIDR.parse().expect("cluster CIDR")),
-    );
-    c.service_cidrs.insert(
-        IpFamily::V4,
-        vec![SERVICE_CIDR.parse().expect("service CIDR")],
-    );
-    c
-}
 
 /// The ebpf-mode proxier: socket LB on `cgroup` + nftables in the node netns.
 fn proxier(lab: &Lab, ebpf: &EbpfConfig) -> (Proxier, ProxyHandle) {
     let nft = lab
         .node
-        .run(|| NftablesBackend::new(nft_config()))
+        .run(|| NftablesBackend::new(lab_nftables_config()))
         .expect("thread in node netns")
         .expect("nftables backend");
     let backend = EbpfBackend::new(ebpf, Box::new(nft)).expect("ebpf backend");
@@ -187,16 +104,8 @@ async fn service_cases_in_ebpf_mode() {
     if !require_root("service_cases_in_ebpf_mode") {
         return;
     }
-    let cgroup = TestCgroup::new();
-    let dir = PathBuf::from(format!("/tmp/kt-bpffs-{}", unique_suffix()));
-    std::fs::create_dir_all(&dir).expect("bpffs dir");
-    let bpffs = TestBpffs {
-        config: EbpfConfig {
-            cgroup_path: Some(cgroup.path.clone()),
-            bpffs_path: dir.join("keelson"),
-        },
-    };
-    ensure_bpffs(&dir).expect("mount bpffs");
+    let cgroup = TestCgroup::new("ebpf-cases");
+    let bpffs = TestBpffs::new(&cgroup.path);
 
     let lab = Lab::new(4).await.expect("lab");
     route_external_ips(&lab).expect("routes");

@@ -1254,3 +1254,154 @@ async fn ebpf_mode_leaves_what_socket_lb_does_not_serve_to_nftables() {
     drop(backend);
     drop(w);
 }
+
+/// A second socket LB given the same pins (an overlapping restart, two
+/// instances on one host) would write the same maps with its own service
+/// ids and slot generations, each corrupting the other's: it waits until
+/// the running one has released them, and `keelson cleanup` refuses to
+/// pull the pins from under a running instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_instance_waits_for_the_pins() {
+    if !require_root("a_second_instance_waits_for_the_pins") {
+        return;
+    }
+    let cgroup = Cgroup::new();
+    let bpffs = Bpffs::new(&cgroup.path);
+    let (first, _) = SocketLb::start(&bpffs.config).expect("first start");
+    assert!(
+        keelson_netplane::ebpf::pins_in_use(&bpffs.config).expect("lock state"),
+        "the running instance holds its pins"
+    );
+    let refused = keelson_netplane::ebpf::cleanup(&bpffs.config).expect_err("cleanup refuses");
+    assert!(refused.to_string().contains("stop it first"), "{refused}");
+
+    let config = bpffs.config.clone();
+    let second = std::thread::spawn(move || SocketLb::start(&config).map(|(lb, _)| lb));
+    // It does not start while the first runs...
+    let early = wait_for(
+        "the second instance to start",
+        Duration::from_millis(700),
+        Duration::from_millis(20),
+        || {
+            let done = second.is_finished();
+            async move {
+                if done {
+                    Ok(())
+                } else {
+                    Err("waiting".to_string())
+                }
+            }
+        },
+    )
+    .await;
+    assert!(
+        early.is_err(),
+        "the second instance started beside the first"
+    );
+    // ...and does once the first has stopped.
+    drop(first);
+    let second = second
+        .join()
+        .expect("second start thread")
+        .expect("second start");
+    assert!(
+        keelson_netplane::ebpf::pins_in_use(&bpffs.config).expect("lock state"),
+        "the second instance holds the pins now"
+    );
+    drop(second);
+    assert!(!keelson_netplane::ebpf::pins_in_use(&bpffs.config).expect("lock state"));
+}
+
+/// The Service maps are sized to the cluster: a socket LB starts with
+/// small maps, rebuilds them larger when the Services outgrow them (filled
+/// before the new programs attach, so traffic keeps flowing), and smaller
+/// again at a full sync when most Services are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_maps_grow_with_the_cluster_and_shrink_back() {
+    if !require_root("service_maps_grow_with_the_cluster_and_shrink_back") {
+        return;
+    }
+    let cgroup = Cgroup::new();
+    let bpffs = Bpffs::new(&cgroup.path);
+    let w = world(3).await;
+    let (mut lb, _) = SocketLb::start(&bpffs.config).expect("start socket LB");
+    let small = lb.sizes();
+    assert_eq!(small, keelson_netplane::ebpf::MIN_SIZES);
+    let web = frontend(VIP, 80, L4Proto::Tcp);
+    let web_service = lb_service(
+        "ns/web:http",
+        [1u8, 2, 3].iter().map(|i| tcp_backend(*i)).collect(),
+        None,
+    );
+    lb.apply([(web, Some(web_service.clone()))]).expect("apply");
+    let mut c = Client::spawn(&cgroup, &w.client);
+    let vip: SocketAddr = format!("{VIP}:80").parse().expect("addr");
+    let reached = |got: Vec<(String, String)>| counts(got.into_iter().map(|(b, _)| b)).len();
+    assert_eq!(reached(c.tcp(vip, 30)), 3);
+
+    // 1,000 more Services × 10 endpoints: 20,000 slots in two generations.
+    let many = |n: u32| {
+        (0..n).map(|i| {
+            let f = Frontend {
+                vip: IpAddr::from([10, 97, (i >> 8) as u8, i as u8]),
+                port: 80,
+                proto: L4Proto::Tcp,
+            };
+            let backends = (0..10u8)
+                .map(|e| SocketAddr::from(([10, 98, (i >> 8) as u8, i as u8], 8000 + u16::from(e))))
+                .collect();
+            (
+                f,
+                Some(lb_service(&format!("ns/s{i}:http"), backends, None)),
+            )
+        })
+    };
+    let links_before = pinned_link_ids(&bpffs.config);
+    let web_id = lb.service_id(&web);
+    lb.apply(many(1000)).expect("apply 1,000 Services");
+    assert_eq!(lb.service_id(&web), web_id, "a rebuild keeps the ids");
+    let grown = lb.sizes();
+    assert!(
+        grown.backends >= 20_006 && grown.services >= 1001 && grown.members >= 20_006,
+        "{grown:?}"
+    );
+    let links_after = pinned_link_ids(&bpffs.config);
+    assert!(
+        links_after.is_disjoint(&links_before),
+        "new programs run on the new maps"
+    );
+    links_gone(&links_before, "the old programs detached").await;
+    assert_eq!(reached(c.tcp(vip, 30)), 3, "the Service still answers");
+    let maps = bpffs.config.bpffs_path.join("maps");
+    let mut pins: Vec<String> = std::fs::read_dir(&maps)
+        .expect("maps dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    pins.sort();
+    assert_eq!(
+        pins,
+        [
+            "kl_affinity",
+            "kl_backends",
+            "kl_members",
+            "kl_revnat",
+            "kl_services"
+        ],
+        "the rebuilt maps took the pins"
+    );
+
+    // A full sync with the 1,000 gone: far more room than needed.
+    lb.replace_all([(web, web_service)].into())
+        .expect("replace all");
+    assert_eq!(lb.sizes(), small, "{:?}", lb.sizes());
+    assert_eq!(reached(c.tcp(vip, 30)), 3);
+
+    // A restart adopts the pinned maps as they are.
+    drop(lb);
+    let (lb, _) = SocketLb::start(&bpffs.config).expect("restart");
+    assert_eq!(lb.sizes(), small);
+    assert_eq!(reached(c.tcp(vip, 30)), 3);
+    drop(c);
+    drop(lb);
+    drop(w);
+}

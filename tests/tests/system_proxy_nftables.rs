@@ -6,34 +6,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keelson_netplane::model::IpFamily;
-use keelson_netplane::nftables::{LocalTraffic, NftablesBackend, NftablesConfig};
+use keelson_netplane::nftables::{LocalTraffic, NftablesBackend};
 use keelson_netplane::prometheus::Registry;
 use keelson_netplane::proxier::{
     ConntrackCleaner, Proxier, ProxierConfig, ProxyHandle, ServiceHealthServer,
 };
 use keelson_tests::proxy_cases::{
-    CLUSTER_CIDR, Lab, NODE_NAME, NsListen, SERVICE_CIDR, cases, route_external_ips, run_case,
+    Lab, NODE_NAME, NsListen, cases, lab_nftables_config, route_external_ips, run_case,
 };
 use keelson_tests::support::require_root;
 
-fn nft_config(shards: u16) -> NftablesConfig {
-    let mut c = NftablesConfig::default();
-    c.local_traffic.insert(
-        IpFamily::V4,
-        LocalTraffic::Cidr(CLUSTER_CIDR.parse().unwrap_or_else(|_| unreachable!())),
-    );
-    c.service_cidrs.insert(
-        IpFamily::V4,
-        vec![SERVICE_CIDR.parse().unwrap_or_else(|_| unreachable!())],
-    );
-    c.service_shards = shards;
-    c
-}
-
 /// A proxier with an nftables backend, conntrack cleaner and health-check
 /// server, all living in the lab's node namespace.
-fn proxier(lab: &Lab, shards: u16) -> (Proxier, ProxyHandle) {
-    let config = nft_config(shards);
+fn proxier(lab: &Lab) -> (Proxier, ProxyHandle) {
+    let config = lab_nftables_config();
     let backend = lab
         .node
         .run(move || NftablesBackend::new(config))
@@ -68,35 +54,19 @@ fn proxier(lab: &Lab, shards: u16) -> (Proxier, ProxyHandle) {
     (proxier, handle)
 }
 
-async fn run_table(shards: u16) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_cases() {
+    if !require_root("service_cases") {
+        return;
+    }
     let lab = Lab::new(4).await.expect("lab");
     route_external_ips(&lab).expect("routes");
-    let (mut proxier, handle) = proxier(&lab, shards);
+    let (mut proxier, handle) = proxier(&lab);
     let mut failures = Vec::new();
     for case in cases() {
         failures.extend(run_case(&lab, &mut proxier, &handle, &case).await);
     }
-    assert!(
-        failures.is_empty(),
-        "failures with {shards} service table(s):\n{}",
-        failures.join("\n")
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn service_cases_single_table() {
-    if !require_root("service_cases_single_table") {
-        return;
-    }
-    run_table(1).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn service_cases_sharded_service_tables() {
-    if !require_root("service_cases_sharded_service_tables") {
-        return;
-    }
-    run_table(3).await;
+    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
 }
 
 use std::sync::Mutex;
@@ -170,9 +140,9 @@ async fn endpoint_removal_stops_new_connections_and_flushes_udp_flows() {
         return;
     }
     let lab = Lab::new(4).await.expect("lab");
-    let (mut proxier, handle) = proxier(&lab, 1);
+    let (mut proxier, handle) = proxier(&lab);
     handle.replace_services(&[web("web", "10.96.0.30")]);
-    handle.replace_endpoint_slices(&slices("web", &[0, 1]));
+    handle.replace_endpoint_slices(slices("web", &[0, 1]));
     tokio::task::block_in_place(|| proxier.sync_now(false)).expect("sync");
     assert_eq!(
         pods_seen(&lab, Origin::Pod(3), "10.96.0.30:80", 20).await,
@@ -208,7 +178,7 @@ async fn endpoint_removal_stops_new_connections_and_flushes_udp_flows() {
     // ...which is then removed: new TCP connections avoid it, and the UDP
     // flow (still alive in conntrack) is flushed so it moves too, although
     // the removed pod still answers.
-    handle.replace_endpoint_slices(&slices("web", &[stays]));
+    handle.replace_endpoint_slices(slices("web", &[stays]));
     let report = tokio::task::block_in_place(|| proxier.sync_now(false)).expect("sync");
     assert!(
         report.conntrack_deleted >= 1,
@@ -246,9 +216,9 @@ async fn restart_adopts_the_table_without_dropping_traffic() {
     }
     let lab = Arc::new(Lab::new(3).await.expect("lab"));
     route_external_ips(&lab).expect("routes");
-    let (mut first, handle) = proxier(&lab, 1);
+    let (mut first, handle) = proxier(&lab);
     handle.replace_services(&[web("web", "10.96.0.31"), web("old", "10.96.0.32")]);
-    handle.replace_endpoint_slices(&[slices("web", &[0, 1]), slices("old", &[2])].concat());
+    handle.replace_endpoint_slices([slices("web", &[0, 1]), slices("old", &[2])].concat());
     tokio::task::block_in_place(|| first.sync_now(false)).expect("first instance syncs");
     assert_eq!(
         pods_seen(&lab, Origin::Client, "10.96.0.32:80", 3).await,
@@ -299,9 +269,9 @@ async fn restart_adopts_the_table_without_dropping_traffic() {
     // keelson stops; "old" is deleted while it is down; a new instance
     // starts, lists, and adopts the table in one transaction.
     drop(first);
-    let (mut second, handle) = proxier(&lab, 1);
+    let (mut second, handle) = proxier(&lab);
     handle.replace_services(&[web("web", "10.96.0.31")]);
-    handle.replace_endpoint_slices(&slices("web", &[0, 1]));
+    handle.replace_endpoint_slices(slices("web", &[0, 1]));
     let report =
         tokio::task::block_in_place(|| second.sync_now(false)).expect("second instance adopts");
     assert!(report.full && report.outcome.repaired, "{report:?}");
@@ -339,28 +309,17 @@ async fn restart_adopts_the_table_without_dropping_traffic() {
         )
         .await;
     assert_eq!(r, Err(NoReply::Timeout));
-    let listing = lab
+    let text = lab
         .node
-        .run(|| list_table(IpFamily::V4, "keelson"))
-        .expect("netns thread")
-        .expect("nft -j list table");
-    let old_rules: usize = listing
-        .chains
-        .iter()
-        .filter(|(name, _)| name.contains("default/old/"))
-        .map(|(_, (_, rules))| *rules)
-        .sum();
-    assert_eq!(old_rules, 0, "chains of the deleted Service are flushed");
-    let web_chains = listing
-        .chains
-        .iter()
-        .filter(|(n, _)| n.contains("default/web/tcp/http"))
-        .count();
-    assert_eq!(
-        web_chains,
-        3,
-        "service chain + two endpoint chains: {:?}",
-        listing.chains.keys()
+        .exec("nft", &["list", "table", "ip", "keelson"])
+        .expect("nft list");
+    assert!(
+        !text.contains("10.96.0.32"),
+        "the deleted Service's elements are gone:\n{text}"
+    );
+    assert!(
+        text.contains("10.96.0.31 . tcp . 80 : goto endpoints-2"),
+        "{text}"
     );
 }
 
@@ -388,11 +347,11 @@ async fn kernel_refusal_keeps_the_previous_rules() {
         return;
     }
     let lab = Lab::new(2).await.expect("lab");
-    let (proxier, handle) = proxier(&lab, 1);
+    let (proxier, handle) = proxier(&lab);
     let events = Arc::new(Recorded::default());
     let mut proxier = proxier.with_events(events.clone());
     handle.replace_services(&[web("web", "10.96.0.33")]);
-    handle.replace_endpoint_slices(&slices("web", &[0]));
+    handle.replace_endpoint_slices(slices("web", &[0]));
     tokio::task::block_in_place(|| proxier.sync_now(false)).expect("sync");
     assert_eq!(
         pods_seen(&lab, Origin::Pod(1), "10.96.0.33:80", 5).await,
@@ -409,7 +368,7 @@ async fn kernel_refusal_keeps_the_previous_rules() {
     // The next sync (a new Service using that address, and a changed
     // endpoint of the old one) is refused as a whole.
     handle.replace_services(&[web("web", "10.96.0.33"), web("new", "10.96.0.34")]);
-    handle.replace_endpoint_slices(&[slices("web", &[1]), slices("new", &[1])].concat());
+    handle.replace_endpoint_slices([slices("web", &[1]), slices("new", &[1])].concat());
     let err = tokio::task::block_in_place(|| proxier.sync_now(false)).expect_err("refused");
     match &err {
         BackendError::Refused { what, errno, .. } => {
@@ -464,9 +423,9 @@ async fn the_table_reads_like_kube_proxys() {
         return;
     }
     let lab = Lab::new(1).await.expect("lab");
-    let (mut proxier, handle) = proxier(&lab, 1);
+    let (mut proxier, handle) = proxier(&lab);
     handle.replace_services(&[web("web", "10.96.0.35")]);
-    handle.replace_endpoint_slices(&slices("web", &[0]));
+    handle.replace_endpoint_slices(slices("web", &[0]));
     tokio::task::block_in_place(|| proxier.sync_now(false)).expect("sync");
     let text = lab
         .node
@@ -476,32 +435,37 @@ async fn the_table_reads_like_kube_proxys() {
         "map service-ips {",
         "type ipv4_addr . inet_proto . inet_service : verdict",
         "comment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\"",
-        "10.96.0.35 . tcp . 80 : goto service-",
+        "10.96.0.35 . tcp . 80 : goto endpoints-1",
+        "map service-endpoints {",
+        "type ipv4_addr . inet_proto . inet_service . mark : ipv4_addr . inet_service",
+        "10.96.0.35 . tcp . 80 . 0x00000000 : 10.244.1.2 . 8080",
         "chain services {",
         "ip daddr . meta l4proto . th dport vmap @service-ips",
-        "comment \"default/web:http\"",
-        "meta l4proto tcp dnat to 10.244.1.2:8080",
+        "chain endpoints-1 {",
+        "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @service-endpoints",
         "ip daddr @cluster-ips reject comment \"Reject traffic to invalid ports of ClusterIPs\"",
-        "masquerade fully-random",
+        "meta mark & 0x00004000 != 0x00000000 meta mark set meta mark ^ 0x00004000 masquerade fully-random",
+        "ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random",
+        "type filter hook output priority filter; policy accept;",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }
+    // Read back as JSON too: the shared chain holds the one pick.
     let listing = lab
         .node
         .run(|| list_table(IpFamily::V4, "keelson"))
         .expect("thread")
         .expect("json");
-    let svc_chain = listing
-        .chains
-        .iter()
-        .find(|(n, _)| n.starts_with("service-") && n.ends_with("default/web/tcp/http"))
-        .expect("service chain named after the service port");
-    // Read back as JSON: the masquerade rule and the single endpoint pick.
-    assert_eq!(svc_chain.1.1, 2, "{svc_chain:?}");
-    let chain_with_comment = format!("chain {} {{\n\t\tcomment \"default/web:http\"", svc_chain.0);
+    assert_eq!(
+        listing.chains.get("endpoints-1").map(|c| c.1),
+        Some(1),
+        "{:?}",
+        listing.chains
+    );
     assert!(
-        text.contains(&chain_with_comment),
-        "chain comment missing in:\n{text}"
+        !listing.chains.keys().any(|n| n.contains("default/web")),
+        "a plain ClusterIP Service has no chain of its own: {:?}",
+        listing.chains
     );
 }
 
@@ -562,7 +526,7 @@ async fn dual_stack_service_is_programmed_in_ip_and_ip6_tables() {
             }
         }));
     }
-    let mut config = nft_config(1);
+    let mut config = lab_nftables_config();
     config.families = vec![IpFamily::V4, IpFamily::V6];
     config.local_traffic.insert(
         IpFamily::V6,
@@ -627,7 +591,7 @@ async fn dual_stack_service_is_programmed_in_ip_and_ip6_tables() {
         "{text}"
     );
     assert!(
-        text.contains("fd00:96::50 . tcp . 80 : goto service-"),
+        text.contains("fd00:96::50 . tcp . 80 : goto endpoints-1"),
         "{text}"
     );
     for s in servers {
@@ -636,29 +600,27 @@ async fn dual_stack_service_is_programmed_in_ip_and_ip6_tables() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fewer_service_shards_remove_the_stale_service_tables() {
-    if !require_root("fewer_service_shards_remove_the_stale_service_tables") {
+async fn service_tables_of_an_earlier_version_are_removed() {
+    if !require_root("service_tables_of_an_earlier_version_are_removed") {
         return;
     }
     let lab = Lab::new(2).await.expect("lab");
-    let (mut sharded, handle) = proxier(&lab, 4);
-    handle.replace_services(&[web("web", "10.96.0.60")]);
-    handle.replace_endpoint_slices(&slices("web", &[0, 1]));
-    tokio::task::block_in_place(|| sharded.sync_now(false)).expect("sync");
-    let tables = lab.node.exec("nft", &["list", "tables"]).expect("nft");
-    assert!(tables.contains("table ip keelson-services-03"), "{tables}");
-    drop(sharded);
-
-    // The next run with one table: the sharded tables go (they would keep
-    // translating the Service), and the Service answers from the main table.
-    let (mut proxier, handle) = proxier(&lab, 1);
+    // What an earlier keelson with sharded service tables left: a table
+    // that would keep translating the Service.
+    lab.node
+        .exec(
+            "nft",
+            &["add table ip keelson-services-03; add chain ip keelson-services-03 nat-output { type nat hook output priority -100; }"],
+        )
+        .expect("leftover table");
+    let (mut proxier, handle) = proxier(&lab);
     let tables = lab.node.exec("nft", &["list", "tables"]).expect("nft");
     assert!(!tables.contains("keelson-services"), "{tables}");
     handle.replace_services(&[web("web", "10.96.0.60")]);
-    handle.replace_endpoint_slices(&slices("web", &[1]));
+    handle.replace_endpoint_slices(slices("web", &[1]));
     tokio::task::block_in_place(|| proxier.sync_now(false)).expect("sync");
     assert_eq!(
-        pods_seen(&lab, Origin::Pod(1), "10.96.0.60:80", 10).await,
+        pods_seen(&lab, Origin::Pod(0), "10.96.0.60:80", 10).await,
         set(&[1])
     );
 }

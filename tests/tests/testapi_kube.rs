@@ -1116,3 +1116,99 @@ async fn a_resource_version_0_list_comes_whole_whatever_the_limit() {
     assert_eq!(page.items.len(), 3);
     assert!(page.metadata.continue_.is_some());
 }
+
+#[tokio::test]
+async fn runtime_class_admission_sets_overhead_and_scheduling() {
+    use k8s_openapi::api::node::v1::RuntimeClass;
+    let api = server().await;
+    let client = api.client().await;
+    let classes: Api<RuntimeClass> = Api::all(client.clone());
+    let rc: RuntimeClass = serde_json::from_value(json!({
+        "metadata": {"name": "vm"}, "handler": "kata",
+        "overhead": {"podFixed": {"cpu": "250m", "memory": "120Mi"}},
+        "scheduling": {"nodeSelector": {"runtime": "kata"},
+                       "tolerations": [{"key": "kata", "operator": "Exists", "effect": "NoSchedule"}]}
+    }))
+    .expect("runtimeclass");
+    classes
+        .create(&PostParams::default(), &rc)
+        .await
+        .expect("create class");
+    let pods: Api<Pod> = Api::default_namespaced(client);
+    let with = |name: &str, extra: Value| -> Pod {
+        let mut spec =
+            json!({"runtimeClassName": "vm", "containers": [{"name": "c", "image": "busybox"}]});
+        if let Some(o) = extra.as_object() {
+            for (k, v) in o {
+                spec[k] = v.clone();
+            }
+        }
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pod")
+    };
+    let p = pods
+        .create(
+            &PostParams::default(),
+            &with("a", json!({"nodeSelector": {"zone": "x"}})),
+        )
+        .await
+        .expect("admitted");
+    let spec = p.spec.expect("spec");
+    let overhead = spec.overhead.expect("overhead copied from the class");
+    assert_eq!(overhead["cpu"].0, "250m");
+    assert_eq!(overhead["memory"].0, "120Mi");
+    let sel = spec.node_selector.expect("selector");
+    assert_eq!(
+        (sel["zone"].as_str(), sel["runtime"].as_str()),
+        ("x", "kata")
+    );
+    assert!(
+        spec.tolerations
+            .expect("tolerations")
+            .iter()
+            .any(|t| t.key.as_deref() == Some("kata"))
+    );
+    // The same overhead written by the client is accepted, another refused.
+    pods.create(
+        &PostParams::default(),
+        &with("b", json!({"overhead": {"cpu": "0.25", "memory": "120Mi"}})),
+    )
+    .await
+    .expect("same overhead");
+    let e = api_error(
+        pods.create(
+            &PostParams::default(),
+            &with("c", json!({"overhead": {"cpu": "1"}})),
+        )
+        .await
+        .expect_err("other overhead"),
+    );
+    assert_eq!(e.code, 403);
+    assert!(
+        e.message.ends_with(
+            "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"
+        ),
+        "{}",
+        e.message
+    );
+    let e = api_error(
+        pods.create(
+            &PostParams::default(),
+            &with("d", json!({"nodeSelector": {"runtime": "runc"}})),
+        )
+        .await
+        .expect_err("conflict"),
+    );
+    assert!(e.message.ends_with("conflict: runtimeClass.scheduling.nodeSelector[runtime] = kata; pod.spec.nodeSelector[runtime] = runc"), "{}", e.message);
+    let e = api_error(
+        pods.create(
+            &PostParams::default(),
+            &with("e", json!({"runtimeClassName": "missing"})),
+        )
+        .await
+        .expect_err("missing class"),
+    );
+    assert_eq!(
+        e.message,
+        "pods \"e\" is forbidden: pod rejected: RuntimeClass \"missing\" not found"
+    );
+}

@@ -646,6 +646,39 @@ impl Config {
                 ));
             }
         }
+        for (i, pattern) in n.allowed_unsafe_sysctls.iter().enumerate() {
+            if let Err(e) = crate::node::pods::admission::sysctl::check_pattern(pattern) {
+                errs.push(FieldError::new(
+                    format!("node.allowedUnsafeSysctls[{i}]"),
+                    e,
+                ));
+            }
+        }
+        // kubelet's validation.go (KubeletEnsureSecretPulledImages on).
+        let policy = n.image_pull_credentials_verification_policy.as_str();
+        if let Err(e) =
+            crate::node::pods::runtime::pull_records::VerificationPolicy::parse(policy, &[])
+        {
+            errs.push(FieldError::new(
+                "node.imagePullCredentialsVerificationPolicy",
+                e,
+            ));
+        }
+        if !n.preloaded_images_verification_allowlist.is_empty()
+            && policy != "NeverVerifyAllowlistedImages"
+        {
+            errs.push(FieldError::new(
+                "node.preloadedImagesVerificationAllowlist",
+                "can't be set if imagePullCredentialsVerificationPolicy is not \"NeverVerifyAllowlistedImages\"",
+            ));
+        } else if let Err(e) = crate::node::pods::runtime::pull_records::Allowlist::new(
+            &n.preloaded_images_verification_allowlist,
+        ) {
+            errs.push(FieldError::new(
+                "node.preloadedImagesVerificationAllowlist",
+                format!("invalid image pattern: {e}"),
+            ));
+        }
     }
 
     fn validate_proxy(&self, errs: &mut Vec<FieldError>) {
@@ -691,12 +724,6 @@ impl Config {
             errs.push(FieldError::new(
                 "proxy.nftables.masqueradeBit",
                 "must be between 0 and 31, inclusive",
-            ));
-        }
-        if !(1..=64).contains(&p.nftables.service_shards) {
-            errs.push(FieldError::new(
-                "proxy.nftables.serviceShards",
-                "must be between 1 and 64, inclusive",
             ));
         }
         if p.client_connection.qps < 0.0 {

@@ -149,6 +149,18 @@ pub struct NodeConfig {
     /// Client-side burst to the API server (`kubeAPIBurst`).
     #[serde(rename = "kubeAPIBurst")]
     pub kube_api_burst: i32,
+    /// Unsafe sysctls (or `prefix*` patterns) pods may set beyond kubelet's
+    /// safe list (`allowedUnsafeSysctls`); others fail admission with
+    /// `SysctlForbidden`.
+    pub allowed_unsafe_sysctls: Vec<String>,
+    /// Which images on the node a pod may use without showing credentials
+    /// that pulled them (`imagePullCredentialsVerificationPolicy`):
+    /// `NeverVerify`, `NeverVerifyPreloadedImages` (images the node did not
+    /// pull), `NeverVerifyAllowlistedImages`, `AlwaysVerify`.
+    pub image_pull_credentials_verification_policy: String,
+    /// Images (names, or `registry/path/*`) any pod may use under
+    /// `NeverVerifyAllowlistedImages` (`preloadedImagesVerificationAllowlist`).
+    pub preloaded_images_verification_allowlist: Vec<String>,
     /// Address the node API (kubelet's HTTPS server) listens on (`address`).
     pub address: String,
     /// Port of the node API (`port`).
@@ -260,6 +272,9 @@ impl Default for NodeConfig {
             provider_id: String::new(),
             kube_api_qps: 50.0,
             kube_api_burst: 100,
+            allowed_unsafe_sysctls: Vec::new(),
+            image_pull_credentials_verification_policy: "NeverVerifyPreloadedImages".to_string(),
+            preloaded_images_verification_allowlist: Vec::new(),
             address: "0.0.0.0".to_string(),
             port: 10250,
             read_only_port: 0,

@@ -50,11 +50,6 @@ pub struct NftablesConfig {
     pub masquerade_bit: i32,
     /// Masquerade all Service traffic (`masqueradeAll`).
     pub masquerade_all: bool,
-    /// keelson only: service tables per family (1..=64). 1 is kube-proxy's
-    /// single table; N spreads per-Service chains over N more tables so a
-    /// change re-validates one small table (faster syncs with tens of
-    /// thousands of Services, N dispatch lookups per new connection).
-    pub service_shards: u16,
 }
 
 impl Default for NftablesConfig {
@@ -62,7 +57,6 @@ impl Default for NftablesConfig {
         NftablesConfig {
             masquerade_bit: 14,
             masquerade_all: false,
-            service_shards: 1,
         }
     }
 }

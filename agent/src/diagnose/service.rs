@@ -55,7 +55,7 @@ fn selector_text(svc: &Service) -> Option<String> {
 }
 
 fn port_matches(name: &ServicePortName, info: &ServicePortInfo, want: &str) -> bool {
-    name.port == want || info.port.to_string() == want
+    &*name.port == want || info.port.to_string() == want
 }
 
 /// Diagnoses Service `namespace/name`, optionally one `port` (name or number).
@@ -501,11 +501,11 @@ fn excluded_because(e: &Endpoint, s: &ServicePortState, node: &NodeTopology) -> 
     match topology_mode(&s.endpoints, node) {
         TopologyMode::PreferSameNode => format!(
             "topology: hinted for nodes {:?}, this node keeps its own",
-            e.node_hints
+            e.node_hints()
         ),
         TopologyMode::PreferSameZone => format!(
             "topology: hinted for zones {:?}, this node is in zone {}",
-            e.zone_hints,
+            e.zone_hints(),
             node.zone.as_deref().unwrap_or("<none>")
         ),
         TopologyMode::All => "not chosen".to_string(),

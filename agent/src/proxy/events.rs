@@ -62,8 +62,8 @@ impl ProxyEvents for KubeEvents {
         let svc = &failure.service;
         let object = ObjectReference {
             kind: Some("Service".into()),
-            namespace: Some(svc.namespace.clone()),
-            name: Some(svc.name.clone()),
+            namespace: Some(svc.namespace.to_string()),
+            name: Some(svc.name.to_string()),
             uid: Some(svc.to_string()),
             ..Default::default()
         };

@@ -13,14 +13,14 @@
 pub mod conntrack_sysctl;
 pub mod events;
 pub mod introspect;
+pub mod objects;
 pub mod settings;
 pub mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use keelson_netplane::Backend;
 use keelson_netplane::ebpf::{EbpfBackend, EbpfConfig as NetplaneEbpfConfig, check_support};
@@ -82,7 +82,6 @@ pub(crate) fn nftables_config(
         families: families.to_vec(),
         masquerade_bit: bit,
         masquerade_all: cfg.nftables.masquerade_all,
-        service_shards: cfg.nftables.service_shards,
         local_traffic: settings::local_traffic(&cfg.cluster_cidr)?,
         node_ips: node_ips.clone(),
         ..NftablesConfig::default()
@@ -135,10 +134,9 @@ fn open_backend(cfg: &ProxyConfig, nft: NftablesConfig) -> Result<Box<dyn Backen
 /// installed.
 pub fn cleanup(cfg: &ProxyConfig) -> Result<(), ProxyError> {
     use keelson_netplane::model::IpFamily;
-    // Every service table an earlier configuration may have used.
+    // Both families (and the service tables of earlier versions).
     let nft = NftablesConfig {
         families: vec![IpFamily::V4, IpFamily::V6],
-        service_shards: keelson_netplane::nftables::MAX_SERVICE_SHARDS,
         ..NftablesConfig::default()
     };
     let nft_err = |e: keelson_netplane::BackendError| ProxyError::DataPlane {
@@ -294,12 +292,12 @@ pub async fn run(ctx: RoleContext) -> Result<(), ProxyError> {
     let shutdown = ctx.shutdown.clone();
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(watch::services(
-        Api::<Service>::all(ctx.client.clone()),
+        Api::<objects::ProxyService>::all(ctx.client.clone()),
         handle.clone(),
         shutdown.clone(),
     ));
     tasks.spawn(watch::endpoint_slices(
-        Api::<EndpointSlice>::all(ctx.client.clone()),
+        Api::<objects::ProxyEndpointSlice>::all(ctx.client.clone()),
         handle.clone(),
         shutdown.clone(),
     ));

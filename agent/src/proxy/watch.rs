@@ -6,8 +6,7 @@
 use std::collections::BTreeMap;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use keelson_netplane::model::IpFamily;
 use keelson_netplane::proxier::ProxyHandle;
@@ -27,6 +26,7 @@ fn whole_list(mut cfg: watcher::Config) -> watcher::Config {
 }
 use tokio_util::sync::CancellationToken;
 
+use super::objects::{ProxyEndpointSlice, ProxyService};
 use super::settings::{self, NodePortSpec};
 
 /// kube-proxy's Service informer selector.
@@ -83,24 +83,27 @@ async fn watch<K>(
 }
 
 /// Watches Services until shutdown.
-pub async fn services(api: Api<Service>, handle: ProxyHandle, shutdown: CancellationToken) {
+pub async fn services(api: Api<ProxyService>, handle: ProxyHandle, shutdown: CancellationToken) {
     watch(api, SERVICE_SELECTOR, "Services", shutdown, |c| match c {
         Change::Listed(all) => {
-            handle.replace_services(&all);
+            handle.replace_services(all.iter().map(ProxyService::to_api));
             handle.services_synced();
         }
-        Change::Applied(s) => handle.update_service(&s),
-        Change::Deleted(s) => handle.delete_service(
-            s.metadata.namespace.as_deref().unwrap_or_default(),
-            s.metadata.name.as_deref().unwrap_or_default(),
-        ),
+        Change::Applied(s) => handle.update_service(&s.to_api()),
+        Change::Deleted(s) => {
+            let meta = kube::Resource::meta(&s);
+            handle.delete_service(
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default(),
+            )
+        }
     })
     .await;
 }
 
 /// Watches EndpointSlices until shutdown.
 pub async fn endpoint_slices(
-    api: Api<EndpointSlice>,
+    api: Api<ProxyEndpointSlice>,
     handle: ProxyHandle,
     shutdown: CancellationToken,
 ) {
@@ -111,11 +114,11 @@ pub async fn endpoint_slices(
         shutdown,
         |c| match c {
             Change::Listed(all) => {
-                handle.replace_endpoint_slices(&all);
+                handle.replace_endpoint_slices(all.iter().map(ProxyEndpointSlice::to_api));
                 handle.endpoint_slices_synced();
             }
-            Change::Applied(s) => handle.update_endpoint_slice(&s),
-            Change::Deleted(s) => handle.delete_endpoint_slice(&s),
+            Change::Applied(s) => handle.update_endpoint_slice(&s.to_api()),
+            Change::Deleted(s) => handle.delete_endpoint_slice(&s.to_api()),
         },
     )
     .await;

@@ -14,6 +14,8 @@ pub struct Call {
     /// What the call was about: a sandbox/container id, an image reference,
     /// a pod or container name, or empty.
     pub subject: String,
+    /// When it came, on the fake's clock (ns since the epoch).
+    pub at: i64,
 }
 
 #[derive(Debug)]
@@ -36,8 +38,13 @@ impl Faults {
         &mut self,
         method: &'static str,
         subject: String,
+        at: i64,
     ) -> (Duration, Option<Status>) {
-        self.calls.push(Call { method, subject });
+        self.calls.push(Call {
+            method,
+            subject,
+            at,
+        });
         let latency = self
             .latency
             .get(method)
@@ -94,13 +101,13 @@ mod tests {
         let mut f = Faults::default();
         f.fail_next("Version", 2, Code::Unavailable, "down");
         f.set_latency("Status", Duration::from_millis(5));
-        let (l, e) = f.on_call("Version", String::new());
+        let (l, e) = f.on_call("Version", String::new(), 0);
         assert_eq!(l, Duration::ZERO);
         assert_eq!(e.map(|s| s.code()), Some(Code::Unavailable));
-        assert!(f.on_call("Version", String::new()).1.is_some());
-        assert!(f.on_call("Version", String::new()).1.is_none());
+        assert!(f.on_call("Version", String::new(), 0).1.is_some());
+        assert!(f.on_call("Version", String::new(), 0).1.is_none());
         assert_eq!(
-            f.on_call("Status", String::new()).0,
+            f.on_call("Status", String::new(), 0).0,
             Duration::from_millis(5)
         );
         assert_eq!(f.calls().len(), 4);
@@ -112,7 +119,7 @@ mod tests {
     fn wildcard_applies_to_every_method() {
         let mut f = Faults::default();
         f.fail_next("*", 1, Code::Internal, "x");
-        assert!(f.on_call("ListContainers", String::new()).1.is_some());
-        assert!(f.on_call("ListContainers", String::new()).1.is_none());
+        assert!(f.on_call("ListContainers", String::new(), 0).1.is_some());
+        assert!(f.on_call("ListContainers", String::new(), 0).1.is_none());
     }
 }

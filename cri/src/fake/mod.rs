@@ -459,7 +459,26 @@ impl FakeRuntime {
         Ok(())
     }
 
+    /// Configures one more runtime handler (containerd's
+    /// `runtimes.<name>`); RunPodSandbox with any other non-empty handler
+    /// fails as containerd's does.
+    pub fn add_runtime_handler(&self, name: &str) {
+        lock(&self.shared.state)
+            .runtime_handlers
+            .insert(name.to_string());
+    }
+
     // ---- inspection ----
+
+    /// The config and runtime handler each sandbox was created with.
+    pub fn sandbox_configs(&self) -> Vec<(api::PodSandboxConfig, String)> {
+        let state = lock(&self.shared.state);
+        state
+            .sandboxes
+            .values()
+            .map(|sb| (sb.config.clone(), sb.runtime_handler.clone()))
+            .collect()
+    }
 
     /// Status of every sandbox, as PodSandboxStatus would report it.
     pub fn sandboxes(&self) -> Vec<api::PodSandboxStatus> {
@@ -468,17 +487,6 @@ impl FakeRuntime {
             .sandboxes
             .values()
             .map(|sb| state.sandbox_status(sb))
-            .collect()
-    }
-
-    /// The configuration each sandbox was created with (its cgroup
-    /// parent, labels, ...).
-    pub fn sandbox_configs(&self) -> Vec<api::PodSandboxConfig> {
-        let state = lock(&self.shared.state);
-        state
-            .sandboxes
-            .values()
-            .map(|sb| sb.config.clone())
             .collect()
     }
 

@@ -51,7 +51,8 @@ fn unimplemented(method: &str) -> Status {
 impl FakeService {
     /// Logs the call, applies injected latency, returns an injected failure.
     async fn enter(&self, method: &'static str, subject: impl Into<String>) -> Result<(), Status> {
-        let (latency, failure) = lock(&self.0.faults).on_call(method, subject.into());
+        let now = self.0.now();
+        let (latency, failure) = lock(&self.0.faults).on_call(method, subject.into(), now);
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }

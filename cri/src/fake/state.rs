@@ -93,6 +93,9 @@ pub(crate) struct State {
     pub(crate) network_ready: Condition,
     pub(crate) image_fs_mountpoint: String,
     pub(crate) container_fs_mountpoint: String,
+    /// Runtime handlers configured besides the default (`""`), as
+    /// containerd's `plugins.cri.containerd.runtimes` (default: `runc`).
+    pub(crate) runtime_handlers: std::collections::BTreeSet<String>,
     /// Reserved names (sandbox and container) → id, as containerd's registrar.
     names: HashMap<String, String>,
 }
@@ -172,6 +175,7 @@ impl State {
                 .to_string(),
             container_fs_mountpoint: "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs"
                 .to_string(),
+            runtime_handlers: std::collections::BTreeSet::from(["runc".to_string()]),
             names: HashMap::new(),
         }
     }
@@ -317,6 +321,12 @@ impl State {
         }
         if !self.runtime_ready.ready {
             return Err(unknown("runtime is not ready"));
+        }
+        // containerd's `getSandboxRuntime`.
+        if !runtime_handler.is_empty() && !self.runtime_handlers.contains(&runtime_handler) {
+            return Err(unknown(format!(
+                "failed to get sandbox runtime: no runtime for {runtime_handler:?} is configured"
+            )));
         }
         let (ip, ip_held) = if is_host_network(&config) {
             (String::new(), false)

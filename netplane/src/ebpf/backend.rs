@@ -13,7 +13,7 @@ use crate::backend::{Backend, BackendError, SyncOutcome};
 use crate::model::{ProxyDiff, ProxySnapshot};
 
 use super::error::EbpfError;
-use super::lb::{EbpfConfig, SocketLb, check_support, cleanup};
+use super::lb::{EbpfConfig, SocketLb, check_support};
 use super::render::{changes_of, desired_of};
 use super::sync::{SyncErrors, SyncStats};
 
@@ -129,7 +129,7 @@ impl Backend for EbpfBackend {
     }
 
     fn cleanup(&mut self) -> Result<(), BackendError> {
-        let lb = cleanup(self.lb.config()).map_err(|e| BackendError::Io {
+        let lb = self.lb.remove().map_err(|e| BackendError::Io {
             context: "removing the eBPF socket LB".to_string(),
             source: std::io::Error::other(e.to_string()),
         });

@@ -33,7 +33,9 @@ use super::layout::{
 };
 use super::maps::KernelMaps;
 use super::object::{MAPS, MapSpec, PROGRAMS, SOCK_LB_OBJECT};
-use super::sync::{LbService, SyncErrors, SyncStats, Syncer};
+use super::pinlock::{self, PinLock};
+use super::sizes::{MIN_SIZES, MapSizes};
+use super::sync::{LbService, SyncError, SyncErrors, SyncStats, Syncer};
 
 /// The oldest kernel with every hook the socket LB uses
 /// (`cgroup/getpeername4/6` and `bpf_get_netns_cookie` for sock_addr
@@ -116,15 +118,24 @@ pub fn check_support(config: &EbpfConfig) -> Result<(), EbpfError> {
             ),
         });
     }
-    let mut bpf = EbpfLoader::new()
+    // Tiny maps: the LRU maps preallocate every entry.
+    let mut loader = loader();
+    for spec in MAPS {
+        loader.map_max_entries(spec.name, 64);
+    }
+    let mut bpf = loader
         .load(SOCK_LB_OBJECT)
         .map_err(|e| unsupported_or("loading the socket-LB object", &e))?;
-    for (func, hook) in PROGRAMS {
-        let prog = program(&mut bpf, func)?;
-        prog.load()
-            .map_err(|e| unsupported_or(&format!("loading the {hook} program"), &e))?;
-    }
-    Ok(())
+    load_programs(&mut bpf)
+}
+
+/// An object loader without the kernel's BTF: the programs read their
+/// context's fields directly and need no CO-RE relocation, and aya would
+/// otherwise parse `/sys/kernel/btf/vmlinux` (megabytes) for every load.
+fn loader<'a>() -> EbpfLoader<'a> {
+    let mut l = EbpfLoader::new();
+    l.btf(None);
+    l
 }
 
 fn check_kernel_version() -> Result<(), EbpfError> {
@@ -169,8 +180,14 @@ fn program<'a>(bpf: &'a mut Ebpf, func: &str) -> Result<&'a mut CgroupSockAddr, 
 /// The running socket LB: programs attached through pinned links, pinned
 /// maps, and the syncer that writes them.
 pub struct SocketLb {
+    /// Held for the whole life of the socket LB (see [`super::pinlock`]).
+    _pins: PinLock,
     config: EbpfConfig,
     cgroup: PathBuf,
+    /// Sizes of the Service maps in use.
+    sizes: MapSizes,
+    /// A rebuild failed half-way: the next apply rebuilds.
+    rebuild: bool,
     syncer: Syncer<KernelMaps>,
     affinity: BpfHashMap<MapData, AffinityKeyBytes, AffinityValueBytes>,
     revnat: BpfHashMap<MapData, RevNatKeyBytes, RevNatValueBytes>,
@@ -182,6 +199,7 @@ impl std::fmt::Debug for SocketLb {
             .field("config", &self.config)
             .field("cgroup", &self.cgroup)
             .field("frontends", &self.syncer.written_len())
+            .field("sizes", &self.sizes)
             .finish_non_exhaustive()
     }
 }
@@ -190,7 +208,9 @@ impl SocketLb {
     /// Loads the programs, attaches them to the cgroup and pins links and
     /// maps; reuses maps a previous keelson pinned (their services keep
     /// being served until [`SocketLb::replace_all`] changes them). Returns
-    /// the deletions made while adopting the maps.
+    /// the deletions made while adopting the maps. New maps get the
+    /// smallest sizes ([`MIN_SIZES`]); the first sync that needs more
+    /// rebuilds them (see [`SocketLb::apply`]).
     pub fn start(config: &EbpfConfig) -> Result<(SocketLb, SyncStats), EbpfError> {
         check_kernel_version()?;
         let cgroup = config.resolved_cgroup()?;
@@ -204,65 +224,39 @@ impl SocketLb {
             std::fs::create_dir_all(&dir)
                 .map_err(|e| EbpfError::io("creating the pin directory", &dir, e))?;
         }
+        let pins = pinlock::lock(&config.pin_dir(), pinlock::PIN_LOCK_WAIT)?;
         let maps_dir = config.maps_dir();
         for spec in MAPS {
             drop_incompatible_pin(&maps_dir.join(spec.name), spec)?;
+            // A resize that died half-way.
+            remove_if_present(&maps_dir.join(staging(spec.name)))?;
         }
-        let mut loader = EbpfLoader::new();
-        for spec in MAPS {
-            loader.map_pin_path(spec.name, maps_dir.join(spec.name));
-        }
-        let mut bpf = loader
-            .load(SOCK_LB_OBJECT)
-            .map_err(|e| unsupported_or("loading the socket-LB object", &e))?;
+        let paths = MAPS
+            .iter()
+            .map(|spec| (spec.name, maps_dir.join(spec.name)))
+            .collect::<Vec<_>>();
+        let mut bpf = load_object(&paths, MIN_SIZES)?;
+        load_programs(&mut bpf)?;
+        attach(&mut bpf, &cgroup, &config.links_dir())?;
 
-        let cgroup_dir =
-            File::open(&cgroup).map_err(|e| EbpfError::io("opening the cgroup", &cgroup, e))?;
-        let links_dir = config.links_dir();
-        for (func, hook) in PROGRAMS {
-            let prog = program(&mut bpf, func)?;
-            prog.load()
-                .map_err(|e| unsupported_or(&format!("loading the {hook} program"), &e))?;
-            let id = prog
-                .attach(&cgroup_dir, CgroupAttachMode::Single)
-                .map_err(|e| {
-                    EbpfError::bpf(format!("attaching {hook} to {}", cgroup.display()), e)
-                })?;
-            let link = prog
-                .take_link(id)
-                .map_err(|e| EbpfError::bpf(format!("taking the {hook} link"), e))?;
-            let link = FdLink::try_from(link).map_err(|e| EbpfError::Unsupported {
-                reason: format!("the kernel attached {hook} without a BPF link ({e}); needs 5.7+"),
-            })?;
-            let pin = links_dir.join(hook);
-            // (bpffs refuses names with a dot: "reserved for future extensions".)
-            let staging = links_dir.join(format!("{hook}_next"));
-            let _ = std::fs::remove_file(&staging);
-            link.pin(&staging)
-                .map_err(|e| EbpfError::bpf(format!("pinning the {hook} link"), e))?;
-            // Replacing the pin drops the previous keelson's link (if any):
-            // its program is detached now that ours runs.
-            std::fs::rename(&staging, &pin)
-                .map_err(|e| EbpfError::io("replacing the link pin", &pin, e))?;
-        }
-
-        let services = take_map(&mut bpf, "kl_services")?;
-        let backends = take_map(&mut bpf, "kl_backends")?;
-        let members = take_map(&mut bpf, "kl_members")?;
+        let (maps, sizes) = take_sized_maps(&mut bpf)?;
         let affinity = lru(take_map(&mut bpf, "kl_affinity")?, "kl_affinity")?;
         let revnat = lru(take_map(&mut bpf, "kl_revnat")?, "kl_revnat")?;
-        let maps = KernelMaps::new(services, backends, members)?;
         let (syncer, stats) = Syncer::adopt(maps)?;
         tracing::info!(
             cgroup = %cgroup.display(),
             pins = %config.pin_dir().display(),
             adopted = syncer.written_len(),
+            ?sizes,
             "eBPF socket LB attached"
         );
         Ok((
             SocketLb {
+                _pins: pins,
                 config: config.clone(),
                 cgroup,
+                sizes,
+                rebuild: false,
                 syncer,
                 affinity,
                 revnat,
@@ -271,9 +265,85 @@ impl SocketLb {
         ))
     }
 
+    /// The sizes of the Service maps in use.
+    pub fn sizes(&self) -> MapSizes {
+        self.sizes
+    }
+
+    /// Builds the Service maps anew with room for `sizes`, fills them with
+    /// `desired`, then attaches a new set of programs that use them and
+    /// puts their pins in place of the old ones. The old programs (and
+    /// maps) keep translating until the new links replace theirs; the two
+    /// sets overlap as in a restart (see the module docs), so no
+    /// connection goes untranslated. `kl_affinity` and `kl_revnat` are
+    /// kept, and every frontend keeps its id, so ClientIP affinity holds.
+    fn rebuild(
+        &mut self,
+        sizes: MapSizes,
+        desired: BTreeMap<Frontend, LbService>,
+    ) -> Result<SyncStats, SyncErrors> {
+        // Until it succeeds, every apply tries again: a failure half-way
+        // may have left some hooks on the new maps.
+        self.rebuild = true;
+        let maps_dir = self.config.maps_dir();
+        let resize_error = |e: EbpfError| SyncErrors(vec![SyncError::Resize(e.to_string())]);
+        let mut paths = Vec::new();
+        for spec in MAPS {
+            let path = if sizes.of(spec.name).is_some() {
+                let next = maps_dir.join(staging(spec.name));
+                remove_if_present(&next).map_err(resize_error)?;
+                next
+            } else {
+                maps_dir.join(spec.name)
+            };
+            paths.push((spec.name, path));
+        }
+        let mut bpf = load_object(&paths, sizes).map_err(resize_error)?;
+        load_programs(&mut bpf).map_err(resize_error)?;
+        let (maps, actual) = take_sized_maps(&mut bpf).map_err(resize_error)?;
+        let (mut syncer, _) = Syncer::adopt(maps).map_err(|e| SyncErrors(vec![e]))?;
+        syncer.keep_ids_of(&self.syncer, &desired);
+        let stats = syncer.replace_all(desired)?;
+        attach(&mut bpf, &self.cgroup, &self.config.links_dir()).map_err(resize_error)?;
+        for spec in MAPS.iter().filter(|spec| sizes.of(spec.name).is_some()) {
+            let pin = maps_dir.join(spec.name);
+            std::fs::rename(maps_dir.join(staging(spec.name)), &pin)
+                .map_err(|e| resize_error(EbpfError::io("replacing the map pin", &pin, e)))?;
+        }
+        tracing::info!(from = ?self.sizes, to = ?actual, frontends = syncer.written_len(),
+            "socket-LB maps rebuilt");
+        self.syncer = syncer;
+        self.sizes = actual;
+        self.rebuild = false;
+        Ok(stats)
+    }
+
+    /// The sizes `desired` calls for, when the maps in use do not fit it:
+    /// too small, or (`shrink`) more than four times too large.
+    fn refit(&self, needed: MapSizes, shrink: bool) -> Option<MapSizes> {
+        let target = MapSizes::with_room(needed);
+        if self.rebuild || !self.sizes.holds(needed) {
+            Some(if shrink {
+                target
+            } else {
+                target.max(self.sizes)
+            })
+        } else if shrink && self.sizes.oversized_for(target) {
+            Some(target)
+        } else {
+            None
+        }
+    }
+
     /// The configuration it was started with.
     pub fn config(&self) -> &EbpfConfig {
         &self.config
+    }
+
+    /// Detaches the programs and removes the pins this socket LB holds
+    /// (see [`cleanup`]).
+    pub fn remove(&self) -> Result<(), EbpfError> {
+        remove_pins(&self.config)
     }
 
     /// The cgroup the programs are attached to.
@@ -281,29 +351,58 @@ impl SocketLb {
         &self.cgroup
     }
 
-    /// Applies changes to frontends (see [`Syncer::apply`]).
+    /// Applies changes to frontends (see [`Syncer::apply`]). When the
+    /// maps cannot hold the result, they are rebuilt larger first (see
+    /// [`MapSizes::with_room`]); a put that finds a map full anyway
+    /// rebuilds them twice as large.
     pub fn apply(
         &mut self,
         changes: impl IntoIterator<Item = (Frontend, Option<LbService>)>,
     ) -> Result<SyncStats, SyncErrors> {
-        self.syncer.apply(changes)
+        let changes: Vec<_> = changes.into_iter().collect();
+        if let Some(sizes) = self.refit(self.syncer.needed_after(&changes), false) {
+            let mut desired = self.syncer.desired().clone();
+            for (f, s) in changes {
+                match s {
+                    Some(s) => desired.insert(f, s),
+                    None => desired.remove(&f),
+                };
+            }
+            return self.rebuild(sizes, desired);
+        }
+        match self.syncer.apply(changes) {
+            Err(e) if e.map_full() => {
+                tracing::warn!(sizes = ?self.sizes, "a socket-LB map is full; rebuilding larger");
+                let desired = self.syncer.desired().clone();
+                self.rebuild(self.sizes.doubled(), desired)
+            }
+            other => other,
+        }
     }
 
-    /// Sets the complete set of frontends (see [`Syncer::replace_all`]).
+    /// Sets the complete set of frontends (see [`Syncer::replace_all`]);
+    /// maps far larger than needed are rebuilt smaller.
     pub fn replace_all(
         &mut self,
         desired: BTreeMap<Frontend, LbService>,
     ) -> Result<SyncStats, SyncErrors> {
-        self.syncer.replace_all(desired)
+        match self.refit(MapSizes::needed(&desired), true) {
+            Some(sizes) => self.rebuild(sizes, desired),
+            None => self.syncer.replace_all(desired),
+        }
     }
 
     /// Re-reads the maps and sets the complete set of frontends (see
-    /// [`Syncer::verify_and_replace_all`]).
+    /// [`Syncer::verify_and_replace_all`]); resizes as
+    /// [`SocketLb::replace_all`] does (new maps need no verifying).
     pub fn verify_and_replace_all(
         &mut self,
         desired: BTreeMap<Frontend, LbService>,
     ) -> Result<(SyncStats, bool), SyncErrors> {
-        self.syncer.verify_and_replace_all(desired)
+        match self.refit(MapSizes::needed(&desired), true) {
+            Some(sizes) => Ok((self.rebuild(sizes, desired)?, false)),
+            None => self.syncer.verify_and_replace_all(desired),
+        }
     }
 
     /// The service-port id written for a frontend.
@@ -330,6 +429,85 @@ impl SocketLb {
             .filter_map(|(k, v)| decode_revnat(&k, &v))
             .collect()
     }
+}
+
+/// The pin name a rebuilt map gets until it replaces the one in use
+/// (bpffs refuses names with a dot).
+fn staging(name: &str) -> String {
+    format!("{name}_next")
+}
+
+/// Loads the object: its maps are opened from (or created and pinned at)
+/// `paths`; the Service maps it creates get `sizes`.
+fn load_object(paths: &[(&'static str, PathBuf)], sizes: MapSizes) -> Result<Ebpf, EbpfError> {
+    let mut loader = loader();
+    for (name, path) in paths {
+        loader.map_pin_path(name, path.clone());
+    }
+    for spec in MAPS {
+        if let Some(n) = sizes.of(spec.name) {
+            loader.map_max_entries(spec.name, n);
+        }
+    }
+    loader
+        .load(SOCK_LB_OBJECT)
+        .map_err(|e| unsupported_or("loading the socket-LB object", &e))
+}
+
+fn load_programs(bpf: &mut Ebpf) -> Result<(), EbpfError> {
+    for (func, hook) in PROGRAMS {
+        program(bpf, func)?
+            .load()
+            .map_err(|e| unsupported_or(&format!("loading the {hook} program"), &e))?;
+    }
+    Ok(())
+}
+
+/// Attaches every (loaded) program to `cgroup` and pins its link in
+/// `links_dir`, replacing the link pinned there before.
+fn attach(bpf: &mut Ebpf, cgroup: &Path, links_dir: &Path) -> Result<(), EbpfError> {
+    let cgroup_dir =
+        File::open(cgroup).map_err(|e| EbpfError::io("opening the cgroup", cgroup, e))?;
+    for (func, hook) in PROGRAMS {
+        let prog = program(bpf, func)?;
+        let id = prog
+            .attach(&cgroup_dir, CgroupAttachMode::Single)
+            .map_err(|e| EbpfError::bpf(format!("attaching {hook} to {}", cgroup.display()), e))?;
+        let link = prog
+            .take_link(id)
+            .map_err(|e| EbpfError::bpf(format!("taking the {hook} link"), e))?;
+        let link = FdLink::try_from(link).map_err(|e| EbpfError::Unsupported {
+            reason: format!("the kernel attached {hook} without a BPF link ({e}); needs 5.7+"),
+        })?;
+        let pin = links_dir.join(hook);
+        let next = links_dir.join(staging(hook));
+        let _ = std::fs::remove_file(&next);
+        link.pin(&next)
+            .map_err(|e| EbpfError::bpf(format!("pinning the {hook} link"), e))?;
+        // Replacing the pin drops the previous link (if any): its program
+        // is detached now that this one runs.
+        std::fs::rename(&next, &pin)
+            .map_err(|e| EbpfError::io("replacing the link pin", &pin, e))?;
+    }
+    Ok(())
+}
+
+/// The three Service maps of a loaded object, and their sizes.
+fn take_sized_maps(bpf: &mut Ebpf) -> Result<(KernelMaps, MapSizes), EbpfError> {
+    let services = take_map(bpf, "kl_services")?;
+    let backends = take_map(bpf, "kl_backends")?;
+    let members = take_map(bpf, "kl_members")?;
+    let size = |d: &MapData, name: &str| {
+        d.info()
+            .map(|i| i.max_entries())
+            .map_err(|e| EbpfError::bpf(format!("map {name}"), e))
+    };
+    let sizes = MapSizes {
+        services: size(&services, "kl_services")?,
+        backends: size(&backends, "kl_backends")?,
+        members: size(&members, "kl_members")?,
+    };
+    Ok((KernelMaps::new(services, backends, members)?, sizes))
 }
 
 fn take_map(bpf: &mut Ebpf, name: &str) -> Result<MapData, EbpfError> {
@@ -394,15 +572,29 @@ fn drop_incompatible_pin(path: &Path, spec: &MapSpec) -> Result<(), EbpfError> {
 /// nothing is installed. Programs stay attached only while a running
 /// keelson still holds their links open, so stop keelson first.
 pub fn cleanup(config: &EbpfConfig) -> Result<(), EbpfError> {
+    if pinlock::held_elsewhere(&config.pin_dir())? {
+        return Err(EbpfError::io(
+            "a running keelson holds the pin directory; stop it first",
+            config.pin_dir(),
+            std::io::Error::from(std::io::ErrorKind::WouldBlock),
+        ));
+    }
+    remove_pins(config)
+}
+
+/// What [`cleanup`] removes, without the lock check (the running socket
+/// LB removing its own pins).
+fn remove_pins(config: &EbpfConfig) -> Result<(), EbpfError> {
     let links = config.links_dir();
     for (_, hook) in PROGRAMS {
-        for name in [hook.to_string(), format!("{hook}_next")] {
+        for name in [hook.to_string(), staging(hook)] {
             remove_if_present(&links.join(name))?;
         }
     }
     let maps = config.maps_dir();
     for spec in MAPS {
         remove_if_present(&maps.join(spec.name))?;
+        remove_if_present(&maps.join(staging(spec.name)))?;
     }
     for dir in [links, maps, config.pin_dir()] {
         match std::fs::remove_dir(&dir) {
@@ -414,6 +606,12 @@ pub fn cleanup(config: &EbpfConfig) -> Result<(), EbpfError> {
     }
     tracing::info!(pins = %config.pin_dir().display(), "eBPF socket LB removed");
     Ok(())
+}
+
+/// Whether a running socket LB holds the pin directory of `config` (it
+/// keeps an exclusive lock on it while it runs; see `SocketLb::start`).
+pub fn pins_in_use(config: &EbpfConfig) -> Result<bool, EbpfError> {
+    pinlock::held_elsewhere(&config.pin_dir())
 }
 
 /// One pinned cgroup link as the kernel reports it.

@@ -45,6 +45,15 @@ pub struct MapsError {
     pub op: &'static str,
     /// What the kernel (or the fake) said.
     pub detail: String,
+    /// The kernel's errno, when it gave one.
+    pub errno: Option<i32>,
+}
+
+impl MapsError {
+    /// Whether the map is full (`E2BIG` from a hash map update).
+    pub fn is_full(&self) -> bool {
+        self.errno == Some(libc::E2BIG)
+    }
 }
 
 /// Every entry of a map as raw (key, value) bytes.
@@ -78,6 +87,18 @@ fn err(map: LbMap, op: &'static str, e: impl std::fmt::Display) -> MapsError {
         map: map.name(),
         op,
         detail: e.to_string(),
+        errno: None,
+    }
+}
+
+fn kernel_err(map: LbMap, op: &'static str, e: &MapError) -> MapsError {
+    let errno = match e {
+        MapError::SyscallError(s) => s.io_error.raw_os_error(),
+        _ => None,
+    };
+    MapsError {
+        errno,
+        ..err(map, op, e)
     }
 }
 
@@ -125,7 +146,7 @@ impl LbMaps for KernelMaps {
                 self.members.insert(fixed(map, "put", key)?, v, 0)
             }
         };
-        r.map_err(|e| err(map, "put", e))
+        r.map_err(|e| kernel_err(map, "put", &e))
     }
 
     fn delete(&mut self, map: LbMap, key: &[u8]) -> Result<(), MapsError> {
@@ -135,7 +156,7 @@ impl LbMaps for KernelMaps {
             LbMap::Members => self.members.remove(&fixed(map, "delete", key)?),
         };
         match r {
-            Err(e) if !is_not_found(&e) => Err(err(map, "delete", e)),
+            Err(e) if !is_not_found(&e) => Err(kernel_err(map, "delete", &e)),
             _ => Ok(()),
         }
     }
@@ -175,6 +196,9 @@ pub struct FakeMaps {
     /// When set, the put or delete with this index (counting every call
     /// since creation) fails.
     pub fail_at: Option<usize>,
+    /// Entries a map may hold; a put of a new key beyond that fails as
+    /// the kernel's does (`E2BIG`).
+    pub capacity: BTreeMap<LbMap, usize>,
     calls: usize,
 }
 
@@ -197,10 +221,17 @@ impl FakeMaps {
 impl LbMaps for FakeMaps {
     fn put(&mut self, map: LbMap, key: &[u8], value: &[u8]) -> Result<(), MapsError> {
         self.check_fail(map, "put")?;
-        self.entries
-            .entry(map)
-            .or_default()
-            .insert(key.to_vec(), value.to_vec());
+        let entries = self.entries.entry(map).or_default();
+        if let Some(cap) = self.capacity.get(&map)
+            && entries.len() >= *cap
+            && !entries.contains_key(key)
+        {
+            return Err(MapsError {
+                errno: Some(libc::E2BIG),
+                ..err(map, "put", "map full")
+            });
+        }
+        entries.insert(key.to_vec(), value.to_vec());
         self.log.push((map, "put", key.to_vec()));
         Ok(())
     }

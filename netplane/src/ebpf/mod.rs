@@ -28,7 +28,9 @@ mod layout;
 mod lb;
 mod maps;
 mod object;
+mod pinlock;
 mod render;
+mod sizes;
 mod sync;
 
 pub use backend::{EbpfBackend, ebpf_mode_backend};
@@ -39,8 +41,10 @@ pub use layout::{
 };
 pub use lb::{
     EbpfConfig, MIN_KERNEL, PinnedLinkInfo, SocketLb, check_support, cleanup, live_link_ids,
-    pinned_links, pinned_revnat_entries,
+    pinned_links, pinned_revnat_entries, pins_in_use,
 };
 pub use maps::{FakeMaps, LbMap, LbMaps, MapsError};
+pub use pinlock::PIN_LOCK_WAIT;
 pub use render::{changes_of, desired_of, frontend_of, service_of};
+pub use sizes::{MIN_SIZES, MapSizes};
 pub use sync::{LbService, SyncError, SyncErrors, SyncStats, Syncer};

@@ -91,7 +91,7 @@ mod tests {
 
     use crate::model::{
         Endpoint, IpFamily, NodeTopology, ServicePortChange, ServicePortInfo, ServicePortKey,
-        ServicePortName, SessionAffinity,
+        ServicePortName, SessionAffinity, SliceEndpoint,
     };
 
     use super::*;
@@ -114,18 +114,16 @@ mod tests {
     }
 
     fn ep(ip: &str, port: u16, ready: bool, terminating: bool, node: &str) -> Endpoint {
-        Endpoint {
+        let core = SliceEndpoint {
             ip: ip.parse().expect("ip"),
-            port,
             ready,
             serving: true,
             terminating,
-            node_name: Some(node.to_string()),
+            node_name: Some(node.into()),
             zone: None,
-            zone_hints: Default::default(),
-            node_hints: Default::default(),
-            is_local: node == "me",
-        }
+            hints: None,
+        };
+        Endpoint::new(Arc::new(core), port, "me")
     }
 
     fn state(name: &str, info: ServicePortInfo, eps: Vec<Endpoint>) -> Arc<ServicePortState> {

@@ -26,6 +26,7 @@ use super::layout::{
     decode_backend_value, decode_member_key, decode_svc_key, decode_svc_value,
 };
 use super::maps::{LbMap, LbMaps, MapsError};
+use super::sizes::MapSizes;
 
 /// What the socket LB should do for one frontend. The model has already
 /// chosen the eligible endpoints (ready ones, else serving-terminating ones;
@@ -77,6 +78,19 @@ pub enum SyncError {
         /// The frontend.
         frontend: Frontend,
     },
+    /// The maps had to be rebuilt larger (or smaller) and that failed; the
+    /// next apply tries again.
+    #[error("resizing the socket-LB maps: {0}")]
+    Resize(String),
+}
+
+impl SyncErrors {
+    /// Whether a put failed because a map is full.
+    pub fn map_full(&self) -> bool {
+        self.0
+            .iter()
+            .any(|e| matches!(e, SyncError::Map { source, .. } if source.is_full()))
+    }
 }
 
 /// Several frontends failed in one apply; the others were written.
@@ -106,8 +120,7 @@ struct Written {
     flags: u8,
     affinity_timeout: u32,
     /// Slot contents of generation 0 and 1.
-    slots: [BTreeMap<u16, SocketAddr>; 2],
-    members: BTreeSet<SocketAddr>,
+    slots: [Slots; 2],
 }
 
 impl Written {
@@ -115,7 +128,55 @@ impl Written {
     /// run died between writes), which forces a rewrite.
     fn active(&self) -> Option<Vec<SocketAddr>> {
         let slots = &self.slots[usize::from(self.generation)];
-        (0..self.count).map(|i| slots.get(&i).copied()).collect()
+        (0..self.count).map(|i| slots.get(i).copied()).collect()
+    }
+
+    /// The members the kernel holds once an update is complete: the
+    /// backends of the active generation (an interrupted update is
+    /// cleaned up by reading the maps back).
+    fn members(&self) -> BTreeSet<SocketAddr> {
+        let slots = &self.slots[usize::from(self.generation)];
+        (0..self.count)
+            .filter_map(|i| slots.get(i).copied())
+            .collect()
+    }
+}
+
+/// The slots of one generation, by index (`None`: not in the map). A dense
+/// vector: a service's slots are 0..n.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Slots(Vec<Option<SocketAddr>>);
+
+impl Slots {
+    fn get(&self, slot: u16) -> Option<&SocketAddr> {
+        self.0.get(usize::from(slot)).and_then(Option::as_ref)
+    }
+
+    fn insert(&mut self, slot: u16, addr: SocketAddr) {
+        let i = usize::from(slot);
+        if self.0.len() <= i {
+            self.0.resize(i + 1, None);
+        }
+        self.0[i] = Some(addr);
+    }
+
+    /// Slots present at or beyond `count`.
+    fn beyond(&self, count: u16) -> Vec<u16> {
+        self.present().filter(|s| *s >= count).collect()
+    }
+
+    /// Indexes of the slots present.
+    fn present(&self) -> impl Iterator<Item = u16> + '_ {
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.is_some())
+            .filter_map(|(i, _)| u16::try_from(i).ok())
+    }
+
+    /// Exactly `backends` in slots 0..n.
+    fn of(backends: &[SocketAddr]) -> Slots {
+        Slots(backends.iter().copied().map(Some).collect())
     }
 }
 
@@ -124,9 +185,13 @@ impl Written {
 pub struct Syncer<M> {
     maps: M,
     desired: BTreeMap<Frontend, LbService>,
+    /// Backends of every desired frontend, summed (for map sizing).
+    desired_backends: usize,
     written: BTreeMap<Frontend, Written>,
     ids: BTreeSet<u32>,
     next_id: u32,
+    /// Ids kept for frontends not written yet (see [`Syncer::keep_ids_of`]).
+    reserved: BTreeMap<Frontend, u32>,
     /// A write failed: re-read the maps before the next apply.
     resync: bool,
 }
@@ -156,9 +221,11 @@ impl<M: LbMaps> Syncer<M> {
         let mut s = Syncer {
             maps,
             desired: BTreeMap::new(),
+            desired_backends: 0,
             written: BTreeMap::new(),
             ids: BTreeSet::new(),
             next_id: 1,
+            reserved: BTreeMap::new(),
             resync: false,
         };
         let stats = s.read_back()?;
@@ -168,6 +235,52 @@ impl<M: LbMaps> Syncer<M> {
     /// The maps (tests inspect the fake).
     pub fn maps(&self) -> &M {
         &self.maps
+    }
+
+    /// Gives the frontends of `from` that are still in `desired` the ids
+    /// they have there, and continues `from`'s id sequence (the maps are
+    /// rebuilt: a client's affinity entry names its service by id, so a
+    /// frontend keeps its id and a new one gets none a removed one had).
+    /// Call it on a syncer of empty maps, before the first apply.
+    pub fn keep_ids_of<N>(&mut self, from: &Syncer<N>, desired: &BTreeMap<Frontend, LbService>) {
+        self.reserved = from
+            .written
+            .iter()
+            .filter(|(f, _)| desired.contains_key(f))
+            .map(|(f, w)| (*f, w.id))
+            .collect();
+        self.ids.extend(self.reserved.values());
+        self.next_id = from.next_id;
+    }
+
+    /// The desired frontends (what a rebuilt set of maps is filled with).
+    pub fn desired(&self) -> &BTreeMap<Frontend, LbService> {
+        &self.desired
+    }
+
+    /// What the maps must hold once `changes` are applied (see
+    /// [`MapSizes::for_counts`]); costs a lookup per change.
+    pub fn needed_after(&self, changes: &[(Frontend, Option<LbService>)]) -> MapSizes {
+        let mut frontends = self.desired.len();
+        let mut backends = self.desired_backends;
+        let mut now: BTreeMap<&Frontend, Option<usize>> = BTreeMap::new();
+        for (f, s) in changes {
+            let before = match now.get(f) {
+                Some(n) => *n,
+                None => self.desired.get(f).map(|s| s.backends.len()),
+            };
+            let after = s.as_ref().map(|s| s.backends.len());
+            if let Some(n) = before {
+                frontends -= 1;
+                backends -= n;
+            }
+            if let Some(n) = after {
+                frontends += 1;
+                backends += n;
+            }
+            now.insert(f, after);
+        }
+        MapSizes::for_counts(frontends, backends)
     }
 
     /// Number of frontends currently written.
@@ -214,8 +327,7 @@ impl<M: LbMaps> Syncer<M> {
                     count: sv.count,
                     flags: sv.flags,
                     affinity_timeout: sv.affinity_timeout,
-                    slots: [BTreeMap::new(), BTreeMap::new()],
-                    members: BTreeSet::new(),
+                    slots: [Slots::default(), Slots::default()],
                 },
             );
         }
@@ -239,26 +351,34 @@ impl<M: LbMaps> Syncer<M> {
                 _ => junk.push((LbMap::Backends, k)),
             }
         }
+        // Members: exactly the active backends of each service; anything
+        // else is left from an interrupted update (or not keelson's).
+        let mut missing: BTreeMap<u32, BTreeSet<SocketAddr>> =
+            written.values().map(|w| (w.id, w.members())).collect();
         for (k, _) in members {
             let decoded = <[u8; 24]>::try_from(k.as_slice())
                 .ok()
                 .and_then(|kb| decode_member_key(&kb));
-            match decoded
-                .and_then(|(id, addr)| by_id.get(&id).map(|f| (*f, addr)))
-                .and_then(|(f, addr)| written.get_mut(&f).map(|w| (w, addr)))
-            {
-                Some((w, addr)) => {
-                    w.members.insert(addr);
-                }
-                None => junk.push((LbMap::Members, k)),
+            match decoded.and_then(|(id, addr)| missing.get_mut(&id).map(|m| m.remove(&addr))) {
+                Some(true) => {}
+                _ => junk.push((LbMap::Members, k)),
             }
         }
         for (map, key) in junk {
             self.maps.delete(map, &key).map_err(SyncError::Dump)?;
             stats.deletes += 1;
         }
+        for (id, addrs) in missing {
+            for addr in addrs {
+                self.maps
+                    .put(LbMap::Members, &layout::member_key(id, addr), &[1])
+                    .map_err(SyncError::Dump)?;
+                stats.puts += 1;
+            }
+        }
         self.ids = written.values().map(|w| w.id).collect();
         self.next_id = self.ids.last().map_or(1, |id| id.wrapping_add(1).max(1));
+        self.ids.extend(self.reserved.values());
         self.written = written;
         self.resync = false;
         Ok(stats)
@@ -274,12 +394,13 @@ impl<M: LbMaps> Syncer<M> {
     ) -> Result<(SyncStats, bool), SyncErrors> {
         let remembered = self.written.clone();
         let cleaned = self.read_back().map_err(|e| SyncErrors(vec![e]))?;
-        let repaired = cleaned.deletes > 0 || remembered != self.written;
+        let repaired = cleaned.deletes > 0 || cleaned.puts > 0 || remembered != self.written;
         if repaired {
             tracing::warn!("socket-LB maps differed from what keelson wrote; repairing");
         }
         let mut stats = self.replace_all(desired)?;
         stats.deletes += cleaned.deletes;
+        stats.puts += cleaned.puts;
         Ok((stats, repaired))
     }
 
@@ -310,10 +431,16 @@ impl<M: LbMaps> Syncer<M> {
     ) -> Result<SyncStats, SyncErrors> {
         let mut touched = BTreeSet::new();
         for (f, s) in changes {
-            match s {
+            if let Some(s) = &s {
+                self.desired_backends += s.backends.len();
+            }
+            let old = match s {
                 Some(s) => self.desired.insert(f, s),
                 None => self.desired.remove(&f),
             };
+            if let Some(old) = old {
+                self.desired_backends -= old.backends.len();
+            }
             touched.insert(f);
         }
         let mut stats = SyncStats::default();
@@ -365,6 +492,9 @@ impl<M: LbMaps> Syncer<M> {
 
     fn reconcile(&mut self, f: &Frontend, stats: &mut SyncStats) -> Result<(), SyncError> {
         let Some(d) = self.desired.get(f).cloned() else {
+            if let Some(id) = self.reserved.remove(f) {
+                self.ids.remove(&id);
+            }
             return match self.written.get(f).cloned() {
                 Some(w) => self.remove(f, &w, stats),
                 None => Ok(()),
@@ -388,10 +518,13 @@ impl<M: LbMaps> Syncer<M> {
         let w = match self.written.get(f) {
             Some(w) => w.clone(),
             None => {
-                let id = self.alloc_id().ok_or_else(|| SyncError::IdsExhausted {
-                    service: d.name.clone(),
-                    frontend: *f,
-                })?;
+                let id = match self.reserved.remove(f) {
+                    Some(id) => id,
+                    None => self.alloc_id().ok_or_else(|| SyncError::IdsExhausted {
+                        service: d.name.clone(),
+                        frontend: *f,
+                    })?,
+                };
                 // Nothing in the kernel yet: "flip" from an empty
                 // generation 1 to generation 0.
                 Written {
@@ -400,8 +533,7 @@ impl<M: LbMaps> Syncer<M> {
                     count: 0,
                     flags: 0,
                     affinity_timeout: 0,
-                    slots: [BTreeMap::new(), BTreeMap::new()],
-                    members: BTreeSet::new(),
+                    slots: [Slots::default(), Slots::default()],
                 }
             }
         };
@@ -459,7 +591,7 @@ impl<M: LbMaps> Syncer<M> {
         let next_slots = usize::from(next);
         // 1. The new slot array, in the generation no program reads.
         for (slot, addr) in (0..count).zip(backends) {
-            if w.slots[next_slots].get(&slot) == Some(addr) {
+            if w.slots[next_slots].get(slot) == Some(addr) {
                 continue;
             }
             let k = layout::backend_key(&BackendKey {
@@ -472,10 +604,7 @@ impl<M: LbMaps> Syncer<M> {
                 .map_err(&e)?;
             stats.puts += 1;
         }
-        let stale: Vec<u16> = w.slots[next_slots]
-            .range(count..)
-            .map(|(s, _)| *s)
-            .collect();
+        let stale: Vec<u16> = w.slots[next_slots].beyond(count);
         for slot in stale {
             let k = layout::backend_key(&BackendKey {
                 svc_id: w.id,
@@ -485,10 +614,11 @@ impl<M: LbMaps> Syncer<M> {
             self.maps.delete(LbMap::Backends, &k).map_err(&e)?;
             stats.deletes += 1;
         }
-        w.slots[next_slots] = (0..count).zip(backends.iter().copied()).collect();
+        w.slots[next_slots] = Slots::of(backends);
         // 2. Members of the new set, before any program can pick them.
+        let old_members = w.members();
         let new_members: BTreeSet<SocketAddr> = backends.iter().copied().collect();
-        for addr in new_members.difference(&w.members) {
+        for addr in new_members.difference(&old_members) {
             self.maps
                 .put(LbMap::Members, &layout::member_key(w.id, *addr), &[1])
                 .map_err(&e)?;
@@ -507,25 +637,20 @@ impl<M: LbMaps> Syncer<M> {
             .map_err(&e)?;
         stats.puts += 1;
         stats.services_changed += 1;
-        let old_members = std::mem::replace(&mut w.members, new_members.clone());
         w.generation = next;
         w.count = count;
         w.flags = flags;
         w.affinity_timeout = timeout;
-        // Members that left are still in the kernel until deleted below.
-        w.members.extend(old_members.iter().copied());
+        let id = w.id;
         self.written.insert(*f, w);
         // 4. Members that left: remembered (affinity, UDP flow) choices of
-        // them are not reused from now on.
+        // them are not reused from now on. (If a deletion fails, the maps
+        // are read back before the next apply, which removes the rest.)
         for addr in old_members.difference(&new_members) {
-            let id = self.written.get(f).map_or(0, |w| w.id);
             self.maps
                 .delete(LbMap::Members, &layout::member_key(id, *addr))
                 .map_err(&e)?;
             stats.deletes += 1;
-            if let Some(w) = self.written.get_mut(f) {
-                w.members.remove(addr);
-            }
         }
         Ok(())
     }
@@ -545,17 +670,17 @@ impl<M: LbMaps> Syncer<M> {
         stats.services_changed += 1;
         self.written.remove(f);
         for (generation, slots) in [0u8, 1].into_iter().zip(&w.slots) {
-            for slot in slots.keys() {
+            for slot in slots.present() {
                 let k = layout::backend_key(&BackendKey {
                     svc_id: w.id,
                     generation,
-                    slot: *slot,
+                    slot,
                 });
                 self.maps.delete(LbMap::Backends, &k).map_err(&e)?;
                 stats.deletes += 1;
             }
         }
-        for addr in &w.members {
+        for addr in &w.members() {
             self.maps
                 .delete(LbMap::Members, &layout::member_key(w.id, *addr))
                 .map_err(&e)?;
@@ -911,5 +1036,62 @@ mod tests {
             view(s.maps()),
             expect_view(&[(fe(2), svc(2, 1, None))].into())
         );
+    }
+
+    #[test]
+    fn needed_sizes_follow_the_desired_frontends_and_changes() {
+        let mut s = new_syncer();
+        s.apply((0..3).map(|i| (fe(i), Some(svc(i, 4, None)))))
+            .expect("apply");
+        assert_eq!(s.needed_after(&[]), MapSizes::for_counts(3, 12));
+        // Grow one, remove one, add one (twice: the last change counts).
+        let changes = vec![
+            (fe(0), Some(svc(0, 10, None))),
+            (fe(1), None),
+            (fe(7), Some(svc(7, 2, None))),
+            (fe(7), Some(svc(7, 3, None))),
+        ];
+        let need = s.needed_after(&changes);
+        s.apply(changes).expect("apply");
+        assert_eq!(need, MapSizes::for_counts(3, 10 + 4 + 3));
+        assert_eq!(s.needed_after(&[]), need, "the running sum agrees");
+        assert_eq!(need, MapSizes::needed(s.desired()));
+    }
+
+    #[test]
+    fn rebuilt_maps_keep_each_frontends_id() {
+        let mut old = new_syncer();
+        old.apply((1..=3).map(|i| (fe(i), Some(svc(i, 2, None)))))
+            .expect("apply");
+        old.apply([(fe(2), None)]).expect("remove");
+        let ids = |s: &Syncer<FakeMaps>| -> BTreeMap<Frontend, u32> {
+            s.written.iter().map(|(f, w)| (*f, w.id)).collect()
+        };
+        let before = ids(&old);
+        let mut desired = old.desired().clone();
+        desired.insert(fe(9), svc(9, 1, None));
+        let mut new = new_syncer();
+        new.keep_ids_of(&old, &desired);
+        new.replace_all(desired).expect("fill");
+        let after = ids(&new);
+        assert_eq!(after[&fe(1)], before[&fe(1)]);
+        assert_eq!(after[&fe(3)], before[&fe(3)]);
+        assert!(
+            after[&fe(9)] > before[&fe(3)],
+            "a new frontend gets an id after every old one (2's included): {after:?}"
+        );
+    }
+
+    #[test]
+    fn a_full_map_is_reported_as_such() {
+        let mut maps = FakeMaps::default();
+        maps.capacity.insert(LbMap::Backends, 4);
+        let (mut s, _) = Syncer::adopt(maps).expect("adopt");
+        s.apply([(fe(1), Some(svc(1, 3, None)))]).expect("fits");
+        let e = s
+            .apply([(fe(2), Some(svc(2, 3, None)))])
+            .expect_err("no room for three more slots");
+        assert!(e.map_full(), "{e}");
+        assert!(!SyncErrors(vec![SyncError::Resize("x".into())]).map_full());
     }
 }

@@ -2,9 +2,10 @@
 //! EndpointSlices (kube-proxy's `EndpointSliceCache`): one entry per
 //! (address, port) with its conditions, node, zone and hints.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -20,32 +21,38 @@ pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
 pub const ANNOTATION_LAST_CHANGE_TRIGGER_TIME: &str =
     "endpoints.kubernetes.io/last-change-trigger-time";
 
-/// One endpoint of one service port.
+/// One endpoint of one service port: what its slice says about the address
+/// (shared with the slice and with the Service's other ports, not copied)
+/// plus the port and whether it is on this node. Dereferences to the
+/// [`SliceEndpoint`], so `ep.ip`, `ep.ready`, `ep.node_name` read through.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Endpoint {
-    /// The endpoint's address (`addresses[0]`).
-    pub ip: IpAddr,
+    /// What the slice says about the address.
+    pub core: Arc<SliceEndpoint>,
     /// The target port (from the slice port matching the service port).
     pub port: u16,
-    /// `conditions.ready` (unset means true).
-    pub ready: bool,
-    /// `conditions.serving` (unset means true, as kube-proxy reads it).
-    pub serving: bool,
-    /// `conditions.terminating` (unset means false).
-    pub terminating: bool,
-    /// `nodeName`.
-    pub node_name: Option<String>,
-    /// `zone`.
-    pub zone: Option<String>,
-    /// `hints.forZones[].name`.
-    pub zone_hints: BTreeSet<String>,
-    /// `hints.forNodes[].name`.
-    pub node_hints: BTreeSet<String>,
     /// `nodeName` is this node.
     pub is_local: bool,
 }
 
+impl Deref for Endpoint {
+    type Target = SliceEndpoint;
+    fn deref(&self) -> &SliceEndpoint {
+        &self.core
+    }
+}
+
 impl Endpoint {
+    /// The endpoint of `core` on `port`; local when `nodeName` is `node_name`.
+    pub fn new(core: Arc<SliceEndpoint>, port: u16, node_name: &str) -> Endpoint {
+        let is_local = !node_name.is_empty() && core.node_name.as_deref() == Some(node_name);
+        Endpoint {
+            core,
+            port,
+            is_local,
+        }
+    }
+
     /// `ip:port` (with brackets for IPv6).
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::new(self.ip, self.port)
@@ -55,6 +62,32 @@ impl Endpoint {
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.addr())
+    }
+}
+
+/// Topology hints of an endpoint (`hints.forZones`, `hints.forNodes`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct EndpointHints {
+    /// `forZones[].name`, sorted, distinct.
+    pub zones: Box<[Arc<str>]>,
+    /// `forNodes[].name`, sorted, distinct.
+    pub nodes: Box<[Arc<str>]>,
+}
+
+/// Interned names (node names, zones, hints): every endpoint of a node
+/// shares one string.
+#[derive(Debug, Default)]
+pub struct Names(HashSet<Arc<str>>);
+
+impl Names {
+    /// The shared copy of `s`.
+    pub fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.0.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = s.into();
+        self.0.insert(a.clone());
+        a
     }
 }
 
@@ -72,7 +105,7 @@ pub struct SliceInfo {
     /// Valid ports: named (possibly empty name) with a non-zero number.
     pub ports: Vec<SlicePort>,
     /// Endpoints with a parsable first address of the slice's family.
-    pub endpoints: Vec<SliceEndpoint>,
+    pub endpoints: Vec<Arc<SliceEndpoint>>,
 }
 
 /// One port of an EndpointSlice.
@@ -86,8 +119,9 @@ pub struct SlicePort {
     pub port: u16,
 }
 
-/// One endpoint of an EndpointSlice, before it is paired with a port.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One endpoint address of an EndpointSlice, before it is paired with a
+/// port (and shared by the Endpoint of each port).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SliceEndpoint {
     /// `addresses[0]`.
     pub ip: IpAddr,
@@ -98,13 +132,23 @@ pub struct SliceEndpoint {
     /// `conditions.terminating`, unset = false.
     pub terminating: bool,
     /// `nodeName`.
-    pub node_name: Option<String>,
+    pub node_name: Option<Arc<str>>,
     /// `zone`.
-    pub zone: Option<String>,
-    /// `hints.forZones`.
-    pub zone_hints: BTreeSet<String>,
-    /// `hints.forNodes`.
-    pub node_hints: BTreeSet<String>,
+    pub zone: Option<Arc<str>>,
+    /// `hints` (none for most endpoints).
+    pub hints: Option<Box<EndpointHints>>,
+}
+
+impl SliceEndpoint {
+    /// `hints.forZones[].name`.
+    pub fn zone_hints(&self) -> &[Arc<str>] {
+        self.hints.as_deref().map_or(&[], |h| &h.zones)
+    }
+
+    /// `hints.forNodes[].name`.
+    pub fn node_hints(&self) -> &[Arc<str>] {
+        self.hints.as_deref().map_or(&[], |h| &h.nodes)
+    }
 }
 
 /// Why an EndpointSlice is not used.
@@ -126,6 +170,11 @@ pub enum SliceSkip {
 /// are dropped with a warning; ports without a name or number are dropped
 /// (kube-proxy logs and ignores both).
 pub fn slice_info(slice: &EndpointSlice) -> Result<SliceInfo, SliceSkip> {
+    slice_info_with(slice, &mut Names::default())
+}
+
+/// [`slice_info`], sharing node names, zones and hints through `names`.
+pub fn slice_info_with(slice: &EndpointSlice, names: &mut Names) -> Result<SliceInfo, SliceSkip> {
     let meta = &slice.metadata;
     let family = IpFamily::from_k8s(&slice.address_type)
         .ok_or_else(|| SliceSkip::AddressType(slice.address_type.clone()))?;
@@ -199,26 +248,37 @@ pub fn slice_info(slice: &EndpointSlice) -> Result<SliceInfo, SliceSkip> {
         }
         let cond = ep.conditions.as_ref();
         let hints = ep.hints.as_ref();
-        endpoints.push(SliceEndpoint {
+        let mut names_of = |list: Vec<&str>| -> Box<[Arc<str>]> {
+            let set: BTreeSet<&str> = list.into_iter().collect();
+            set.into_iter().map(|n| names.get(n)).collect()
+        };
+        let zones = names_of(
+            hints
+                .and_then(|h| h.for_zones.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|z| z.name.as_str())
+                .collect(),
+        );
+        let nodes = names_of(
+            hints
+                .and_then(|h| h.for_nodes.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|n| n.name.as_str())
+                .collect(),
+        );
+        let hints = (!zones.is_empty() || !nodes.is_empty())
+            .then(|| Box::new(EndpointHints { zones, nodes }));
+        endpoints.push(Arc::new(SliceEndpoint {
             ip,
             ready: cond.and_then(|c| c.ready).unwrap_or(true),
             serving: cond.and_then(|c| c.serving).unwrap_or(true),
             terminating: cond.and_then(|c| c.terminating).unwrap_or(false),
-            node_name: ep.node_name.clone(),
-            zone: ep.zone.clone(),
-            zone_hints: hints
-                .and_then(|h| h.for_zones.as_ref())
-                .into_iter()
-                .flatten()
-                .map(|z| z.name.clone())
-                .collect(),
-            node_hints: hints
-                .and_then(|h| h.for_nodes.as_ref())
-                .into_iter()
-                .flatten()
-                .map(|n| n.name.clone())
-                .collect(),
-        });
+            node_name: ep.node_name.as_deref().map(|n| names.get(n)),
+            zone: ep.zone.as_deref().map(|z| names.get(z)),
+            hints,
+        }));
     }
     endpoints.sort_by_key(|e| e.ip);
     Ok(SliceInfo {
@@ -269,22 +329,7 @@ pub fn endpoints_for_port<'a>(
                 if set.contains_key(&addr) && ep.terminating {
                     continue;
                 }
-                let is_local = !node_name.is_empty() && ep.node_name.as_deref() == Some(node_name);
-                set.insert(
-                    addr,
-                    Endpoint {
-                        ip: ep.ip,
-                        port: sp.port,
-                        ready: ep.ready,
-                        serving: ep.serving,
-                        terminating: ep.terminating,
-                        node_name: ep.node_name.clone(),
-                        zone: ep.zone.clone(),
-                        zone_hints: ep.zone_hints.clone(),
-                        node_hints: ep.node_hints.clone(),
-                        is_local,
-                    },
-                );
+                set.insert(addr, Endpoint::new(ep.clone(), sp.port, node_name));
             }
         }
     }

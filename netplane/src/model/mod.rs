@@ -40,8 +40,9 @@ mod tests;
 
 pub use diff::{NodePortAddresses, ProxyDiff, ProxySnapshot, ServicePortChange};
 pub use endpoint::{
-    ANNOTATION_LAST_CHANGE_TRIGGER_TIME, Endpoint, LABEL_SERVICE_NAME, SliceEndpoint, SliceInfo,
-    SlicePort, SliceSkip, endpoints_for_port, last_change_trigger_time, slice_info,
+    ANNOTATION_LAST_CHANGE_TRIGGER_TIME, Endpoint, EndpointHints, LABEL_SERVICE_NAME, Names,
+    SliceEndpoint, SliceInfo, SlicePort, SliceSkip, endpoints_for_port, last_change_trigger_time,
+    slice_info, slice_info_with,
 };
 pub use selection::{Categorized, NodeTopology, TopologyMode, categorize, topology_mode};
 pub use service::{

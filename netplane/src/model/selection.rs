@@ -77,14 +77,14 @@ pub fn topology_mode(endpoints: &[Endpoint], node: &NodeTopology) -> TopologyMod
     let mut for_zone = false;
     for ep in endpoints.iter().filter(|e| e.ready) {
         has_ready = true;
-        if ep.node_hints.is_empty() {
+        if ep.node_hints().is_empty() {
             all_node_hints = false;
-        } else if ep.node_hints.contains(&node.name) {
+        } else if has(ep.node_hints(), &node.name) {
             for_node = true;
         }
-        if ep.zone_hints.is_empty() {
+        if ep.zone_hints().is_empty() {
             all_zone_hints = false;
-        } else if ep.zone_hints.contains(zone) {
+        } else if has(ep.zone_hints(), zone) {
             for_zone = true;
         }
     }
@@ -100,11 +100,15 @@ pub fn topology_mode(endpoints: &[Endpoint], node: &NodeTopology) -> TopologyMod
     TopologyMode::All
 }
 
+fn has(names: &[std::sync::Arc<str>], name: &str) -> bool {
+    names.iter().any(|n| &**n == name)
+}
+
 fn available_for_topology(ep: &Endpoint, mode: TopologyMode, node: &NodeTopology) -> bool {
     match mode {
         TopologyMode::All => true,
-        TopologyMode::PreferSameNode => ep.node_hints.contains(&node.name),
-        TopologyMode::PreferSameZone => ep.zone_hints.contains(node.zone.as_deref().unwrap_or("")),
+        TopologyMode::PreferSameNode => has(ep.node_hints(), &node.name),
+        TopologyMode::PreferSameZone => has(ep.zone_hints(), node.zone.as_deref().unwrap_or("")),
     }
 }
 

@@ -239,7 +239,7 @@ pub fn service_ports(svc: &Service, family: IpFamily) -> ServicePorts {
             .filter(|p| *p != 0);
         let name = ServicePortName {
             service: svc_name.clone(),
-            port: port.name.clone().unwrap_or_default(),
+            port: port.name.as_deref().unwrap_or_default().into(),
             protocol,
         };
         let info = ServicePortInfo {

@@ -804,7 +804,7 @@ fn replace_after_relist_deletes_what_disappeared() {
     assert_eq!(t.applied().len(), 2);
     // Relist: "other" and the slice are gone.
     assert!(t.replace_services([&web().build()]));
-    assert!(t.replace_endpoint_slices(std::iter::empty()));
+    assert!(t.replace_endpoint_slices(std::iter::empty::<&EndpointSlice>()));
     let d = t.diff();
     let removed: Vec<String> = d
         .changes
@@ -813,7 +813,10 @@ fn replace_after_relist_deletes_what_disappeared() {
         .map(|c| c.key.to_string())
         .collect();
     assert_eq!(removed, vec!["ns/other (IPv4)".to_string()]);
-    let web_change = d.changes.iter().find(|c| c.key.name.service.name == "web");
+    let web_change = d
+        .changes
+        .iter()
+        .find(|c| &*c.key.name.service.name == "web");
     assert_eq!(
         web_change
             .and_then(|c| c.current.as_ref())
@@ -918,6 +921,6 @@ fn one_endpoint_added_among_ten_thousand_services_is_one_change() {
     );
     let d = t.diff();
     assert_eq!(d.changes.len(), 1);
-    assert_eq!(d.changes[0].key.name.service.name, "svc-1234");
+    assert_eq!(&*d.changes[0].key.name.service.name, "svc-1234");
     assert!(d.node_port_addresses.is_none());
 }

@@ -23,15 +23,23 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::diff::{NodePortAddresses, ProxyDiff, ProxySnapshot, ServicePortChange};
-use super::endpoint::{SliceInfo, endpoints_for_port, last_change_trigger_time, slice_info};
+use super::endpoint::{
+    Names, SliceInfo, endpoints_for_port, last_change_trigger_time, slice_info_with,
+};
 use super::selection::NodeTopology;
 use super::service::{ServicePortInfo, service_ports};
 use super::state::ServicePortState;
 use super::types::{IpFamily, NamespacedName, ServicePortKey, ServicePortName};
 
-type PortMap = BTreeMap<ServicePortName, Arc<ServicePortInfo>>;
+/// A Service's ports of one family, sorted by name (a handful: a Vec costs
+/// far less than a tree per Service).
+type PortList = Vec<(ServicePortName, Arc<ServicePortInfo>)>;
+/// A Service's ports per family.
+type FamilyPorts = Vec<(IpFamily, PortList)>;
+/// A Service's slices by (family, name).
+type SliceList = Vec<((IpFamily, String), Arc<SliceInfo>)>;
 /// (namespace, address family, slice name): how a slice is found again.
-type SliceId = (String, IpFamily, String);
+type SliceId = (Arc<str>, IpFamily, String);
 
 /// Tracks Services, EndpointSlices and node facts; produces diffs.
 #[derive(Debug)]
@@ -39,8 +47,8 @@ pub struct ChangeTracker {
     families: BTreeSet<IpFamily>,
     node: NodeTopology,
     started: SystemTime,
-    services: HashMap<NamespacedName, BTreeMap<IpFamily, PortMap>>,
-    slices: HashMap<NamespacedName, BTreeMap<(IpFamily, String), Arc<SliceInfo>>>,
+    services: HashMap<NamespacedName, FamilyPorts>,
+    slices: HashMap<NamespacedName, SliceList>,
     slice_owner: HashMap<SliceId, NamespacedName>,
     dirty: HashMap<NamespacedName, u64>,
     generation: u64,
@@ -52,7 +60,8 @@ pub struct ChangeTracker {
     node_ports_generation: u64,
     applied_node_ports_generation: u64,
     applied: BTreeMap<ServicePortKey, Arc<ServicePortState>>,
-    applied_keys: HashMap<NamespacedName, BTreeSet<ServicePortKey>>,
+    applied_keys: HashMap<NamespacedName, Vec<ServicePortKey>>,
+    names: Names,
 }
 
 impl ChangeTracker {
@@ -83,6 +92,7 @@ impl ChangeTracker {
             applied_node_ports_generation: 0,
             applied: BTreeMap::new(),
             applied_keys: HashMap::new(),
+            names: Names::default(),
         }
     }
 
@@ -108,11 +118,11 @@ impl ChangeTracker {
             svc.metadata.namespace.clone().unwrap_or_default(),
             svc.metadata.name.clone().unwrap_or_default(),
         );
-        let mut by_family = BTreeMap::new();
+        let mut by_family: FamilyPorts = Vec::new();
         for family in self.families.clone() {
             match service_ports(svc, family) {
                 Ok(ports) if !ports.is_empty() => {
-                    by_family.insert(family, ports);
+                    by_family.push((family, ports.into_iter().collect()));
                 }
                 Ok(_) => {}
                 Err(reason) => {
@@ -150,10 +160,14 @@ impl ChangeTracker {
     /// Replaces the whole Service set (after a watch (re)list): upserts every
     /// given Service and deletes the ones not listed. Returns whether a sync
     /// is needed.
-    pub fn replace_services<'a>(&mut self, all: impl IntoIterator<Item = &'a Service>) -> bool {
+    pub fn replace_services<S: std::borrow::Borrow<Service>>(
+        &mut self,
+        all: impl IntoIterator<Item = S>,
+    ) -> bool {
         let mut seen = BTreeSet::new();
         let mut changed = false;
         for svc in all {
+            let svc = svc.borrow();
             seen.insert(NamespacedName::new(
                 svc.metadata.namespace.clone().unwrap_or_default(),
                 svc.metadata.name.clone().unwrap_or_default(),
@@ -175,7 +189,7 @@ impl ChangeTracker {
     /// Records the current version of an EndpointSlice. Returns whether
     /// anything the proxy uses changed.
     pub fn update_endpoint_slice(&mut self, slice: &EndpointSlice) -> bool {
-        let info = match slice_info(slice) {
+        let info = match slice_info_with(slice, &mut self.names) {
             Ok(info) => info,
             Err(skip) => {
                 tracing::debug!(slice = ?slice.metadata.name, reason = %skip, "EndpointSlice not used");
@@ -200,10 +214,14 @@ impl ChangeTracker {
             self.remove_slice(&id, &owner);
         }
         let entry = self.slices.entry(service.clone()).or_default();
-        if entry.get(&key).is_some_and(|old| **old == info) {
-            return false;
+        match entry.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, old)) if **old == info => return false,
+            Some((_, old)) => *old = Arc::new(info),
+            None => {
+                entry.push((key, Arc::new(info)));
+                entry.shrink_to_fit();
+            }
         }
-        entry.insert(key, Arc::new(info));
         self.slice_owner.insert(id, service.clone());
         if let Some(t) = last_change_trigger_time(slice).filter(|t| *t > self.started) {
             self.trigger_times
@@ -218,7 +236,7 @@ impl ChangeTracker {
 
     fn remove_slice(&mut self, id: &SliceId, owner: &NamespacedName) {
         if let Some(slices) = self.slices.get_mut(owner) {
-            slices.remove(&(id.1, id.2.clone()));
+            slices.retain(|(k, _)| !(k.0 == id.1 && k.1 == id.2));
             if slices.is_empty() {
                 self.slices.remove(owner);
             }
@@ -239,7 +257,7 @@ impl ChangeTracker {
         else {
             return false;
         };
-        let id: SliceId = (namespace.clone(), family, name.clone());
+        let id: SliceId = (namespace.as_str().into(), family, name.clone());
         let Some(owner) = self.slice_owner.get(&id).cloned() else {
             return false;
         };
@@ -248,19 +266,20 @@ impl ChangeTracker {
     }
 
     /// Replaces the whole EndpointSlice set (after a watch (re)list).
-    pub fn replace_endpoint_slices<'a>(
+    pub fn replace_endpoint_slices<S: std::borrow::Borrow<EndpointSlice>>(
         &mut self,
-        all: impl IntoIterator<Item = &'a EndpointSlice>,
+        all: impl IntoIterator<Item = S>,
     ) -> bool {
-        let mut seen: BTreeSet<(String, IpFamily, String)> = BTreeSet::new();
+        let mut seen: BTreeSet<SliceId> = BTreeSet::new();
         let mut changed = false;
         for slice in all {
+            let slice = slice.borrow();
             if let (Some(ns), Some(name), Some(family)) = (
                 &slice.metadata.namespace,
                 &slice.metadata.name,
                 IpFamily::from_k8s(&slice.address_type),
             ) {
-                seen.insert((ns.clone(), family, name.clone()));
+                seen.insert((ns.as_str().into(), family, name.clone()));
             }
             changed |= self.update_endpoint_slice(slice);
         }
@@ -476,15 +495,17 @@ impl ChangeTracker {
             match &change.current {
                 Some(state) => {
                     self.applied.insert(change.key.clone(), state.clone());
-                    self.applied_keys
-                        .entry(svc.clone())
-                        .or_default()
-                        .insert(change.key.clone());
+                    let keys = self.applied_keys.entry(svc.clone()).or_default();
+                    if !keys.contains(&change.key) {
+                        keys.push(change.key.clone());
+                        keys.sort();
+                        keys.shrink_to_fit();
+                    }
                 }
                 None => {
                     self.applied.remove(&change.key);
                     if let Some(keys) = self.applied_keys.get_mut(svc) {
-                        keys.remove(&change.key);
+                        keys.retain(|k| k != &change.key);
                         if keys.is_empty() {
                             self.applied_keys.remove(svc);
                         }

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// An IP family. kube-proxy runs one proxier per family; keelson keeps one
 /// model for both and keys every service port by its family.
@@ -107,18 +108,19 @@ impl fmt::Display for Protocol {
     }
 }
 
-/// `namespace/name` of a namespaced object.
+/// `namespace/name` of a namespaced object. Shared strings: a name is
+/// cloned into several maps of the model and the backends' records.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NamespacedName {
     /// Namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Name.
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 impl NamespacedName {
     /// Builds a name.
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn new(namespace: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Self {
         NamespacedName {
             namespace: namespace.into(),
             name: name.into(),
@@ -140,7 +142,7 @@ pub struct ServicePortName {
     /// The Service.
     pub service: NamespacedName,
     /// `spec.ports[].name` (may be empty).
-    pub port: String,
+    pub port: Arc<str>,
     /// `spec.ports[].protocol`.
     pub protocol: Protocol,
 }
@@ -148,9 +150,9 @@ pub struct ServicePortName {
 impl ServicePortName {
     /// Builds a name.
     pub fn new(
-        namespace: impl Into<String>,
-        name: impl Into<String>,
-        port: impl Into<String>,
+        namespace: impl Into<Arc<str>>,
+        name: impl Into<Arc<str>>,
+        port: impl Into<Arc<str>>,
         protocol: Protocol,
     ) -> Self {
         ServicePortName {

@@ -1,25 +1,23 @@
 //! The nftables data plane: keeps a record of what it wrote per family,
 //! renders each changed service port, plans only the difference and sends
 //! it as ONE atomic nf_tables batch over netlink. The kernel table is read
-//! only at start (to adopt what a previous instance left) and, cheaply, on
-//! the periodic full sync (table object count, rule counts of the fixed
-//! chains and of a rotating sample of service chains).
+//! only by full syncs: at start (to adopt what a previous instance left,
+//! writing only what differs) and, cheaply, on the periodic verification
+//! (table object count, rule counts of the fixed chains and of a rotating
+//! sample of service chains).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use netlink_bindings::nftables::{
-    ChainAttrs, PushChainAttrs, PushRuleAttrs, PushSetAttrs, PushTableAttrs, SetAttrs, TableAttrs,
-};
+use netlink_bindings::nftables::{PushRuleAttrs, PushTableAttrs, TableAttrs};
 
-use super::config::NftablesConfig;
-use super::layout::{FixedLayout, TableRole, fixed_layout};
-use super::names::shard_of;
+use super::config::{LEGACY_SERVICE_TABLES, NftablesConfig};
+use super::layout::{FixedLayout, fixed_layout};
 use super::netlink::{BatchError, NfSocket};
 use super::objects::{Op, TableId, table_name};
-use super::render::{RenderedPort, render_port};
-use super::table::{FamilyTable, Plan};
+use super::readback::{read_elements, read_elements_by_key, read_table};
+use super::table::{FamilyTable, FullSyncInput, KernelTable, Plan};
 use super::wire::MsgKind;
 use crate::backend::{Backend, BackendError, SyncOutcome};
 use crate::model::{
@@ -28,8 +26,9 @@ use crate::model::{
 
 /// Comment of keelson's tables.
 pub const TABLE_COMMENT: &str = "rules for keelson (kube-proxy compatible Service routing)";
-/// Service chains checked per periodic verification. Each per-chain rule
-/// dump walks the table's rule lists in the kernel, so the sample is small.
+/// Service ports whose chains each periodic verification checks. Each
+/// per-chain rule dump walks the table's rule lists in the kernel, so the
+/// sample is small.
 const VERIFY_SAMPLE: usize = 4;
 /// Fixed chains whose rules every verification checks (the hooks and the
 /// dispatch: if someone flushed the table, these are empty).
@@ -44,9 +43,6 @@ pub struct NftablesBackend {
     node_ports: BTreeMap<IpFamily, NodePortAddresses>,
     base_chains_reset: bool,
     verify_cursor: usize,
-    /// The model states last programmed (to skip re-rendering unchanged
-    /// ports on the periodic full sync).
-    programmed: HashMap<ServicePortKey, Arc<ServicePortState>>,
 }
 
 fn refused(e: BatchError) -> BackendError {
@@ -70,83 +66,38 @@ fn io_err(context: &str) -> impl FnOnce(std::io::Error) -> BackendError + '_ {
     }
 }
 
-type PortChanges = Vec<(ServicePortKey, Option<RenderedPort>)>;
+type PortChanges = Vec<(ServicePortKey, Option<Arc<ServicePortState>>)>;
 
-fn role(config: &NftablesConfig, id: TableId) -> TableRole {
-    if config.shards() == 1 {
-        TableRole::Combined
-    } else if id.index == 0 {
-        TableRole::Main
-    } else {
-        TableRole::Services
-    }
+fn table_of(family: IpFamily) -> TableId {
+    TableId { family, index: 0 }
 }
 
 fn fixed_for(
     config: &NftablesConfig,
-    id: TableId,
+    family: IpFamily,
     node_ports: &BTreeMap<IpFamily, NodePortAddresses>,
 ) -> FixedLayout {
-    let np = node_ports.get(&id.family).cloned().unwrap_or_default();
-    fixed_layout(id.family, role(config, id), config, &np)
+    let np = node_ports.get(&family).cloned().unwrap_or_default();
+    fixed_layout(family, config, &np)
 }
 
-/// The tables a service port's objects go to, with its rendering split
-/// accordingly (one table when Services are not sharded).
-pub(crate) fn render_parts(
-    config: &NftablesConfig,
-    key: &ServicePortKey,
-    state: Option<&ServicePortState>,
-) -> Vec<(TableId, Option<RenderedPort>)> {
-    let main = TableId {
-        family: key.family,
-        index: 0,
-    };
-    let rendered = state.map(|s| render_port(s, config));
-    if config.shards() == 1 {
-        return vec![(main, rendered)];
-    }
-    let svc = TableId {
-        family: key.family,
-        index: 1 + shard_of(&key.name, config.shards()),
-    };
-    match rendered {
-        None => vec![(main, None), (svc, None)],
-        Some(r) => {
-            let (m, s) = r.split();
-            vec![(main, Some(m)), (svc, Some(s))]
-        }
+/// Deletes the service tables (`<table>-services-NN`) of earlier keelson
+/// versions, which could spread Services over several tables: they would
+/// keep translating Services this version programs in one table. A
+/// failure is logged, not fatal.
+fn remove_legacy_service_tables(socket: &mut NfSocket, config: &NftablesConfig) {
+    let ops = legacy_table_deletions(config);
+    if let Err(e) = socket.run_batch(&config.table, &ops) {
+        tracing::warn!(error = %e, "could not remove the service tables of an earlier keelson");
     }
 }
 
-fn group_changes<'a>(
-    config: &NftablesConfig,
-    items: impl Iterator<Item = (&'a ServicePortKey, Option<&'a ServicePortState>)>,
-) -> BTreeMap<TableId, PortChanges> {
-    let mut by_table: BTreeMap<TableId, PortChanges> = BTreeMap::new();
-    for (key, state) in items {
-        for (id, part) in render_parts(config, key, state) {
-            by_table.entry(id).or_default().push((key.clone(), part));
-        }
-    }
-    by_table
-}
-
-/// Deletes service tables an earlier run with more `service_shards` left
-/// (`<table>-services-NN` beyond this configuration's): they would keep
-/// translating Services this run programs elsewhere. Services they held are
-/// programmed again by the first sync. A failure is logged, not fatal.
-fn remove_stale_service_tables(socket: &mut NfSocket, config: &NftablesConfig) {
-    let first_stale = if config.shards() == 1 {
-        1
-    } else {
-        config.shards() + 1
-    };
-    let ops: Vec<Op> = config
+fn legacy_table_deletions(config: &NftablesConfig) -> Vec<Op> {
+    config
         .families
         .iter()
         .flat_map(|family| {
-            (first_stale..=super::config::MAX_SERVICE_SHARDS).flat_map(move |index| {
+            (1..=LEGACY_SERVICE_TABLES).flat_map(move |index| {
                 let table = TableId {
                     family: *family,
                     index,
@@ -160,13 +111,7 @@ fn remove_stale_service_tables(socket: &mut NfSocket, config: &NftablesConfig) {
                 ]
             })
         })
-        .collect();
-    if ops.is_empty() {
-        return;
-    }
-    if let Err(e) = socket.run_batch(&config.table, &ops) {
-        tracing::warn!(error = %e, "could not remove stale service tables of an earlier configuration");
-    }
+        .collect()
 }
 
 impl NftablesBackend {
@@ -175,22 +120,12 @@ impl NftablesBackend {
     pub fn new(config: NftablesConfig) -> Result<NftablesBackend, BackendError> {
         let mut socket =
             NfSocket::open().map_err(io_err("opening the NETLINK_NETFILTER socket"))?;
-        remove_stale_service_tables(&mut socket, &config);
-        let mut tables = BTreeMap::new();
-        for family in &config.families {
-            let indexes: Vec<u16> = if config.shards() == 1 {
-                vec![0]
-            } else {
-                (0..=config.shards()).collect()
-            };
-            for index in indexes {
-                let id = TableId {
-                    family: *family,
-                    index,
-                };
-                tables.insert(id, FamilyTable::new(id));
-            }
-        }
+        remove_legacy_service_tables(&mut socket, &config);
+        let tables = config
+            .families
+            .iter()
+            .map(|f| (table_of(*f), FamilyTable::new(table_of(*f))))
+            .collect();
         let node_ports = config
             .families
             .iter()
@@ -203,7 +138,6 @@ impl NftablesBackend {
             node_ports,
             base_chains_reset: false,
             verify_cursor: 0,
-            programmed: HashMap::new(),
         })
     }
 
@@ -224,14 +158,15 @@ impl NftablesBackend {
 
     /// Plans the ops for a diff without sending them (what [`Backend::sync`]
     /// would send). Useful to inspect the cost of a change.
-    pub fn plan_diff(&self, diff: &ProxyDiff) -> Vec<Op> {
-        self.plans_for_diff(diff)
+    pub fn plan_diff(&self, diff: &ProxyDiff) -> Result<Vec<Op>, BackendError> {
+        Ok(self
+            .plans_for_diff(diff)?
             .into_iter()
             .flat_map(|(_, p)| p.ops)
-            .collect()
+            .collect())
     }
 
-    fn plans_for_diff(&self, diff: &ProxyDiff) -> Vec<(TableId, Plan)> {
+    fn plans_for_diff(&self, diff: &ProxyDiff) -> Result<Vec<(TableId, Plan)>, BackendError> {
         let mut config = self.config.clone();
         if let Some(cidrs) = &diff.service_cidrs {
             config.service_cidrs = cidrs.clone();
@@ -242,17 +177,24 @@ impl NftablesBackend {
                 node_ports.insert(*f, a.clone());
             }
         }
-        let mut by_table = group_changes(
-            &config,
-            diff.changes.iter().map(|c| (&c.key, c.current.as_deref())),
-        );
-        let mut out = Vec::new();
-        for (id, table) in &self.tables {
-            let fixed = fixed_for(&config, *id, &node_ports);
-            let changes = by_table.remove(id).unwrap_or_default();
-            out.push((*id, table.plan_incremental(&fixed, changes)));
+        let mut by_table: BTreeMap<TableId, PortChanges> = BTreeMap::new();
+        for c in &diff.changes {
+            by_table
+                .entry(table_of(c.key.family))
+                .or_default()
+                .push((c.key.clone(), c.current.clone()));
         }
-        out
+        self.tables
+            .iter()
+            .map(|(id, table)| {
+                let fixed = fixed_for(&config, id.family, &node_ports);
+                let changes = by_table.remove(id).unwrap_or_default();
+                table
+                    .plan_incremental(&config, &fixed, changes)
+                    .map(|p| (*id, p))
+                    .map_err(|e| BackendError::Invalid(e.to_string()))
+            })
+            .collect()
     }
 
     fn run(
@@ -260,15 +202,17 @@ impl NftablesBackend {
         plans: Vec<(TableId, Plan)>,
         now: Instant,
     ) -> Result<SyncOutcome, BackendError> {
-        let ops: Vec<Op> = plans
-            .iter()
-            .flat_map(|(_, p)| p.ops.iter().cloned())
-            .collect();
+        let mut ops: Vec<Op> = Vec::new();
+        let mut plans = plans;
+        for (_, p) in &mut plans {
+            ops.append(&mut p.ops);
+        }
         let objects_changed = ops.iter().map(Op::object_count).sum();
         let stats = self
             .socket
             .run_batch(&self.config.table, &ops)
             .map_err(refused)?;
+        drop(ops);
         for (id, plan) in plans {
             if let Some(t) = self.tables.get_mut(&id) {
                 t.commit(plan, now);
@@ -281,86 +225,65 @@ impl NftablesBackend {
         })
     }
 
-    fn list_names(
-        &mut self,
-        id: TableId,
-    ) -> Result<(BTreeSet<String>, BTreeSet<String>), BackendError> {
-        let table = table_name(&self.config.table, id.index);
-        let family = id.family;
-        let chains = match self.socket.request(MsgKind::GetChain, family, true, |b| {
-            PushChainAttrs::new(b).push_table_bytes(table.as_bytes());
-        }) {
-            Ok(c) => c,
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Vec::new(),
-            Err(e) => return Err(io_err("listing chains")(e)),
-        };
-        let sets = match self.socket.request(MsgKind::GetSet, family, true, |b| {
-            PushSetAttrs::new(b).push_table_bytes(table.as_bytes());
-        }) {
-            Ok(s) => s,
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Vec::new(),
-            Err(e) => return Err(io_err("listing sets")(e)),
-        };
-        let mut chain_names = BTreeSet::new();
-        for c in &chains {
-            let attrs = ChainAttrs::new(c);
-            if attrs.get_table().ok().map(|t| t.to_bytes()) != Some(table.as_bytes()) {
-                continue;
-            }
-            if let Ok(name) = attrs.get_name() {
-                chain_names.insert(name.to_string_lossy().into_owned());
-            }
-        }
-        let mut set_names = BTreeSet::new();
-        for s in &sets {
-            let attrs = SetAttrs::new(s);
-            if attrs.get_table().ok().map(|t| t.to_bytes()) != Some(table.as_bytes()) {
-                continue;
-            }
-            if let Ok(name) = attrs.get_name() {
-                set_names.insert(name.to_string_lossy().into_owned());
-            }
-        }
-        Ok((chain_names, set_names))
-    }
-
-    /// Rewrites everything from `snapshot`, adopting whatever the kernel has.
+    /// Makes the kernel equal to `snapshot`, adopting what it holds:
+    /// only what differs is written (everything when `delete_first`, which
+    /// replaces the table in the same transaction).
     fn full_rewrite(
         &mut self,
         snapshot: &ProxySnapshot,
         delete_first: bool,
     ) -> Result<SyncOutcome, BackendError> {
         let now = Instant::now();
-        let mut by_table = group_changes(
-            &self.config,
-            snapshot.services.iter().map(|(k, s)| (k, Some(&**s))),
-        );
         let ids: Vec<TableId> = self.tables.keys().copied().collect();
         let mut plans = Vec::new();
         for id in ids {
-            let (chains, sets) = if delete_first {
-                (BTreeSet::new(), BTreeSet::new())
+            let name = table_name(&self.config.table, id.index);
+            let kernel = if delete_first {
+                KernelTable::default()
             } else {
-                self.list_names(id)?
+                read_table(&mut self.socket, id.family, &name)
+                    .map_err(io_err("reading the nftables table"))?
             };
-            let fixed = fixed_for(&self.config, id, &self.node_ports);
-            let desired: Vec<(ServicePortKey, RenderedPort)> = by_table
-                .remove(&id)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|(k, p)| p.map(|p| (k, p)))
+            let fixed = fixed_for(&self.config, id.family, &self.node_ports);
+            let desired: Vec<(ServicePortKey, Arc<ServicePortState>)> = snapshot
+                .services
+                .iter()
+                .filter(|(k, _)| k.family == id.family)
+                .map(|(k, s)| (k.clone(), s.clone()))
                 .collect();
-            let Some(table) = self.tables.get(&id) else {
+            let Self {
+                socket,
+                tables,
+                config,
+                base_chains_reset,
+                ..
+            } = self;
+            let Some(table) = tables.get(&id) else {
                 continue;
             };
-            let mut plan = table.plan_full(
-                TABLE_COMMENT,
-                &fixed,
-                desired,
-                &chains,
-                &sets,
-                !self.base_chains_reset && !delete_first,
-            );
+            let mut reader = |set: &str, keys: Option<&[&[u8]]>| {
+                let read = match keys {
+                    None => read_elements(socket, id.family, &name, set),
+                    Some(keys) => read_elements_by_key(socket, id.family, &name, set, keys),
+                };
+                match read {
+                    Ok(e) => Some(e),
+                    Err(e) => {
+                        tracing::warn!(set, error = %e, "could not read the set's elements; rewriting it");
+                        None
+                    }
+                }
+            };
+            let input = FullSyncInput {
+                config,
+                table_comment: TABLE_COMMENT,
+                fixed: &fixed,
+                kernel: &kernel,
+                reset_base_chains: !*base_chains_reset && !delete_first,
+            };
+            let mut plan = table
+                .plan_full(input, desired, &mut reader)
+                .map_err(|e| BackendError::Invalid(e.to_string()))?;
             if delete_first {
                 let mut ops = vec![
                     Op::AddTable {
@@ -375,11 +298,6 @@ impl NftablesBackend {
             plans.push((id, plan));
         }
         let outcome = self.run(plans, now)?;
-        self.programmed = snapshot
-            .services
-            .iter()
-            .map(|(k, s)| (k.clone(), s.clone()))
-            .collect();
         self.base_chains_reset = true;
         Ok(SyncOutcome {
             repaired: true,
@@ -403,13 +321,25 @@ impl NftablesBackend {
         }
     }
 
+    fn rule_count(&mut self, id: TableId, chain: &str) -> Result<Option<usize>, BackendError> {
+        let table = table_name(&self.config.table, id.index);
+        match self.socket.request(MsgKind::GetRule, id.family, true, |b| {
+            PushRuleAttrs::new(b)
+                .push_table_bytes(table.as_bytes())
+                .push_chain_bytes(chain.as_bytes());
+        }) {
+            Ok(r) => Ok(Some(r.len())),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(io_err("listing rules")(e)),
+        }
+    }
+
     /// Cheap consistency check of the kernel table against the record.
     /// Returns a description of the first difference found.
     pub fn verify(&mut self) -> Result<Option<String>, BackendError> {
         let ids: Vec<TableId> = self.tables.keys().copied().collect();
         for id in ids {
             let table = table_name(&self.config.table, id.index);
-            let family = id.family;
             let Some(rec) = self.tables.get(&id) else {
                 continue;
             };
@@ -417,10 +347,27 @@ impl NftablesBackend {
                 return Ok(Some(format!("{id} never written")));
             }
             let expected = rec.expected_object_count();
-            let mut counts = rec.chain_rule_counts();
-            let reply = match self.socket.request(MsgKind::GetTable, family, false, |b| {
-                PushTableAttrs::new(b).push_name_bytes(table.as_bytes());
-            }) {
+            let mut sample: Vec<(String, usize)> = rec
+                .fixed_rule_counts()
+                .into_iter()
+                .filter(|(n, _)| VERIFY_FIXED.contains(&n.as_str()))
+                .collect();
+            let mut keys: Vec<&ServicePortKey> = rec.port_keys().collect();
+            if !keys.is_empty() {
+                keys.sort();
+                for i in 0..VERIFY_SAMPLE.min(keys.len()) {
+                    let key = keys[(self.verify_cursor + i) % keys.len()];
+                    if let Some(r) = rec.rendered(key, &self.config) {
+                        sample.extend(r.chains.iter().map(|c| (c.name.clone(), c.rules.len())));
+                    }
+                }
+                self.verify_cursor = (self.verify_cursor + VERIFY_SAMPLE) % keys.len();
+            }
+            let reply = match self
+                .socket
+                .request(MsgKind::GetTable, id.family, false, |b| {
+                    PushTableAttrs::new(b).push_name_bytes(table.as_bytes());
+                }) {
                 Ok(r) => r,
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                     return Ok(Some(format!("{id} ({table}) is gone")));
@@ -436,41 +383,53 @@ impl NftablesBackend {
                     "{id} ({table}) holds {used} chains/sets, keelson wrote {expected}"
                 )));
             }
-            // Fixed chains (no '/') always; a rotating sample of the others.
-            counts.sort();
-            let (fixed, per_port): (Vec<_>, Vec<_>) =
-                counts.into_iter().partition(|(n, _)| !n.contains('/'));
-            let mut sample: Vec<(String, usize)> = fixed
-                .into_iter()
-                .filter(|(n, _)| VERIFY_FIXED.contains(&n.as_str()))
-                .collect();
-            if !per_port.is_empty() {
-                for i in 0..VERIFY_SAMPLE.min(per_port.len()) {
-                    let idx = (self.verify_cursor + i) % per_port.len();
-                    sample.push(per_port[idx].clone());
-                }
-                self.verify_cursor = (self.verify_cursor + VERIFY_SAMPLE) % per_port.len();
-            }
             for (chain, want) in sample {
-                let rules = match self.socket.request(MsgKind::GetRule, family, true, |b| {
-                    PushRuleAttrs::new(b)
-                        .push_table_bytes(table.as_bytes())
-                        .push_chain_bytes(chain.as_bytes());
-                }) {
-                    Ok(r) => r.len(),
-                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                        return Ok(Some(format!("{id}: chain {chain} is gone")));
+                match self.rule_count(id, &chain)? {
+                    None => return Ok(Some(format!("{id}: chain {chain} is gone"))),
+                    Some(n) if n != want => {
+                        return Ok(Some(format!(
+                            "{id}: chain {chain} has {n} rules, keelson wrote {want}"
+                        )));
                     }
-                    Err(e) => return Err(io_err("listing rules")(e)),
-                };
-                if rules != want {
-                    return Ok(Some(format!(
-                        "{id}: chain {chain} has {rules} rules, keelson wrote {want}"
-                    )));
+                    Some(_) => {}
                 }
             }
         }
         Ok(None)
+    }
+
+    /// Brings the record to `snapshot` incrementally (the periodic full
+    /// sync once verification found the kernel as written).
+    fn converge(&mut self, snapshot: &ProxySnapshot) -> Result<SyncOutcome, BackendError> {
+        let now = Instant::now();
+        let node_ports = self.node_ports.clone();
+        let mut plans = Vec::new();
+        for (id, table) in &self.tables {
+            let mut changes: PortChanges = snapshot
+                .services
+                .iter()
+                .filter(|(k, _)| k.family == id.family)
+                .filter(|(k, s)| {
+                    table
+                        .state(k)
+                        .is_none_or(|p| !Arc::ptr_eq(p, s) && **p != ***s)
+                })
+                .map(|(k, s)| (k.clone(), Some(s.clone())))
+                .collect();
+            let gone: BTreeSet<&ServicePortKey> = table
+                .port_keys()
+                .filter(|k| !snapshot.services.contains_key(*k))
+                .collect();
+            changes.extend(gone.into_iter().map(|k| (k.clone(), None)));
+            let fixed = fixed_for(&self.config, id.family, &node_ports);
+            let plan = table
+                .plan_incremental(&self.config, &fixed, changes)
+                .map_err(|e| BackendError::Invalid(e.to_string()))?;
+            plans.push((*id, plan));
+        }
+        let outcome = self.run(plans, now)?;
+        self.delete_stale_chains(now);
+        Ok(outcome)
     }
 }
 
@@ -486,18 +445,8 @@ impl Backend for NftablesBackend {
             ));
         }
         let now = Instant::now();
-        let plans = self.plans_for_diff(diff);
+        let plans = self.plans_for_diff(diff)?;
         let outcome = self.run(plans, now)?;
-        for c in &diff.changes {
-            match &c.current {
-                Some(s) => {
-                    self.programmed.insert(c.key.clone(), s.clone());
-                }
-                None => {
-                    self.programmed.remove(&c.key);
-                }
-            }
-        }
         self.delete_stale_chains(now);
         if let Some(np) = &diff.node_port_addresses {
             for (f, a) in np {
@@ -522,52 +471,7 @@ impl Backend for NftablesBackend {
         let initialized = self.tables.values().all(FamilyTable::initialized);
         if initialized {
             match self.verify()? {
-                None => {
-                    // Kernel matches the record: bring the record to the
-                    // snapshot incrementally (usually nothing to do).
-                    let now = Instant::now();
-                    let programmed = &self.programmed;
-                    let mut keys: BTreeSet<&ServicePortKey> = snapshot
-                        .services
-                        .iter()
-                        .filter(|(k, s)| {
-                            programmed
-                                .get(*k)
-                                .is_none_or(|p| !Arc::ptr_eq(p, s) && **p != ***s)
-                        })
-                        .map(|(k, _)| k)
-                        .collect();
-                    keys.extend(
-                        programmed
-                            .keys()
-                            .filter(|k| !snapshot.services.contains_key(*k)),
-                    );
-                    let mut by_table = group_changes(
-                        &self.config,
-                        keys.into_iter()
-                            .map(|k| (k, snapshot.services.get(k).map(|s| &**s))),
-                    );
-                    let node_ports = self.node_ports.clone();
-                    let mut plans = Vec::new();
-                    for (id, table) in &self.tables {
-                        let fixed = fixed_for(&self.config, *id, &node_ports);
-                        let changes: PortChanges = by_table
-                            .remove(id)
-                            .unwrap_or_default()
-                            .into_iter()
-                            .filter(|(k, p)| table.port(k) != p.as_ref())
-                            .collect();
-                        plans.push((*id, table.plan_incremental(&fixed, changes)));
-                    }
-                    let outcome = self.run(plans, now)?;
-                    self.programmed = snapshot
-                        .services
-                        .iter()
-                        .map(|(k, s)| (k.clone(), s.clone()))
-                        .collect();
-                    self.delete_stale_chains(now);
-                    return Ok(outcome);
-                }
+                None => return self.converge(snapshot),
                 Some(reason) => {
                     tracing::warn!(%reason, "nftables table differs from what keelson wrote; rewriting it");
                 }
@@ -587,7 +491,7 @@ impl Backend for NftablesBackend {
     }
 
     fn cleanup(&mut self) -> Result<(), BackendError> {
-        let ops: Vec<Op> = self
+        let mut ops: Vec<Op> = self
             .tables
             .keys()
             .flat_map(|id| {
@@ -600,13 +504,13 @@ impl Backend for NftablesBackend {
                 ]
             })
             .collect();
+        ops.extend(legacy_table_deletions(&self.config));
         self.socket
             .run_batch(&self.config.table, &ops)
             .map_err(refused)?;
         for t in self.tables.values_mut() {
             t.reset();
         }
-        self.programmed.clear();
         Ok(())
     }
 }

@@ -24,8 +24,10 @@ pub enum LocalTraffic {
     InterfacePrefix(String),
 }
 
-/// The most service tables per family ([`NftablesConfig::service_shards`]).
-pub const MAX_SERVICE_SHARDS: u16 = 64;
+/// Earlier keelson versions could spread Services over up to this many
+/// service tables per family (`<table>-services-00..63`); they are deleted
+/// at start and by cleanup.
+pub const LEGACY_SERVICE_TABLES: u16 = 64;
 
 /// Configuration of the nftables backend.
 #[derive(Debug, Clone)]
@@ -46,15 +48,6 @@ pub struct NftablesConfig {
     /// The node's primary IP per family (used to let the node reach its own
     /// load-balancer IPs when they are inside loadBalancerSourceRanges).
     pub node_ips: BTreeMap<IpFamily, IpAddr>,
-    /// Number of service tables per family. 1 (default): one table per
-    /// family exactly like kube-proxy's. N > 1: the per-Service chains and
-    /// dispatch maps are spread over `<table>-services-00..N-1` by a stable
-    /// hash, beside the main `<table>`. The kernel re-validates the whole
-    /// table a transaction touches (every chain reachable from its base
-    /// chains), so with tens of thousands of Services a change costs
-    /// ~1/N of the single-table cost; each new connection pays N dispatch
-    /// lookups instead of one.
-    pub service_shards: u16,
 }
 
 impl Default for NftablesConfig {
@@ -67,7 +60,6 @@ impl Default for NftablesConfig {
             local_traffic: BTreeMap::new(),
             service_cidrs: BTreeMap::new(),
             node_ips: BTreeMap::new(),
-            service_shards: 1,
         }
     }
 }
@@ -76,11 +68,6 @@ impl NftablesConfig {
     /// The masquerade mark bit value.
     pub fn masquerade_mark(&self) -> u32 {
         1u32 << self.masquerade_bit.min(31)
-    }
-
-    /// Service tables per family (at least 1, at most [`MAX_SERVICE_SHARDS`]).
-    pub fn shards(&self) -> u16 {
-        self.service_shards.clamp(1, MAX_SERVICE_SHARDS)
     }
 
     /// Pod-traffic detection of a family.

@@ -12,6 +12,7 @@ use netlink_bindings::traits::Pusher;
 use netlink_bindings::utils::push_header;
 
 use super::objects::{Element, Op, SetDef, SetKind, TableId, table_name};
+use super::slots::SlotBlock;
 use super::wire::{self, MsgKind, NLM_F_APPEND, NLM_F_CREATE, begin_message, end_message, nfproto};
 use crate::model::IpFamily;
 
@@ -22,6 +23,7 @@ const TYPE_IPADDR: u32 = 7;
 const TYPE_IP6ADDR: u32 = 8;
 const TYPE_INET_PROTOCOL: u32 = 12;
 const TYPE_INET_SERVICE: u32 = 13;
+const TYPE_MARK: u32 = 19;
 /// Concatenated types are `a << 6 | b` (TYPE_BITS = 6).
 const fn concat(a: u32, b: u32) -> u32 {
     (a << 6) | b
@@ -43,6 +45,12 @@ const ADDR_UDATA_PREFIX: &[u8] = &[0x00, 0x04, 0x02, 0x00, 0x00, 0x00];
 const UDATA_SET_COMMENT: u8 = 7;
 /// Table/chain/rule/element comment udata type.
 const UDATA_COMMENT: u8 = 0;
+/// keelson's rule userdata: the rule's fingerprint (8 bytes) and the block
+/// of endpoint slots it picks from (base: 4 bytes, size order: 1 byte).
+/// nft ignores unknown types.
+pub const UDATA_RULE_FINGERPRINT: u8 = 0xf0;
+/// See [`UDATA_RULE_FINGERPRINT`].
+pub const UDATA_RULE_SLOTS: u8 = 0xf1;
 /// nft truncates comments at 128 bytes.
 const COMMENT_MAX: usize = 127;
 /// Keep each element-list attribute well below its u16 length limit.
@@ -260,9 +268,7 @@ fn encode_op(
                     list = e.encode(list);
                 }
                 let r = list.end_nested();
-                if let Some(comment) = &rule.comment {
-                    r.push_userdata(&udata_comment(UDATA_COMMENT, comment));
-                }
+                r.push_userdata(&rule_userdata(rule));
             }
             end_message(buf, off);
         }
@@ -330,6 +336,8 @@ fn encode_op(
                         .end_nested();
                     if let Some(v) = &el.verdict {
                         e = v.encode_data(e.nested_data());
+                    } else if let Some(d) = &el.data {
+                        e = e.nested_data().push_value(d).end_nested();
                     }
                     if let Some(c) = &el.comment {
                         e = e.push_userdata(&udata_comment(UDATA_COMMENT, c));
@@ -355,23 +363,61 @@ fn encode_op(
                     nfproto(id.family),
                     0,
                 );
-                let mut list = PushSetelemListAttrs::new(&mut *buf)
-                    .push_table_bytes(t)
-                    .push_set_bytes(set.as_bytes())
-                    .nested_elements();
-                for key in chunk {
-                    list = list
-                        .nested_elem()
-                        .nested_key()
-                        .push_value(key)
-                        .end_nested()
-                        .end_nested();
-                }
-                list.end_nested();
+                push_element_keys(buf, t, set, chunk);
                 end_message(buf, off);
             }
         }
     }
+}
+
+/// The userdata of a rule: its comment, its fingerprint and its slots.
+pub fn rule_userdata(rule: &super::rule::Rule) -> Vec<u8> {
+    let mut udata = rule
+        .comment
+        .as_deref()
+        .map(|c| udata_comment(UDATA_COMMENT, c))
+        .unwrap_or_default();
+    udata.extend([UDATA_RULE_FINGERPRINT, 8]);
+    udata.extend(rule.fingerprint().to_ne_bytes());
+    if let Some(block) = rule.slots {
+        udata.extend([UDATA_RULE_SLOTS, 5]);
+        udata.extend(block.base.to_ne_bytes());
+        udata.push(block.order);
+    }
+    udata
+}
+
+/// What keelson's userdata says about a rule read back from the kernel:
+/// (fingerprint, slots).
+pub fn parse_rule_userdata(udata: &[u8]) -> (Option<u64>, Option<SlotBlock>) {
+    let mut fingerprint = None;
+    let mut slots = None;
+    let mut pos = 0;
+    while pos + 2 <= udata.len() {
+        let (ty, len) = (udata[pos], usize::from(udata[pos + 1]));
+        let Some(value) = udata.get(pos + 2..pos + 2 + len) else {
+            break;
+        };
+        match ty {
+            UDATA_RULE_FINGERPRINT => {
+                fingerprint = <[u8; 8]>::try_from(value).ok().map(u64::from_ne_bytes);
+            }
+            UDATA_RULE_SLOTS => {
+                if let (Some(base), Some(order)) = (
+                    value.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()),
+                    value.get(4),
+                ) {
+                    slots = Some(SlotBlock {
+                        base: u32::from_ne_bytes(base),
+                        order: *order,
+                    });
+                }
+            }
+            _ => {}
+        }
+        pos += 2 + len;
+    }
+    (fingerprint, slots)
 }
 
 fn chunk_elements(elements: &[Element]) -> Vec<&[Element]> {
@@ -382,6 +428,7 @@ fn chunk_elements(elements: &[Element]) -> Vec<&[Element]> {
         let est = 48
             + el.key.len()
             + el.verdict.as_ref().map(|_| 64).unwrap_or(0)
+            + el.data.as_ref().map(|d| d.len() + 8).unwrap_or(0)
             + el.comment
                 .as_ref()
                 .map(|c| c.len().min(COMMENT_MAX) + 8)
@@ -397,6 +444,24 @@ fn chunk_elements(elements: &[Element]) -> Vec<&[Element]> {
         chunks.push(&elements[start..]);
     }
     chunks
+}
+
+/// Flags, key and data types of a map (`data_type` [`DATA_VERDICT`] for a
+/// verdict map).
+fn data_map<P: Pusher>(
+    s: PushSetAttrs<P>,
+    key_type: u32,
+    key_len: u32,
+    data_type: u32,
+    data_len: u32,
+    id: u32,
+) -> PushSetAttrs<P> {
+    s.push_flags(SET_F_MAP)
+        .push_key_type(key_type)
+        .push_key_len(key_len)
+        .push_data_type(data_type)
+        .push_data_len(data_len)
+        .push_id(id.to_be()) /* the bindings write NFTA_SET_ID in host order */
 }
 
 fn encode_set(table: &[u8], family: IpFamily, set: &SetDef, id: u32, buf: &mut Vec<u8>) {
@@ -440,11 +505,81 @@ fn encode_set(table: &[u8], family: IpFamily, set: &SetDef, id: u32, buf: &mut V
                 .push_timeout((u64::from(timeout_seconds) * 1000).to_be()),
             ADDR_UDATA_PREFIX.to_vec(),
         ),
+        SetKind::AddrAddrProtoPort => (
+            s.push_flags(0)
+                .push_key_type(concat(
+                    concat(concat(addr, addr), TYPE_INET_PROTOCOL),
+                    TYPE_INET_SERVICE,
+                ))
+                .push_key_len(2 * addr_len + 8)
+                .push_id(id.to_be()), /* the bindings write NFTA_SET_ID in host order */
+            Vec::new(),
+        ),
+        SetKind::MarkToEndpoint => (
+            data_map(
+                s,
+                TYPE_MARK,
+                4,
+                concat(addr, TYPE_INET_SERVICE),
+                addr_len + 4,
+                id,
+            ),
+            Vec::new(),
+        ),
+        SetKind::MarkVmap => (data_map(s, TYPE_MARK, 4, DATA_VERDICT, 0, id), Vec::new()),
+        SetKind::AddrProtoPortMarkToEndpoint => (
+            data_map(
+                s,
+                concat(
+                    concat(concat(addr, TYPE_INET_PROTOCOL), TYPE_INET_SERVICE),
+                    TYPE_MARK,
+                ),
+                addr_len + 12,
+                concat(addr, TYPE_INET_SERVICE),
+                addr_len + 4,
+                id,
+            ),
+            Vec::new(),
+        ),
+        SetKind::ProtoPortMarkToEndpoint => (
+            data_map(
+                s,
+                concat(concat(TYPE_INET_PROTOCOL, TYPE_INET_SERVICE), TYPE_MARK),
+                12,
+                concat(addr, TYPE_INET_SERVICE),
+                addr_len + 4,
+                id,
+            ),
+            Vec::new(),
+        ),
     };
     if let Some(c) = &set.comment {
         udata.extend(udata_comment(UDATA_SET_COMMENT, c));
     }
     s.push_userdata(&udata);
+}
+
+/// A set-element list of `table`'s `set` naming elements by key alone (a
+/// deletion, or a lookup by key).
+pub(super) fn push_element_keys<K: AsRef<[u8]>>(
+    buf: &mut Vec<u8>,
+    table: &[u8],
+    set: &str,
+    keys: &[K],
+) {
+    let mut list = PushSetelemListAttrs::new(buf)
+        .push_table_bytes(table)
+        .push_set_bytes(set.as_bytes())
+        .nested_elements();
+    for key in keys {
+        list = list
+            .nested_elem()
+            .nested_key()
+            .push_value(key.as_ref())
+            .end_nested()
+            .end_nested();
+    }
+    list.end_nested();
 }
 
 #[cfg(test)]
@@ -472,6 +607,7 @@ mod tests {
                     .map(|i| Element {
                         key: i.to_be_bytes().to_vec(),
                         verdict: None,
+                        data: None,
                         comment: Some("ns/svc".into()),
                     })
                     .collect(),
@@ -512,7 +648,101 @@ mod wire_format_tests {
     fn message_attrs(op: Op) -> String {
         let b = encode_batch("kt", &[op], 0);
         let msgs = parse_replies(&b.bytes);
-        describe_attrs(&msgs[1].payload[4..])
+        strip_rule_userdata(&describe_attrs(&msgs[1].payload[4..]))
+    }
+
+    /// Drops a rule's userdata (`NFTA_RULE_USERDATA`, 7: keelson's
+    /// fingerprint), which nft does not write.
+    fn strip_rule_userdata(attrs: &str) -> String {
+        match attrs.rfind(" 7:f0") {
+            Some(i) => attrs[..i].to_string(),
+            None => attrs.to_string(),
+        }
+    }
+
+    /// keelson's userdata follows the comment and survives a round trip.
+    #[test]
+    fn rule_userdata_carries_fingerprint_and_slots() {
+        use crate::nftables::slots::SlotBlock;
+        let mut rule = RuleBuilder::new(IpFamily::V4)
+            .comment("c")
+            .verdict(crate::nftables::expr::Verdict::Drop);
+        rule.slots = Some(SlotBlock {
+            base: 4096,
+            order: 3,
+        });
+        let udata = rule_userdata(&rule);
+        assert_eq!(&udata[..4], &[0, 2, b'c', 0], "the comment first, as nft");
+        assert_eq!(
+            parse_rule_userdata(&udata),
+            (Some(rule.fingerprint()), rule.slots)
+        );
+        let other = RuleBuilder::new(IpFamily::V4)
+            .comment("c")
+            .verdict(crate::nftables::expr::Verdict::Accept);
+        assert_ne!(other.fingerprint(), rule.fingerprint());
+    }
+
+    /// The registers of `dnat ip addr . port to ip daddr . meta l4proto .
+    /// th dport . numgen random mod 3 map @m` as nft 1.0.6 lays them out
+    /// (`nft --debug=netlink`: payload => reg 1, meta l4proto => reg 9,
+    /// payload => reg 10, numgen reg 11, lookup reg 1 dreg 1, nat addr_min
+    /// reg 1 proto_min reg 9).
+    #[test]
+    fn endpoint_list_dnat_uses_nfts_registers() {
+        use crate::nftables::expr::{Expr, MetaKey, PayloadBase};
+        let rule = RuleBuilder::new(IpFamily::V4).dnat_address_list("m", 3);
+        assert_eq!(
+            rule.exprs,
+            vec![
+                Expr::Payload {
+                    dreg: 1,
+                    base: PayloadBase::Network,
+                    offset: 16,
+                    len: 4
+                },
+                Expr::Meta {
+                    dreg: 9,
+                    key: MetaKey::L4Proto
+                },
+                Expr::Payload {
+                    dreg: 10,
+                    base: PayloadBase::Transport,
+                    offset: 2,
+                    len: 2
+                },
+                Expr::NumgenRandom {
+                    dreg: 11,
+                    modulus: 3,
+                    offset: 0
+                },
+                Expr::Lookup {
+                    sreg: 1,
+                    set: "m".into(),
+                    dreg: Some(1),
+                    invert: false
+                },
+                Expr::Dnat {
+                    nfproto: 2,
+                    addr_reg: 1,
+                    port_reg: 9
+                },
+            ]
+        );
+        // IPv6: the address fills registers 8..11, the port is in 12.
+        let v6 = RuleBuilder::new(IpFamily::V6).dnat_nodeport_list("m", 2);
+        assert!(matches!(
+            v6.exprs.last(),
+            Some(Expr::Dnat {
+                nfproto: 10,
+                addr_reg: 1,
+                port_reg: 12
+            })
+        ));
+        assert!(matches!(
+            v6.exprs.get(2),
+            Some(Expr::NumgenRandom { dreg: 10, .. })
+        ));
     }
 
     /// Compared with what `nft -d mnl` sends for
@@ -631,6 +861,7 @@ mod wire_format_tests {
                     elements: vec![Element {
                         key,
                         verdict: Some(Verdict::Goto("c".into())),
+                        data: None,
                         comment: None
                     }],
                 },
@@ -652,6 +883,7 @@ mod wire_format_tests {
                     elements: vec![Element {
                         key,
                         verdict: None,
+                        data: None,
                         comment: Some("ns/y".into())
                     }],
                 },

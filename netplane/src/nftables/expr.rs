@@ -32,7 +32,8 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    fn code(&self) -> i32 {
+    /// The kernel verdict code (`NF_DROP`, `NFT_JUMP`, ...).
+    pub fn code(&self) -> i32 {
         match self {
             Verdict::Drop => 0,
             Verdict::Accept => 1,
@@ -42,7 +43,8 @@ impl Verdict {
         }
     }
 
-    fn chain(&self) -> Option<&str> {
+    /// The chain a jump or goto names.
+    pub fn chain(&self) -> Option<&str> {
         match self {
             Verdict::Jump(c) | Verdict::Goto(c) => Some(c),
             _ => None,
@@ -156,12 +158,14 @@ pub enum Expr {
         /// Data.
         data: Vec<u8>,
     },
-    /// `numgen random mod <modulus>` into `dreg`.
+    /// `numgen random mod <modulus> [offset <offset>]` into `dreg`.
     NumgenRandom {
         /// Destination register.
         dreg: u32,
         /// Modulus.
         modulus: u32,
+        /// Added to the result (0: none).
+        offset: u32,
     },
     /// `dnat to <addr reg>:<port reg>`.
     Dnat {
@@ -188,6 +192,11 @@ pub enum Expr {
     },
     /// `ct state` into `dreg`.
     CtState {
+        /// Destination register.
+        dreg: u32,
+    },
+    /// `ct status` into `dreg`.
+    CtStatus {
         /// Destination register.
         dreg: u32,
     },
@@ -278,7 +287,11 @@ impl Expr {
                 .end_nested()
                 .end_nested()
                 .end_nested(),
-            Expr::NumgenRandom { dreg, modulus } => encode_numgen_random(elem, *dreg, *modulus),
+            Expr::NumgenRandom {
+                dreg,
+                modulus,
+                offset,
+            } => encode_numgen_random(elem, *dreg, *modulus, *offset),
             Expr::Dnat {
                 nfproto,
                 addr_reg,
@@ -310,6 +323,13 @@ impl Expr {
             Expr::CtState { dreg } => elem
                 .nested_data_ct()
                 .push_key(0)
+                .push_dreg(*dreg)
+                .end_nested()
+                .end_nested(),
+            // NFT_CT_STATUS
+            Expr::CtStatus { dreg } => elem
+                .nested_data_ct()
+                .push_key(2)
                 .push_dreg(*dreg)
                 .end_nested()
                 .end_nested(),
@@ -356,11 +376,13 @@ fn encode_lookup<P: Pusher>(
 }
 
 /// `numgen` is written by hand: the bindings encode its register in host
-/// byte order (`NFTA_NG_DREG` 1, `MODULUS` 2, `TYPE` 3 = `NFT_NG_RANDOM`).
+/// byte order (`NFTA_NG_DREG` 1, `MODULUS` 2, `TYPE` 3 = `NFT_NG_RANDOM`,
+/// `OFFSET` 4).
 fn encode_numgen_random<P: Pusher>(
     elem: PushExprAttrs<PushExprListAttrs<P>>,
     dreg: u32,
     modulus: u32,
+    offset: u32,
 ) -> PushExprListAttrs<P> {
     const NFTA_EXPR_DATA: u16 = 2;
     let mut elem = elem.push_name(c"numgen");
@@ -369,6 +391,10 @@ fn encode_numgen_random<P: Pusher>(
     for (ty, value) in [(1u16, dreg), (2, modulus), (3, 1)] {
         push_header(buf, ty, 4);
         buf.extend(value.to_be_bytes());
+    }
+    if offset != 0 {
+        push_header(buf, 4, 4);
+        buf.extend(offset.to_be_bytes());
     }
     finalize_nested_header(buf, data);
     elem.end_nested()

@@ -1,8 +1,11 @@
 //! Reads a service port's objects back from the kernel and compares them
 //! with what the model says they must be (for `keelson diagnose service`):
-//! the port is rendered exactly as the backend renders it, then each
-//! chain (with its rule count), affinity set and map element (key and
-//! verdict) is looked up over netlink. Nothing is written.
+//! the port is rendered as the backend renders it, then each chain (with
+//! its rule count), affinity set and map element (key and verdict or data)
+//! is looked up over netlink. Nothing is written. The elements of the
+//! per-Service slot maps (`endpoint-slots`, `endpoint-chains`) are keyed
+//! by the slot block the running syncer allocated, which only it knows:
+//! they are not compared; the chains that use them are.
 
 use std::collections::HashMap;
 use std::io;
@@ -12,12 +15,11 @@ use netlink_bindings::nftables::{
     DataAttrs, PushChainAttrs, PushRuleAttrs, PushSetAttrs, PushSetelemListAttrs, SetelemListAttrs,
 };
 
-use super::backend::render_parts;
 use super::config::NftablesConfig;
 use super::expr::Verdict;
 use super::netlink::NfSocket;
-use super::objects::table_name;
-use super::render::ElementSet;
+use super::objects::Element;
+use super::render::{ElementSet, PortSlots, render_port};
 use super::wire::MsgKind;
 use crate::model::{IpFamily, Protocol, ServicePortState};
 
@@ -126,6 +128,20 @@ fn verdict_text(v: &Verdict) -> String {
     }
 }
 
+/// A data map element's value, as text (hex bytes).
+fn data_text(data: &[u8]) -> String {
+    let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+    format!("data {hex}")
+}
+
+/// What an element maps to, as text (`None` for plain set elements).
+fn element_value(el: &Element) -> Option<String> {
+    el.verdict
+        .as_ref()
+        .map(verdict_text)
+        .or_else(|| el.data.as_deref().map(data_text))
+}
+
 /// The verdict of a map element as the kernel returned it.
 fn parse_verdict(data: &[u8]) -> Option<String> {
     let v = DataAttrs::new(data).get_verdict().ok()?;
@@ -176,8 +192,11 @@ fn elements(
             else {
                 continue;
             };
-            let verdict = e.get_data().ok().and_then(|d| parse_verdict(d.get_buf()));
-            out.insert(key, verdict);
+            let value = e.get_data().ok().and_then(|d| {
+                parse_verdict(d.get_buf())
+                    .or_else(|| DataAttrs::new(d.get_buf()).get_value().ok().map(data_text))
+            });
+            out.insert(key, value);
         }
     }
     Ok(Some(out))
@@ -191,85 +210,97 @@ pub fn inspect_port(
 ) -> io::Result<PortInspection> {
     let family = state.key.family;
     let mut out = PortInspection::default();
-    for (id, part) in render_parts(config, &state.key, Some(state)) {
-        let Some(part) = part else { continue };
-        let table = table_name(&config.table, id.index);
-        let table_label = format!("{} {table}", family_word(family));
-        for chain in &part.chains {
-            // A rule dump filtered on a chain that is gone is just empty:
-            // ask for the chain itself first.
-            let exists = match sock.request(MsgKind::GetChain, family, false, |b| {
-                PushChainAttrs::new(b)
-                    .push_table_bytes(table.as_bytes())
-                    .push_name_bytes(chain.name.as_bytes());
-            }) {
-                Ok(_) => true,
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => false,
-                Err(e) => return Err(e),
-            };
-            let found = match sock.request(MsgKind::GetRule, family, true, |b| {
-                PushRuleAttrs::new(b)
-                    .push_table_bytes(table.as_bytes())
-                    .push_chain_bytes(chain.name.as_bytes());
-            }) {
-                _ if !exists => Found::Missing,
-                Ok(rules) if rules.len() == chain.rules.len() => Found::Present,
-                Ok(rules) => Found::Different(format!("{} rules", rules.len())),
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Found::Missing,
-                Err(e) => return Err(e),
-            };
-            out.checks.push(ObjectCheck {
-                table: table_label.clone(),
-                object: format!("chain {}", chain.name),
-                expected: format!("{} rules", chain.rules.len()),
-                found,
-            });
+    let part = render_port(state, config, &PortSlots::default());
+    let table = config.table.clone();
+    let table_label = format!("{} {table}", family_word(family));
+    for chain in &part.chains {
+        // A rule dump filtered on a chain that is gone is just empty:
+        // ask for the chain itself first.
+        let exists = match sock.request(MsgKind::GetChain, family, false, |b| {
+            PushChainAttrs::new(b)
+                .push_table_bytes(table.as_bytes())
+                .push_name_bytes(chain.name.as_bytes());
+        }) {
+            Ok(_) => true,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => false,
+            Err(e) => return Err(e),
+        };
+        let found = match sock.request(MsgKind::GetRule, family, true, |b| {
+            PushRuleAttrs::new(b)
+                .push_table_bytes(table.as_bytes())
+                .push_chain_bytes(chain.name.as_bytes());
+        }) {
+            _ if !exists => Found::Missing,
+            Ok(rules) if rules.len() == chain.rules.len() => Found::Present,
+            Ok(rules) => Found::Different(format!("{} rules", rules.len())),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Found::Missing,
+            Err(e) => return Err(e),
+        };
+        out.checks.push(ObjectCheck {
+            table: table_label.clone(),
+            object: format!("chain {}", chain.name),
+            expected: format!("{} rules", chain.rules.len()),
+            found,
+        });
+    }
+    for set in &part.affinity_sets {
+        let found = match sock.request(MsgKind::GetSet, family, false, |b| {
+            PushSetAttrs::new(b)
+                .push_table_bytes(table.as_bytes())
+                .push_name_bytes(set.name.as_bytes());
+        }) {
+            Ok(_) => Found::Present,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Found::Missing,
+            Err(e) => return Err(e),
+        };
+        out.checks.push(ObjectCheck {
+            table: table_label.clone(),
+            object: format!("set {}", set.name),
+            expected: "present".into(),
+            found,
+        });
+    }
+    // The shared sets' and maps' elements, and each endpoint list's
+    // dispatch element and endpoints.
+    let mut wanted: Vec<(ElementSet, Element)> = part
+        .elements
+        .iter()
+        .filter(|(set, _)| set.is_shared())
+        .cloned()
+        .collect();
+    for list in &part.lists {
+        let (dispatch, endpoints) = list.kind.sets();
+        wanted.push((dispatch, list.dispatch_element()));
+        wanted.extend(
+            (0..list.endpoints.len())
+                .filter_map(|i| list.endpoint_element(i).map(|e| (endpoints, e))),
+        );
+    }
+    let mut by_set: Vec<(ElementSet, Vec<&Element>)> = Vec::new();
+    for (set, el) in &wanted {
+        match by_set.iter_mut().find(|(s, _)| s == set) {
+            Some((_, v)) => v.push(el),
+            None => by_set.push((*set, vec![el])),
         }
-        for set in &part.affinity_sets {
-            let found = match sock.request(MsgKind::GetSet, family, false, |b| {
-                PushSetAttrs::new(b)
-                    .push_table_bytes(table.as_bytes())
-                    .push_name_bytes(set.name.as_bytes());
-            }) {
-                Ok(_) => Found::Present,
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Found::Missing,
-                Err(e) => return Err(e),
-            };
-            out.checks.push(ObjectCheck {
-                table: table_label.clone(),
-                object: format!("set {}", set.name),
-                expected: "present".into(),
-                found,
-            });
-        }
-        let mut by_set: Vec<(ElementSet, Vec<&super::objects::Element>)> = Vec::new();
-        for (set, el) in &part.elements {
-            match by_set.iter_mut().find(|(s, _)| s == set) {
-                Some((_, v)) => v.push(el),
-                None => by_set.push((*set, vec![el])),
-            }
-        }
-        for (set, els) in by_set {
-            let have = elements(sock, family, &table, set.name())?;
-            for el in els {
-                let expected = el.verdict.as_ref().map(verdict_text);
-                let found = match &have {
+    }
+    for (set, els) in by_set {
+        let have = elements(sock, family, &table, set.name())?;
+        for el in els {
+            let expected = element_value(el);
+            let found = match &have {
+                None => Found::Missing,
+                Some(h) => match h.get(&el.key) {
                     None => Found::Missing,
-                    Some(h) => match h.get(&el.key) {
-                        None => Found::Missing,
-                        Some(v) if *v == expected => Found::Present,
-                        Some(v) => {
-                            Found::Different(v.clone().unwrap_or_else(|| "no verdict".into()))
-                        }
-                    },
-                };
-                out.checks.push(ObjectCheck {
-                    table: table_label.clone(),
-                    object: format!("element {} in {}", key_text(family, &el.key), set.name()),
-                    expected: expected.unwrap_or_else(|| "present".into()),
-                    found,
-                });
-            }
+                    Some(v) if *v == expected => Found::Present,
+                    Some(v) => Found::Different(v.clone().unwrap_or_else(|| "no value".into())),
+                },
+            };
+            out.checks.push(ObjectCheck {
+                table: table_label.clone(),
+                object: format!("element {} in {}", key_text(family, &el.key), set.name()),
+                expected: expected.unwrap_or_else(|| "present".into()),
+                found,
+            });
         }
     }
     Ok(out)

@@ -1,23 +1,39 @@
-//! The fixed part of keelson's table (kube-proxy's nftables layout): base
-//! chains on the netfilter hooks, the dispatch chains and the sets/maps
-//! every service port adds elements to.
+//! The fixed part of keelson's table: kube-proxy v1.36's nftables layout
+//! (`pkg/proxy/nftables/proxier.go`: `nftablesBaseChains`,
+//! `nftablesJumpChains`, `setupNFTables`) plus the two maps of keelson's
+//! compact endpoint choice.
 //!
 //! ```text
-//! filter-prerouting (prio -110)      ct state new jump firewall-check
-//! filter-input (-110)                ct state new jump nodeport-endpoints-check / service-endpoints-check
-//! filter-forward (-110)              ct state new jump service-endpoints-check / cluster-ips-check
-//! filter-output (-110)               ct state new jump service-endpoints-check / firewall-check
-//! filter-output-post-dnat (-90)      ct state new jump cluster-ips-check
-//! nat-prerouting / nat-output (-100) jump services
-//! nat-postrouting (100)              jump masquerading
-//! services                           ip daddr . meta l4proto . th dport vmap @service-ips
-//!                                    <node port addresses> meta l4proto . th dport vmap @service-nodeports
+//! filter-prerouting-pre-dnat (prio -110)  ct state new jump firewall-check
+//! filter-output-pre-dnat (-110)           ct state new jump firewall-check
+//! filter-input (0)                        ct state new jump nodeport-endpoints-check / service-endpoints-check
+//! filter-forward (0)                      ct state new jump service-endpoints-check / cluster-ips-check
+//! filter-output (0)                       ct state new jump service-endpoints-check / cluster-ips-check
+//! nat-prerouting / nat-output (-100)      jump services
+//! nat-postrouting (100)                   jump masquerading
+//! services                                [ip daddr @cluster-ips <not a pod> mark set mark or 0x4000]
+//!                                         ip daddr . meta l4proto . th dport vmap @service-ips
+//!                                         <node port addresses> meta l4proto . th dport vmap @service-nodeports
+//! masquerading                            mark and 0x4000 != 0 mark set mark xor 0x4000 masquerade fully-random
+//!                                         ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random
 //! ```
+//!
+//! The endpoint checks run at filter priority, after DNAT (kube-proxy moved
+//! them there in v1.34, kubernetes#132456): traffic the node itself sends to
+//! an `externalTrafficPolicy: Local` address is DNATed by the short-circuit
+//! rules before the check, so it is no longer dropped on a node without a
+//! local endpoint (kubernetes#131765).
+//!
+//! keelson's additions (see [`super::render`]): the endpoints of addresses
+//! and NodePorts served by an endpoint list (`service-endpoints`,
+//! `nodeport-endpoints`, and the shared `endpoints-N` chains their
+//! dispatch elements jump to), and the endpoint slots of the service chains
+//! that remain (`endpoint-slots`, `endpoint-chains`).
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use super::config::NftablesConfig;
+use super::config::{LocalTraffic, NftablesConfig};
 use super::expr::{FibOn, Verdict};
 use super::objects::{
     BaseHook, ChainDef, Element, HOOK_FORWARD, HOOK_INPUT, HOOK_OUTPUT, HOOK_POSTROUTING,
@@ -52,10 +68,19 @@ pub const REJECT_CHAIN: &str = "reject-chain";
 pub const FIREWALL_IPS: &str = "firewall-ips";
 /// `firewall-check`.
 pub const FIREWALL_CHECK: &str = "firewall-check";
-/// `mark-for-masquerade`.
-pub const MARK_MASQ: &str = "mark-for-masquerade";
 /// `masquerading`.
 pub const MASQUERADING: &str = "masquerading";
+/// `hairpin-connections`: local endpoints reaching themselves through a
+/// Service are masqueraded.
+pub const HAIRPIN_CONNECTIONS: &str = "hairpin-connections";
+/// `endpoint-slots`: `slot : endpoint address . port`.
+pub const ENDPOINT_SLOTS: &str = "endpoint-slots";
+/// `endpoint-chains`: `slot : goto endpoint chain` (ClientIP affinity).
+pub const ENDPOINT_CHAINS: &str = "endpoint-chains";
+/// `service-endpoints`: `ip . proto . port . slot : endpoint`.
+pub const SERVICE_ENDPOINTS: &str = "service-endpoints";
+/// `nodeport-endpoints`: `proto . port . slot : endpoint`.
+pub const NODEPORT_ENDPOINTS: &str = "nodeport-endpoints";
 
 /// The fixed objects of one family's table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,66 +118,13 @@ pub fn addr_key(ip: &IpAddr) -> Vec<u8> {
     }
 }
 
-/// Which part of the layout a table carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TableRole {
-    /// Everything (Services not sharded: one table per family, kube-proxy's layout).
-    Combined,
-    /// The main table of sharded Services: filter base chains, checks,
-    /// `no-endpoint-*`, `cluster-ips`, `firewall-ips`, masquerading.
-    Main,
-    /// A service table: NAT dispatch (`nat-prerouting`/`nat-output` ->
-    /// `services`), `service-ips`, `service-nodeports` and the per-service
-    /// chains of the Services hashed to it.
-    Services,
-}
-
-/// Builds the fixed layout of a table.
+/// Builds the fixed layout of a family's table.
 pub fn fixed_layout(
     family: IpFamily,
-    role: TableRole,
     config: &NftablesConfig,
     node_ports: &NodePortAddresses,
 ) -> FixedLayout {
-    let full = combined_layout(family, config, node_ports);
-    let main_sets = [
-        CLUSTER_IPS,
-        NODEPORT_IPS,
-        NO_ENDPOINT_SERVICES,
-        NO_ENDPOINT_NODEPORTS,
-        FIREWALL_IPS,
-    ];
-    let service_sets = [NODEPORT_IPS, SERVICE_IPS, SERVICE_NODEPORTS];
-    let service_chains = ["nat-prerouting", "nat-output", MARK_MASQ, SERVICES];
-    match role {
-        TableRole::Combined => full,
-        TableRole::Main => FixedLayout {
-            sets: full
-                .sets
-                .into_iter()
-                .filter(|s| main_sets.contains(&s.name.as_str()))
-                .collect(),
-            chains: full
-                .chains
-                .into_iter()
-                .filter(|c| !service_chains.contains(&c.name.as_str()))
-                .collect(),
-            nodeport_ips: full.nodeport_ips,
-        },
-        TableRole::Services => FixedLayout {
-            sets: full
-                .sets
-                .into_iter()
-                .filter(|s| service_sets.contains(&s.name.as_str()))
-                .collect(),
-            chains: full
-                .chains
-                .into_iter()
-                .filter(|c| service_chains.contains(&c.name.as_str()))
-                .collect(),
-            nodeport_ips: full.nodeport_ips,
-        },
-    }
+    combined_layout(family, config, node_ports)
 }
 
 fn combined_layout(
@@ -163,21 +135,47 @@ fn combined_layout(
     let r = || RuleBuilder::new(family);
     let jump_new = |target: &str| r().ct_state_new().verdict(Verdict::Jump(target.into()));
     let mark = config.masquerade_mark();
+    let set = |name: &str, kind: SetKind, comment: Option<&str>| SetDef {
+        name: name.into(),
+        kind,
+        comment: comment.map(Into::into),
+    };
 
-    let mut sets = vec![SetDef {
-        name: CLUSTER_IPS.into(),
-        kind: SetKind::Addr,
-        comment: Some("Active ClusterIPs".into()),
-    }];
+    // The maps of keelson's endpoint lists come first: the kernel finds a
+    // set by walking the table's set list, and these are named by most
+    // messages of a sync.
+    let mut sets = vec![
+        set(
+            SERVICE_ENDPOINTS,
+            SetKind::AddrProtoPortMarkToEndpoint,
+            Some("endpoints of addresses served by an endpoint list, by slot"),
+        ),
+        set(
+            NODEPORT_ENDPOINTS,
+            SetKind::ProtoPortMarkToEndpoint,
+            Some("endpoints of NodePorts served by an endpoint list, by slot"),
+        ),
+        set(
+            ENDPOINT_SLOTS,
+            SetKind::MarkToEndpoint,
+            Some("endpoints of service chains, by slot"),
+        ),
+        set(
+            ENDPOINT_CHAINS,
+            SetKind::MarkVmap,
+            Some("endpoint chains of ClientIP-affinity service chains, by slot"),
+        ),
+        set(CLUSTER_IPS, SetKind::Addr, Some("Active ClusterIPs")),
+    ];
     let mut nodeport_ips = Vec::new();
     let limited = match node_ports {
         NodePortAddresses::AllLocal => false,
         NodePortAddresses::Ips(ips) => {
-            sets.push(SetDef {
-                name: NODEPORT_IPS.into(),
-                kind: SetKind::Addr,
-                comment: Some("IPs that accept NodePort traffic".into()),
-            });
+            sets.push(set(
+                NODEPORT_IPS,
+                SetKind::Addr,
+                Some("IPs that accept NodePort traffic"),
+            ));
             let ips: BTreeSet<&IpAddr> =
                 ips.iter().filter(|ip| IpFamily::of(ip) == family).collect();
             for ip in ips {
@@ -185,54 +183,50 @@ fn combined_layout(
                     tracing::error!(address = %ip, "nodePortAddresses includes localhost but localhost NodePorts are not supported");
                     continue;
                 }
-                nodeport_ips.push(Element {
-                    key: addr_key(ip),
-                    verdict: None,
-                    comment: None,
-                });
+                nodeport_ips.push(Element::key(addr_key(ip)));
             }
             true
         }
     };
     sets.extend([
-        SetDef {
-            name: NO_ENDPOINT_SERVICES.into(),
-            kind: SetKind::AddrProtoPortVmap,
-            comment: Some("vmap to drop or reject packets to services with no endpoints".into()),
-        },
-        SetDef {
-            name: NO_ENDPOINT_NODEPORTS.into(),
-            kind: SetKind::ProtoPortVmap,
-            comment: Some(
-                "vmap to drop or reject packets to service nodeports with no endpoints".into(),
-            ),
-        },
-        SetDef {
-            name: FIREWALL_IPS.into(),
-            kind: SetKind::AddrProtoPortVmap,
-            comment: Some("destinations that are subject to LoadBalancerSourceRanges".into()),
-        },
-        SetDef {
-            name: SERVICE_IPS.into(),
-            kind: SetKind::AddrProtoPortVmap,
-            comment: Some("ClusterIP, ExternalIP and LoadBalancer IP traffic".into()),
-        },
-        SetDef {
-            name: SERVICE_NODEPORTS.into(),
-            kind: SetKind::ProtoPortVmap,
-            comment: Some("NodePort traffic".into()),
-        },
+        set(
+            NO_ENDPOINT_SERVICES,
+            SetKind::AddrProtoPortVmap,
+            Some("vmap to drop or reject packets to services with no endpoints"),
+        ),
+        set(
+            NO_ENDPOINT_NODEPORTS,
+            SetKind::ProtoPortVmap,
+            Some("vmap to drop or reject packets to service nodeports with no endpoints"),
+        ),
+        set(
+            FIREWALL_IPS,
+            SetKind::AddrProtoPortVmap,
+            Some("destinations that are subject to LoadBalancerSourceRanges"),
+        ),
+        set(
+            SERVICE_IPS,
+            SetKind::AddrProtoPortVmap,
+            Some("ClusterIP, ExternalIP and LoadBalancer IP traffic"),
+        ),
+        set(
+            SERVICE_NODEPORTS,
+            SetKind::ProtoPortVmap,
+            Some("NodePort traffic"),
+        ),
+        set(
+            HAIRPIN_CONNECTIONS,
+            SetKind::AddrAddrProtoPort,
+            Some("service hairpin connections"),
+        ),
     ]);
 
-    let nodeport_dispatch = if limited {
-        r().daddr_in_set(NODEPORT_IPS)
-            .vmap_proto_port(SERVICE_NODEPORTS)
-            .build()
-    } else {
-        r().fib_type_local(FibOn::Daddr)
-            .daddr_not_loopback()
-            .vmap_proto_port(SERVICE_NODEPORTS)
-            .build()
+    let nodeport_addresses = || {
+        if limited {
+            r().daddr_in_set(NODEPORT_IPS)
+        } else {
+            r().fib_type_local(FibOn::Daddr).daddr_not_loopback()
+        }
     };
     let nodeport_check = if limited {
         r().daddr_in_set(NODEPORT_IPS)
@@ -255,17 +249,47 @@ fn combined_layout(
                 .verdict(Verdict::Drop),
         );
     }
+    // ClusterIP traffic from outside the cluster is masqueraded (it may
+    // leave the node again); all of it with masqueradeAll.
+    let mut services = Vec::new();
+    if config.masquerade_all {
+        services.push(
+            r().daddr_in_set(CLUSTER_IPS)
+                .mark_or(mark)
+                .comment("masquerade all clusterIP traffic")
+                .build(),
+        );
+    } else if let Some(b) = if_not_pod(r().daddr_in_set(CLUSTER_IPS), config.local(family)) {
+        services.push(
+            b.mark_or(mark)
+                .comment("masquerade clusterIP traffic from outside cluster")
+                .build(),
+        );
+    }
+    services.push(r().vmap_daddr_proto_port(SERVICE_IPS).build());
+
+    services.push(
+        nodeport_addresses()
+            .vmap_proto_port(SERVICE_NODEPORTS)
+            .build(),
+    );
 
     let chains = vec![
         chain(
-            "filter-prerouting",
+            "filter-prerouting-pre-dnat",
             base("filter", HOOK_PREROUTING, -110),
             None,
             vec![jump_new(FIREWALL_CHECK)],
         ),
         chain(
+            "filter-output-pre-dnat",
+            base("filter", HOOK_OUTPUT, -110),
+            None,
+            vec![jump_new(FIREWALL_CHECK)],
+        ),
+        chain(
             "filter-input",
-            base("filter", HOOK_INPUT, -110),
+            base("filter", HOOK_INPUT, 0),
             None,
             vec![
                 jump_new(NODEPORT_ENDPOINTS_CHECK),
@@ -274,7 +298,7 @@ fn combined_layout(
         ),
         chain(
             "filter-forward",
-            base("filter", HOOK_FORWARD, -110),
+            base("filter", HOOK_FORWARD, 0),
             None,
             vec![
                 jump_new(SERVICE_ENDPOINTS_CHECK),
@@ -283,15 +307,12 @@ fn combined_layout(
         ),
         chain(
             "filter-output",
-            base("filter", HOOK_OUTPUT, -110),
+            base("filter", HOOK_OUTPUT, 0),
             None,
-            vec![jump_new(SERVICE_ENDPOINTS_CHECK), jump_new(FIREWALL_CHECK)],
-        ),
-        chain(
-            "filter-output-post-dnat",
-            base("filter", HOOK_OUTPUT, -90),
-            None,
-            vec![jump_new(CLUSTER_IPS_CHECK)],
+            vec![
+                jump_new(SERVICE_ENDPOINTS_CHECK),
+                jump_new(CLUSTER_IPS_CHECK),
+            ],
         ),
         chain(
             "nat-prerouting",
@@ -317,15 +338,15 @@ fn combined_layout(
             Some("helper for @no-endpoint-services / @no-endpoint-nodeports"),
             vec![r().reject()],
         ),
-        chain(MARK_MASQ, None, None, vec![r().mark_or(mark).build()]),
         chain(
             MASQUERADING,
             None,
             None,
             vec![
-                r().mark_bits_clear(mark).verdict(Verdict::Return),
-                r().mark_xor(mark).build(),
-                r().masquerade(),
+                r().mark_bits_set(mark).mark_xor(mark).masquerade(),
+                r().ct_status_dnat()
+                    .saddr_daddr_proto_port_in_set(HAIRPIN_CONNECTIONS)
+                    .masquerade(),
             ],
         ),
         chain(
@@ -342,20 +363,28 @@ fn combined_layout(
             vec![r().vmap_daddr_proto_port(FIREWALL_IPS).build()],
         ),
         chain(CLUSTER_IPS_CHECK, None, None, cluster_ips_check),
-        chain(
-            SERVICES,
-            None,
-            None,
-            vec![
-                r().vmap_daddr_proto_port(SERVICE_IPS).build(),
-                nodeport_dispatch,
-            ],
-        ),
+        chain(SERVICES, None, None, services),
     ];
     FixedLayout {
         sets,
         chains,
         nodeport_ips,
+    }
+}
+
+/// `<rule> <source is not a pod>` as `detectLocalMode` says; `None` when
+/// pods cannot be told apart (kube-proxy then writes no such rule).
+pub fn if_not_pod(r: RuleBuilder, local: &LocalTraffic) -> Option<RuleBuilder> {
+    if_pod(r, local, true)
+}
+
+/// `<rule> <source is a pod>` (`negate`: is not); `None` without detection.
+pub fn if_pod(r: RuleBuilder, local: &LocalTraffic, negate: bool) -> Option<RuleBuilder> {
+    match local {
+        LocalTraffic::Unknown => None,
+        LocalTraffic::Cidr(net) => Some(r.saddr_in(*net, negate)),
+        LocalTraffic::Interface(name) => Some(r.iifname_eq(name, negate)),
+        LocalTraffic::InterfacePrefix(prefix) => Some(r.iifname_prefix(prefix, negate)),
     }
 }
 

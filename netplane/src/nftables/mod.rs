@@ -22,8 +22,10 @@ pub mod listing;
 pub mod names;
 pub mod netlink;
 pub mod objects;
+pub mod readback;
 pub mod render;
 pub mod rule;
+pub mod slots;
 pub mod table;
 pub mod wire;
 
@@ -31,4 +33,4 @@ pub mod wire;
 mod tests;
 
 pub use backend::{NftablesBackend, TABLE_COMMENT};
-pub use config::{LocalTraffic, MAX_SERVICE_SHARDS, NftablesConfig};
+pub use config::{LEGACY_SERVICE_TABLES, LocalTraffic, NftablesConfig};

@@ -108,27 +108,6 @@ impl PortChains {
     }
 }
 
-/// The service table (0-based) a service port is hashed to among `shards`
-/// (stable across restarts: FNV-1a of `ns/name/proto/port`).
-pub fn shard_of(name: &ServicePortName, shards: u16) -> u16 {
-    if shards <= 1 {
-        return 0;
-    }
-    let mut h: u32 = 0x811c_9dc5;
-    let key = format!(
-        "{}/{}/{}/{}",
-        name.service.namespace,
-        name.service.name,
-        name.protocol.as_nft(),
-        name.port
-    );
-    for b in key.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    (h % u32::from(shards)) as u16
-}
-
 /// Endpoint chain and affinity set names of an endpoint.
 pub fn endpoint_names(name: &ServicePortName, endpoint: SocketAddr) -> (String, String) {
     let base = endpoint_base(name, endpoint);

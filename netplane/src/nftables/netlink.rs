@@ -201,6 +201,45 @@ impl NfSocket {
         self.request_raw(kind.msg_type(), dump, wire::nfproto(family), attrs)
     }
 
+    /// A "get" request answered by one message per item (e.g. several set
+    /// elements by key): the replies, and the errno that stopped the
+    /// kernel (0: it answered every item; the kernel stops at the first
+    /// item it cannot answer).
+    pub fn request_items(
+        &mut self,
+        kind: MsgKind,
+        family: IpFamily,
+        attrs: impl FnOnce(&mut Vec<u8>),
+    ) -> io::Result<(Vec<Vec<u8>>, i32)> {
+        let seq = self.next_seq(0);
+        let mut req = Vec::with_capacity(4096);
+        let off = begin_message(
+            &mut req,
+            kind.msg_type(),
+            NLM_F_ACK,
+            seq,
+            wire::nfproto(family),
+            0,
+        );
+        attrs(&mut req);
+        end_message(&mut req, off);
+        self.ensure_sndbuf(req.len())?;
+        send(self.fd.as_raw_fd(), &req, MsgFlags::empty()).map_err(nix_io)?;
+        let mut out = Vec::new();
+        loop {
+            let n = recv(self.fd.as_raw_fd(), &mut self.rbuf, MsgFlags::empty()).map_err(nix_io)?;
+            for reply in wire::parse_replies(&self.rbuf[..n]) {
+                if reply.seq != seq {
+                    continue;
+                }
+                if reply.msg_type == NLMSG_ERROR {
+                    return Ok((out, -wire::error_code(reply.payload)));
+                }
+                out.push(reply.payload.get(4..).unwrap_or_default().to_vec());
+            }
+        }
+    }
+
     /// Like [`NfSocket::request`] for any netfilter subsystem message type
     /// (e.g. conntrack's `(1 << 8) | IPCTNL_MSG_CT_*`).
     pub fn request_raw(

@@ -92,6 +92,20 @@ pub enum SetKind {
         /// Timeout in seconds.
         timeout_seconds: u32,
     },
+    /// `type ipvX_addr . ipvX_addr . inet_proto . inet_service`
+    /// (`hairpin-connections`).
+    AddrAddrProtoPort,
+    /// `type mark : ipvX_addr . inet_service` (`endpoint-slots`: slot ->
+    /// endpoint address and port).
+    MarkToEndpoint,
+    /// `type mark : verdict` (`endpoint-chains`).
+    MarkVmap,
+    /// `type ipvX_addr . inet_proto . inet_service . mark : ipvX_addr .
+    /// inet_service` (`service-endpoints`).
+    AddrProtoPortMarkToEndpoint,
+    /// `type inet_proto . inet_service . mark : ipvX_addr . inet_service`
+    /// (`nodeport-endpoints`).
+    ProtoPortMarkToEndpoint,
 }
 
 /// A named set or map.
@@ -111,10 +125,44 @@ pub struct SetDef {
 pub struct Element {
     /// Key.
     pub key: Vec<u8>,
-    /// Verdict (maps only).
+    /// Verdict (verdict maps only).
     pub verdict: Option<Verdict>,
+    /// Data (data maps only), as the kernel stores it.
+    pub data: Option<Vec<u8>>,
     /// Comment.
     pub comment: Option<String>,
+}
+
+impl Element {
+    /// An element of a set (no value, no comment).
+    pub fn key(key: Vec<u8>) -> Element {
+        Element {
+            key,
+            verdict: None,
+            data: None,
+            comment: None,
+        }
+    }
+
+    /// An element of a verdict map.
+    pub fn verdict(key: Vec<u8>, verdict: Verdict, comment: Option<String>) -> Element {
+        Element {
+            key,
+            verdict: Some(verdict),
+            data: None,
+            comment,
+        }
+    }
+
+    /// An element of a data map.
+    pub fn data(key: Vec<u8>, data: Vec<u8>) -> Element {
+        Element {
+            key,
+            verdict: None,
+            data: Some(data),
+            comment: None,
+        }
+    }
 }
 
 /// One operation of a transaction, in the order they are sent.

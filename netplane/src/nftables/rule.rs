@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use super::expr::{Expr, FibOn, MetaKey, PayloadBase, REG_1, REG_2, REG32_00, Verdict};
+use super::slots::SlotBlock;
 use crate::model::{IpFamily, Protocol};
 
 /// One rule: expressions and an optional comment.
@@ -16,12 +17,52 @@ pub struct Rule {
     pub exprs: Vec<Expr>,
     /// `comment "..."`.
     pub comment: Option<String>,
+    /// The block of endpoint slots the rule picks from (kept in the rule's
+    /// userdata, so a restarted keelson finds the blocks it used).
+    pub slots: Option<SlotBlock>,
+}
+
+impl Rule {
+    /// A fingerprint of the rule's content (expressions, comment, slots
+    /// id), written into the rule's userdata: a restarted keelson compares
+    /// it with the rule it would write and leaves equal rules alone.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = Fnv64::default();
+        self.hash(&mut h);
+        h.finish()
+    }
+}
+
+/// FNV-1a, 64 bits: stable for a given build (std's `DefaultHasher` is
+/// seeded per process).
+struct Fnv64(u64);
+
+impl Default for Fnv64 {
+    fn default() -> Self {
+        Fnv64(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for Fnv64 {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// `RTN_LOCAL`, the `fib ... type local` result.
 const RTN_LOCAL: u32 = 2;
 /// `NF_CT_STATE_BIT(IP_CT_NEW)`.
 const CT_STATE_NEW: u32 = 8;
+/// `IPS_DST_NAT` (`ct status dnat`).
+const CT_STATUS_DNAT: u32 = 0x20;
 
 fn ip_bytes(ip: &IpAddr) -> Vec<u8> {
     match ip {
@@ -68,15 +109,28 @@ impl RuleBuilder {
         }
     }
 
-    fn load_addr(mut self, source: bool) -> Self {
+    fn load_addr(self, source: bool) -> Self {
+        self.load_addr_into(source, REG_1)
+    }
+
+    fn load_addr_into(mut self, source: bool, dreg: u32) -> Self {
         let (offset, len) = self.addr_offset(source);
         self.exprs.push(Expr::Payload {
-            dreg: REG_1,
+            dreg,
             base: PayloadBase::Network,
             offset,
             len,
         });
         self
+    }
+
+    /// The 32-bit register right after an address loaded into `REG_1`
+    /// (`REG32_01` for IPv4, `REG32_04` = `REG_2` for IPv6).
+    fn after_addr(&self) -> u32 {
+        match self.family {
+            IpFamily::V4 => REG32_00 + 1,
+            IpFamily::V6 => REG32_00 + 4,
+        }
     }
 
     /// `ip saddr <ip>` / `ip saddr != <ip>`.
@@ -253,43 +307,22 @@ impl RuleBuilder {
     }
 
     /// `ct state new`.
-    pub fn ct_state_new(mut self) -> Self {
-        self.exprs.push(Expr::CtState { dreg: REG_1 });
-        self.exprs.push(Expr::Bitwise {
-            sreg: REG_1,
-            dreg: REG_1,
-            mask: CT_STATE_NEW.to_ne_bytes().to_vec(),
-            xor: vec![0; 4],
-        });
-        self.exprs.push(Expr::Cmp {
-            sreg: REG_1,
-            neq: true,
-            data: vec![0; 4],
-        });
-        self
+    pub fn ct_state_new(self) -> Self {
+        self.masked_test(Expr::CtState { dreg: REG_1 }, CT_STATE_NEW, true)
     }
 
     /// `meta mark set meta mark | <bits>`.
-    pub fn mark_or(mut self, bits: u32) -> Self {
-        self.exprs.push(Expr::Meta {
-            dreg: REG_1,
-            key: MetaKey::Mark,
-        });
-        self.exprs.push(Expr::Bitwise {
-            sreg: REG_1,
-            dreg: REG_1,
-            mask: (!bits).to_ne_bytes().to_vec(),
-            xor: bits.to_ne_bytes().to_vec(),
-        });
-        self.exprs.push(Expr::MetaSet {
-            key: MetaKey::Mark,
-            sreg: REG_1,
-        });
-        self
+    pub fn mark_or(self, bits: u32) -> Self {
+        self.mark_rewrite(!bits, bits)
     }
 
     /// `meta mark set meta mark ^ <bits>`.
-    pub fn mark_xor(mut self, bits: u32) -> Self {
+    pub fn mark_xor(self, bits: u32) -> Self {
+        self.mark_rewrite(u32::MAX, bits)
+    }
+
+    /// `meta mark set meta mark & <mask> ^ <xor>`.
+    fn mark_rewrite(mut self, mask: u32, xor: u32) -> Self {
         self.exprs.push(Expr::Meta {
             dreg: REG_1,
             key: MetaKey::Mark,
@@ -297,8 +330,8 @@ impl RuleBuilder {
         self.exprs.push(Expr::Bitwise {
             sreg: REG_1,
             dreg: REG_1,
-            mask: u32::MAX.to_ne_bytes().to_vec(),
-            xor: bits.to_ne_bytes().to_vec(),
+            mask: mask.to_ne_bytes().to_vec(),
+            xor: xor.to_ne_bytes().to_vec(),
         });
         self.exprs.push(Expr::MetaSet {
             key: MetaKey::Mark,
@@ -307,24 +340,189 @@ impl RuleBuilder {
         self
     }
 
-    /// `meta mark & <bits> == 0`.
-    pub fn mark_bits_clear(mut self, bits: u32) -> Self {
-        self.exprs.push(Expr::Meta {
-            dreg: REG_1,
-            key: MetaKey::Mark,
-        });
+    /// `meta mark & <bits> != 0`.
+    pub fn mark_bits_set(self, bits: u32) -> Self {
+        self.masked_test(
+            Expr::Meta {
+                dreg: REG_1,
+                key: MetaKey::Mark,
+            },
+            bits,
+            true,
+        )
+    }
+
+    /// `ct status dnat`.
+    pub fn ct_status_dnat(self) -> Self {
+        self.masked_test(Expr::CtStatus { dreg: REG_1 }, CT_STATUS_DNAT, true)
+    }
+
+    /// `<load> & <mask> != 0` (`nonzero`) or `== 0`, in register 1.
+    fn masked_test(mut self, load: Expr, mask: u32, nonzero: bool) -> Self {
+        self.exprs.push(load);
         self.exprs.push(Expr::Bitwise {
             sreg: REG_1,
             dreg: REG_1,
-            mask: bits.to_ne_bytes().to_vec(),
+            mask: mask.to_ne_bytes().to_vec(),
             xor: vec![0; 4],
         });
         self.exprs.push(Expr::Cmp {
             sreg: REG_1,
-            neq: false,
+            neq: nonzero,
             data: vec![0; 4],
         });
         self
+    }
+
+    /// `ip saddr . ip daddr . meta l4proto . th dport @set`.
+    pub fn saddr_daddr_proto_port_in_set(mut self, set: &str) -> Self {
+        self = self.load_addr_into(true, REG_1);
+        let daddr = self.after_addr();
+        self = self.load_addr_into(false, daddr);
+        let (proto_reg, port_reg) = match self.family {
+            IpFamily::V4 => (REG32_00 + 2, REG32_00 + 3),
+            IpFamily::V6 => (REG32_00 + 8, REG32_00 + 9),
+        };
+        self.exprs.push(Expr::Meta {
+            dreg: proto_reg,
+            key: MetaKey::L4Proto,
+        });
+        self.exprs.push(Expr::Payload {
+            dreg: port_reg,
+            base: PayloadBase::Transport,
+            offset: 2,
+            len: 2,
+        });
+        self.exprs.push(Expr::Lookup {
+            sreg: REG_1,
+            set: set.into(),
+            dreg: None,
+            invert: false,
+        });
+        self
+    }
+
+    /// `numgen random mod <n> offset <block base>`: one of the block's
+    /// first `n` slots, uniformly.
+    fn pick_slot(mut self, block: SlotBlock, n: u32) -> Self {
+        self.exprs.push(Expr::NumgenRandom {
+            dreg: REG_1,
+            modulus: n.max(1),
+            offset: block.base,
+        });
+        self
+    }
+
+    /// `meta l4proto <proto> dnat ipX addr . port to numgen random mod <n>
+    /// offset <base> map @<map>` (ends the rule): one uniformly chosen
+    /// endpoint among the `n` first slots of `block`.
+    pub fn dnat_slots(self, proto: Protocol, map: &str, block: SlotBlock, n: u32) -> Rule {
+        let mut rule = self
+            .l4proto_eq(proto)
+            .pick_slot(block, n)
+            .dnat_from_lookup(map);
+        rule.slots = Some(block);
+        rule
+    }
+
+    /// `numgen random mod <n> offset <base> vmap @<map>` (ends the rule):
+    /// goto one uniformly chosen endpoint chain.
+    pub fn vmap_slots(mut self, map: &str, block: SlotBlock, n: u32) -> Rule {
+        self = self.pick_slot(block, n);
+        self.exprs.push(Expr::Lookup {
+            sreg: REG_1,
+            set: map.into(),
+            dreg: Some(0),
+            invert: false,
+        });
+        let mut rule = self.build();
+        rule.slots = Some(block);
+        rule
+    }
+
+    /// `ip daddr . meta l4proto . th dport` into the registers from `REG_1`;
+    /// returns the next free 32-bit register.
+    fn load_daddr_proto_port(mut self) -> (Self, u32) {
+        self = self.load_addr(false);
+        let proto_reg = self.after_addr();
+        self.exprs.push(Expr::Meta {
+            dreg: proto_reg,
+            key: MetaKey::L4Proto,
+        });
+        self.exprs.push(Expr::Payload {
+            dreg: proto_reg + 1,
+            base: PayloadBase::Transport,
+            offset: 2,
+            len: 2,
+        });
+        (self, proto_reg + 2)
+    }
+
+    /// `meta l4proto . th dport` into `REG32_00 .. 01`.
+    fn load_proto_port(mut self) -> Self {
+        self.exprs.push(Expr::Meta {
+            dreg: REG_1,
+            key: MetaKey::L4Proto,
+        });
+        self.exprs.push(Expr::Payload {
+            dreg: REG32_00 + 1,
+            base: PayloadBase::Transport,
+            offset: 2,
+            len: 2,
+        });
+        self
+    }
+
+    fn dnat_from_lookup(mut self, map: &str) -> Rule {
+        self.exprs.push(Expr::Lookup {
+            sreg: REG_1,
+            set: map.into(),
+            dreg: Some(REG_1),
+            invert: false,
+        });
+        let port_reg = self.after_addr();
+        self.exprs.push(Expr::Dnat {
+            nfproto: super::wire::nfproto(self.family),
+            addr_reg: REG_1,
+            port_reg,
+        });
+        self.build()
+    }
+
+    /// `dnat ipX addr . port to ip daddr . meta l4proto . th dport . numgen
+    /// random mod <n> map @<map>` (ends the rule).
+    pub fn dnat_address_list(self, map: &str, n: u32) -> Rule {
+        let (mut s, slot_reg) = self.load_daddr_proto_port();
+        s.exprs.push(Expr::NumgenRandom {
+            dreg: slot_reg,
+            modulus: n.max(1),
+            offset: 0,
+        });
+        s.dnat_from_lookup(map)
+    }
+
+    /// `dnat ipX addr . port to meta l4proto . th dport . numgen random mod
+    /// <n> map @<map>` (ends the rule).
+    pub fn dnat_nodeport_list(self, map: &str, n: u32) -> Rule {
+        let mut s = self.load_proto_port();
+        s.exprs.push(Expr::NumgenRandom {
+            dreg: REG32_00 + 2,
+            modulus: n.max(1),
+            offset: 0,
+        });
+        s.dnat_from_lookup(map)
+    }
+
+    /// `meta mark & <bits> == 0`.
+    pub fn mark_bits_clear(self, bits: u32) -> Self {
+        self.masked_test(
+            Expr::Meta {
+                dreg: REG_1,
+                key: MetaKey::Mark,
+            },
+            bits,
+            false,
+        )
     }
 
     /// `ip daddr . meta l4proto . th dport vmap @map`.
@@ -379,6 +577,7 @@ impl RuleBuilder {
         self.exprs.push(Expr::NumgenRandom {
             dreg: REG_1,
             modulus,
+            offset: 0,
         });
         self.exprs.push(Expr::Cmp {
             sreg: REG_1,
@@ -450,6 +649,7 @@ impl RuleBuilder {
         Rule {
             exprs: self.exprs,
             comment: self.comment,
+            slots: None,
         }
     }
 }

@@ -2,31 +2,160 @@
 //! operations that turn it into a new desired state. Nothing here talks to
 //! the kernel: the backend sends the planned ops as one batch and, only if
 //! the kernel accepted them, commits the plan into this record.
+//!
+//! The record is small: per service port the model state it was rendered
+//! from (shared with the change tracker, not copied) and its port id; per
+//! element that several ports may claim, the claiming ports. Renderings
+//! are recomputed when a port changes (the old one from the recorded
+//! state), never stored.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::layout::{FixedLayout, NODEPORT_IPS, creation_order};
+use super::config::NftablesConfig;
+use super::layout::{self, FixedLayout, NODEPORT_IPS, creation_order};
 use super::objects::{ChainDef, Element, Op, SetDef, TableId};
-use super::render::{ElementSet, RenderedPort};
-use crate::model::ServicePortKey;
+use super::render::{
+    ElementSet, KeyedList, ListKind, PortSlots, RenderedPort, parse_shared_chain_name, render_port,
+    shared_chain, slot_needs,
+};
+use super::slots::{SlotBlock, SlotSpace};
+use crate::model::{ServicePortKey, ServicePortState};
 
 /// How long a chain that lost its last reference stays (flushed) before it
 /// is deleted: kernels before 6.2 notice a dropped map reference only a
 /// moment after the transaction (kube-proxy waits one second too).
 pub const STALE_CHAIN_DELAY: Duration = Duration::from_secs(1);
 
-type ElementKey = (ElementSet, Vec<u8>);
+/// Something several service ports may claim: an element (its set and
+/// key), or an address / NodePort key served by an endpoint list. The
+/// first claimant (in key order) has it in the kernel; the next one takes
+/// over when it goes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Claim {
+    Element(ElementSet, Box<[u8]>),
+    List(ListKind, Box<[u8]>),
+}
 
-/// The record of one table (a family's main table or one of its service tables).
+/// What a claim is when a port has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Claimed {
+    Element(Element),
+    List(KeyedList),
+}
+
+fn claims(r: &RenderedPort) -> impl Iterator<Item = Claim> + '_ {
+    let elements = r
+        .elements
+        .iter()
+        .filter(|(s, _)| s.is_shared())
+        .map(|(s, e)| Claim::Element(*s, e.key.clone().into_boxed_slice()));
+    let lists = r
+        .lists
+        .iter()
+        .map(|l| Claim::List(l.kind, l.key.clone().into_boxed_slice()));
+    elements.chain(lists)
+}
+
+fn claimed(r: &RenderedPort, claim: &Claim) -> Option<Claimed> {
+    match claim {
+        Claim::Element(set, key) => find_element(r, *set, key).cloned().map(Claimed::Element),
+        Claim::List(kind, key) => r
+            .lists
+            .iter()
+            .find(|l| l.kind == *kind && *l.key == **key)
+            .cloned()
+            .map(Claimed::List),
+    }
+}
+
+/// One programmed service port.
+#[derive(Debug, Clone)]
+struct PortEntry {
+    state: Arc<ServicePortState>,
+    slots: PortSlots,
+    /// Chains and sets the port has in the table (for verification).
+    objects: u32,
+}
+
+fn objects_of(r: &RenderedPort) -> u32 {
+    (r.chains.len() + r.affinity_sets.len()) as u32
+}
+
+/// An element value as the kernel reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelValue {
+    /// A set element.
+    None,
+    /// A verdict map element: verdict code and chain.
+    Verdict(i32, Option<String>),
+    /// A data map element.
+    Data(Vec<u8>),
+}
+
+impl KernelValue {
+    fn of(el: &Element) -> KernelValue {
+        match (&el.verdict, &el.data) {
+            (Some(v), _) => KernelValue::Verdict(v.code(), v.chain().map(String::from)),
+            (None, Some(d)) => KernelValue::Data(d.clone()),
+            (None, None) => KernelValue::None,
+        }
+    }
+}
+
+/// What the kernel holds in a table, as far as a full sync compares it:
+/// chains with the fingerprints of their rules, set names, and (on request)
+/// the elements of a set.
+#[derive(Debug, Default)]
+pub struct KernelTable {
+    /// Chains by name: the fingerprint of each rule (None: not keelson's).
+    pub chains: HashMap<String, Vec<Option<u64>>>,
+    /// The slot block named by a chain's rules (keelson's userdata).
+    pub chain_slots: HashMap<String, SlotBlock>,
+    /// Sets and maps.
+    pub sets: BTreeSet<String>,
+}
+
+/// Reads the elements of a set from the kernel: all of them, or those of
+/// the given keys (absent ones are left out). `None`: cannot tell; the set
+/// is then flushed and refilled.
+pub type ElementReader<'a> =
+    dyn FnMut(&str, Option<&[&[u8]]>) -> Option<HashMap<Vec<u8>, KernelValue>> + 'a;
+
+/// What a full sync plans against (see [`FamilyTable::plan_full`]).
+#[derive(Debug, Clone, Copy)]
+pub struct FullSyncInput<'a> {
+    /// The backend's configuration.
+    pub config: &'a NftablesConfig,
+    /// The table's comment.
+    pub table_comment: &'a str,
+    /// The fixed layout to have.
+    pub fixed: &'a FixedLayout,
+    /// What the kernel holds.
+    pub kernel: &'a KernelTable,
+    /// Re-create the base chains (first sync of a process).
+    pub reset_base_chains: bool,
+}
+
+/// The record of one family's table.
 #[derive(Debug)]
 pub struct FamilyTable {
     id: TableId,
     fixed: Option<FixedLayout>,
-    ports: HashMap<ServicePortKey, RenderedPort>,
-    owners: HashMap<ElementKey, BTreeMap<ServicePortKey, Element>>,
+    ports: HashMap<ServicePortKey, PortEntry>,
+    owners: HashMap<Claim, Vec<ServicePortKey>>,
+    /// Keys in the kernel per count value (their shared chain exists while
+    /// some key has the value).
+    shared: HashMap<u32, u32>,
+    space: SlotSpace,
     stale_chains: HashMap<String, Instant>,
 }
+
+/// Every slot number is taken: the table cannot hold more endpoints.
+#[derive(Debug, thiserror::Error)]
+#[error("no free endpoint slots for {0} endpoints")]
+pub struct SlotsExhausted(pub usize);
 
 /// A planned change: the ops to send and what to record once they applied.
 #[derive(Debug, Default)]
@@ -34,7 +163,11 @@ pub struct Plan {
     /// Operations, in sending order.
     pub ops: Vec<Op>,
     fixed: Option<FixedLayout>,
-    ports: Vec<(ServicePortKey, Option<RenderedPort>)>,
+    ports: Vec<(ServicePortKey, Option<PortEntry>)>,
+    owners: Vec<(Claim, Vec<ServicePortKey>)>,
+    shared: Vec<(u32, u32)>,
+    space: Option<SlotSpace>,
+    freed: Vec<SlotBlock>,
     revived: Vec<String>,
     newly_stale: Vec<String>,
     deleted_stale: Vec<String>,
@@ -47,6 +180,9 @@ struct Groups {
     add_chains: Vec<Op>,
     del_elements: BTreeMap<&'static str, Vec<Vec<u8>>>,
     flush_chains: Vec<Op>,
+    /// Affinity sets whose definition changed: deleted once the chains
+    /// naming them are flushed, re-created before the rules name them.
+    recreate_sets: Vec<Op>,
     rules: Vec<Op>,
     add_elements: BTreeMap<&'static str, Vec<Element>>,
     del_sets: Vec<Op>,
@@ -66,6 +202,7 @@ impl Groups {
             });
         }
         ops.extend(self.flush_chains);
+        ops.extend(self.recreate_sets);
         ops.extend(self.rules);
         for (set, elements) in self.add_elements {
             ops.push(Op::AddElements {
@@ -88,10 +225,68 @@ impl Groups {
             });
         }
     }
+
+    fn replace_element(
+        &mut self,
+        set: ElementSet,
+        before: Option<&Element>,
+        after: Option<&Element>,
+    ) {
+        if before == after {
+            return;
+        }
+        if let Some(b) = before {
+            self.del_elements
+                .entry(set.name())
+                .or_default()
+                .push(b.key.clone());
+        }
+        if let Some(a) = after {
+            self.add_elements
+                .entry(set.name())
+                .or_default()
+                .push(a.clone());
+        }
+    }
+}
+
+impl Groups {
+    /// The elements of an endpoint-list key going from `before` to `after`.
+    fn replace_list(&mut self, before: Option<&KeyedList>, after: Option<&KeyedList>) {
+        let Some(kind) = before.or(after).map(|l| l.kind) else {
+            return;
+        };
+        let (dispatch, endpoints) = kind.sets();
+        let d = |l: Option<&KeyedList>| l.map(KeyedList::dispatch_element);
+        self.replace_element(dispatch, d(before).as_ref(), d(after).as_ref());
+        let n = before
+            .map_or(0, |l| l.endpoints.len())
+            .max(after.map_or(0, |l| l.endpoints.len()));
+        for i in 0..n {
+            let b = before.and_then(|l| l.endpoint_element(i));
+            let a = after.and_then(|l| l.endpoint_element(i));
+            self.replace_element(endpoints, b.as_ref(), a.as_ref());
+        }
+    }
 }
 
 fn nodeport_set_name(set: &SetDef) -> bool {
     set.name == NODEPORT_IPS
+}
+
+fn find_element<'a>(r: &'a RenderedPort, set: ElementSet, key: &[u8]) -> Option<&'a Element> {
+    r.elements
+        .iter()
+        .find(|(s, e)| *s == set && e.key == key)
+        .map(|(_, e)| e)
+}
+
+fn unique_elements(r: &RenderedPort) -> HashMap<(ElementSet, &[u8]), &Element> {
+    r.elements
+        .iter()
+        .filter(|(s, _)| !s.is_shared())
+        .map(|(s, e)| ((*s, e.key.as_slice()), e))
+        .collect()
 }
 
 impl FamilyTable {
@@ -102,6 +297,8 @@ impl FamilyTable {
             fixed: None,
             ports: HashMap::new(),
             owners: HashMap::new(),
+            shared: HashMap::new(),
+            space: SlotSpace::default(),
             stale_chains: HashMap::new(),
         }
     }
@@ -116,14 +313,31 @@ impl FamilyTable {
         self.fixed.is_some()
     }
 
-    /// Rendered state of a service port, as written.
-    pub fn port(&self, key: &ServicePortKey) -> Option<&RenderedPort> {
-        self.ports.get(key)
+    /// The state a service port was last programmed from.
+    pub fn state(&self, key: &ServicePortKey) -> Option<&Arc<ServicePortState>> {
+        self.ports.get(key).map(|p| &p.state)
+    }
+
+    /// The slot blocks of a programmed service port.
+    pub fn slots(&self, key: &ServicePortKey) -> Option<PortSlots> {
+        self.ports.get(key).map(|p| p.slots)
+    }
+
+    /// The rendering of a programmed service port, as written.
+    pub fn rendered(&self, key: &ServicePortKey, config: &NftablesConfig) -> Option<RenderedPort> {
+        self.ports
+            .get(key)
+            .map(|p| render_port(&p.state, config, &p.slots))
     }
 
     /// Keys of the service ports written.
     pub fn port_keys(&self) -> impl Iterator<Item = &ServicePortKey> {
         self.ports.keys()
+    }
+
+    /// Number of service ports written.
+    pub fn port_count(&self) -> usize {
+        self.ports.len()
     }
 
     /// Number of chains and sets keelson has in the table (what the
@@ -134,36 +348,22 @@ impl FamilyTable {
             .as_ref()
             .map(|f| f.chains.len() + f.sets.len())
             .unwrap_or(0);
-        let ports: usize = self
-            .ports
-            .values()
-            .map(|p| p.chains.len() + p.affinity_sets.len())
-            .sum();
-        fixed + ports + self.stale_chains.len()
+        let ports: usize = self.ports.values().map(|p| p.objects as usize).sum();
+        fixed + ports + self.shared.len() + self.stale_chains.len()
     }
 
-    /// Chains written, by name, with their rule count (for verification).
-    pub fn chain_rule_counts(&self) -> Vec<(String, usize)> {
-        let mut out: Vec<(String, usize)> = self
-            .fixed
+    /// The shared chains written (count value -> keys using it).
+    pub fn shared_chains(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.shared.iter().map(|(v, n)| (*v, *n))
+    }
+
+    /// The fixed chains written, with their rule counts (for verification).
+    pub fn fixed_rule_counts(&self) -> Vec<(String, usize)> {
+        self.fixed
             .iter()
             .flat_map(|f| f.chains.iter())
-            .chain(self.ports.values().flat_map(|p| p.chains.iter()))
             .map(|c| (c.name.clone(), c.rules.len()))
-            .collect();
-        out.extend(self.stale_chains.keys().map(|c| (c.clone(), 0)));
-        out
-    }
-
-    /// Keys of `set` as written (for verification samples).
-    pub fn effective_elements(
-        &self,
-        set: ElementSet,
-    ) -> impl Iterator<Item = (&Vec<u8>, &Element)> {
-        self.owners
-            .iter()
-            .filter(move |((s, _), _)| *s == set)
-            .filter_map(|((_, key), owners)| owners.values().next().map(|e| (key, e)))
+            .collect()
     }
 
     /// Stale chains waiting for deletion.
@@ -171,275 +371,394 @@ impl FamilyTable {
         self.stale_chains.len()
     }
 
-    fn effective(&self, key: &ElementKey) -> Option<&Element> {
-        self.owners.get(key).and_then(|o| o.values().next())
+    /// What of `claim` is in the kernel: the first claimant's (ports
+    /// ordered by key); `renders` caches renderings.
+    fn effective(
+        &self,
+        owners: &[ServicePortKey],
+        claim: &Claim,
+        renders: &mut HashMap<ServicePortKey, RenderedPort>,
+        config: &NftablesConfig,
+    ) -> Option<Claimed> {
+        let first = owners.first()?;
+        if !renders.contains_key(first) {
+            let r = self.rendered(first, config)?;
+            renders.insert(first.clone(), r);
+        }
+        renders.get(first).and_then(|r| claimed(r, claim))
     }
 
     /// Plans an incremental change: `fixed` is the fixed layout to have (it
     /// is compared with what was written), `changes` the service ports to
-    /// replace (`None`: remove).
+    /// set (`None`: remove).
     pub fn plan_incremental(
         &self,
+        config: &NftablesConfig,
         fixed: &FixedLayout,
-        changes: Vec<(ServicePortKey, Option<RenderedPort>)>,
-    ) -> Plan {
+        changes: Vec<(ServicePortKey, Option<Arc<ServicePortState>>)>,
+    ) -> Result<Plan, SlotsExhausted> {
         let table = self.id;
         let mut g = Groups::default();
         let mut plan = Plan::default();
+        let mut space = self.space.clone();
 
-        // Fixed layout.
         if self.fixed.as_ref() != Some(fixed) {
-            let old = self.fixed.as_ref();
-            let old_sets: BTreeMap<&str, &SetDef> = old
-                .iter()
-                .flat_map(|f| f.sets.iter())
-                .map(|s| (s.name.as_str(), s))
-                .collect();
-            for set in &fixed.sets {
-                if !old_sets.contains_key(set.name.as_str()) {
-                    g.add_sets.push(Op::AddSet {
-                        table,
-                        set: set.clone(),
-                    });
-                }
-            }
-            for set in old.iter().flat_map(|f| f.sets.iter()) {
-                if !fixed.sets.iter().any(|s| s.name == set.name) {
-                    g.del_sets.push(Op::DelSet {
-                        table,
-                        name: set.name.clone(),
-                    });
-                }
-            }
-            let old_chains: BTreeMap<&str, &ChainDef> = old
-                .iter()
-                .flat_map(|f| f.chains.iter())
-                .map(|c| (c.name.as_str(), c))
-                .collect();
-            for chain in creation_order(&fixed.chains) {
-                match old_chains.get(chain.name.as_str()) {
-                    Some(o) if *o == chain => {}
-                    Some(_) => {
-                        g.flush_chains.push(Op::FlushChain {
-                            table,
-                            name: chain.name.clone(),
-                        });
-                        g.write_rules(table, chain);
-                    }
-                    None => {
-                        g.add_chains.push(Op::AddChain {
-                            table,
-                            name: chain.name.clone(),
-                            base: chain.base,
-                            comment: chain.comment.clone(),
-                        });
-                        g.write_rules(table, chain);
-                    }
-                }
-            }
-            let old_np: BTreeSet<&Vec<u8>> = old
-                .iter()
-                .flat_map(|f| f.nodeport_ips.iter())
-                .map(|e| &e.key)
-                .collect();
-            let new_np: BTreeSet<&Vec<u8>> = fixed.nodeport_ips.iter().map(|e| &e.key).collect();
-            let nodeport_set_exists_after = fixed.sets.iter().any(nodeport_set_name);
-            let nodeport_set_existed = old.is_some_and(|f| f.sets.iter().any(nodeport_set_name));
-            if nodeport_set_existed && nodeport_set_exists_after {
-                let gone: Vec<Vec<u8>> = old_np.difference(&new_np).map(|k| (*k).clone()).collect();
-                if !gone.is_empty() {
-                    g.del_elements.entry(NODEPORT_IPS).or_default().extend(gone);
-                }
-            }
-            if nodeport_set_exists_after {
-                let added: Vec<Element> = fixed
-                    .nodeport_ips
-                    .iter()
-                    .filter(|e| !nodeport_set_existed || !old_np.contains(&e.key))
-                    .cloned()
-                    .collect();
-                if !added.is_empty() {
-                    g.add_elements
-                        .entry(NODEPORT_IPS)
-                        .or_default()
-                        .extend(added);
-                }
-            }
+            self.plan_fixed_change(fixed, &mut g);
             plan.fixed = Some(fixed.clone());
         }
 
-        // Service ports.
-        let mut owner_updates: HashMap<ElementKey, BTreeMap<ServicePortKey, Option<Element>>> =
-            HashMap::new();
+        let mut old_renders: HashMap<ServicePortKey, RenderedPort> = HashMap::new();
+        let mut new_renders: HashMap<ServicePortKey, RenderedPort> = HashMap::new();
+        let mut owner_updates: HashMap<Claim, BTreeMap<ServicePortKey, bool>> = HashMap::new();
         let mut revived = BTreeSet::new();
         let mut newly_stale = BTreeSet::new();
-        for (key, new) in &changes {
-            let old = self.ports.get(key);
-            let empty = RenderedPort::default();
-            let old_r = old.unwrap_or(&empty);
-            let new_r = new.as_ref().unwrap_or(&empty);
-            let old_sets: BTreeMap<&str, &SetDef> = old_r
-                .affinity_sets
-                .iter()
-                .map(|s| (s.name.as_str(), s))
-                .collect();
-            let new_sets: BTreeMap<&str, &SetDef> = new_r
-                .affinity_sets
-                .iter()
-                .map(|s| (s.name.as_str(), s))
-                .collect();
-            // A changed affinity timeout means the set is recreated; every
-            // chain of the port is rewritten so no rule keeps it busy.
-            let set_redefined = new_sets
-                .iter()
-                .any(|(n, s)| old_sets.get(n).is_some_and(|o| o != s));
-            for (name, set) in &new_sets {
-                match old_sets.get(name) {
-                    None => g.add_sets.push(Op::AddSet {
-                        table,
-                        set: (*set).clone(),
-                    }),
-                    Some(o) if o != set => {
-                        g.del_sets.push(Op::DelSet {
-                            table,
-                            name: (*name).to_string(),
-                        });
-                        // Re-created after the deletion, in the same batch.
+        let empty = RenderedPort::default();
+        for (key, new_state) in changes {
+            let old = self.ports.get(&key);
+            let old_slots = old.map(|o| o.slots).unwrap_or_default();
+            let needs = new_state.as_deref().map(slot_needs).unwrap_or([None, None]);
+            let mut blocks = [None, None];
+            for (i, (have, need)) in old_slots.blocks().into_iter().zip(needs).enumerate() {
+                blocks[i] = match (have, need) {
+                    (Some(b), Some(n)) if b.fits(n) => Some(b),
+                    (have, Some(n)) => {
+                        plan.freed.extend(have);
+                        Some(space.alloc(n).ok_or(SlotsExhausted(n))?)
                     }
-                    Some(_) => {}
+                    (have, None) => {
+                        plan.freed.extend(have);
+                        None
+                    }
+                };
+            }
+            let slots = PortSlots {
+                cluster: blocks[0],
+                local: blocks[1],
+            };
+            let old_r = old.map(|o| render_port(&o.state, config, &o.slots));
+            let new_r = new_state.as_deref().map(|s| render_port(s, config, &slots));
+            {
+                let old_r = old_r.as_ref().unwrap_or(&empty);
+                let new_r = new_r.as_ref().unwrap_or(&empty);
+                self.plan_port_objects(old_r, new_r, &mut g, &mut revived, &mut newly_stale);
+                // Slot elements are the port's own.
+                let old_u = unique_elements(old_r);
+                let new_u = unique_elements(new_r);
+                for ((set, k), el) in &old_u {
+                    match new_u.get(&(*set, *k)) {
+                        Some(n) if n == el => {}
+                        Some(n) => g.replace_element(*set, Some(el), Some(n)),
+                        None => g.replace_element(*set, Some(el), None),
+                    }
+                }
+                for ((set, k), el) in &new_u {
+                    if !old_u.contains_key(&(*set, *k)) {
+                        g.replace_element(*set, None, Some(el));
+                    }
+                }
+                for claim in claims(old_r) {
+                    owner_updates
+                        .entry(claim)
+                        .or_default()
+                        .insert(key.clone(), false);
+                }
+                for claim in claims(new_r) {
+                    owner_updates
+                        .entry(claim)
+                        .or_default()
+                        .insert(key.clone(), true);
                 }
             }
-            for name in old_sets.keys() {
-                if !new_sets.contains_key(name) {
-                    g.del_sets.push(Op::DelSet {
+            let objects = new_r.as_ref().map_or(0, objects_of);
+            if let Some(r) = old_r {
+                old_renders.insert(key.clone(), r);
+            }
+            if let Some(r) = new_r {
+                new_renders.insert(key.clone(), r);
+            }
+            plan.ports.push((
+                key,
+                new_state.map(|state| PortEntry {
+                    state,
+                    slots,
+                    objects,
+                }),
+            ));
+        }
+
+        // Claims: the first claiming port's element or list is in the kernel.
+        let mut renders_before = old_renders;
+        let mut renders_after = new_renders;
+        let removed: BTreeSet<&ServicePortKey> = plan
+            .ports
+            .iter()
+            .filter(|(_, e)| e.is_none())
+            .map(|(k, _)| k)
+            .collect();
+        let mut shared_delta: BTreeMap<u32, i64> = BTreeMap::new();
+        let mut owner_changes = Vec::new();
+        for (claim, updates) in owner_updates {
+            let owners_before: Vec<ServicePortKey> =
+                self.owners.get(&claim).cloned().unwrap_or_default();
+            let mut after: BTreeSet<ServicePortKey> = owners_before.iter().cloned().collect();
+            for (owner, claims) in updates {
+                if claims {
+                    after.insert(owner);
+                } else {
+                    after.remove(&owner);
+                }
+            }
+            let owners_after: Vec<ServicePortKey> = after.into_iter().collect();
+            let before = self.effective(&owners_before, &claim, &mut renders_before, config);
+            // After the change, ports not in this plan render as before.
+            let after_value = match owners_after.first() {
+                Some(first) if renders_after.contains_key(first) => {
+                    renders_after.get(first).and_then(|r| claimed(r, &claim))
+                }
+                Some(first) if removed.contains(first) => None,
+                Some(_) => self.effective(&owners_after, &claim, &mut renders_after, config),
+                None => None,
+            };
+            match (&claim, &before, &after_value) {
+                (Claim::Element(set, _), b, a) => {
+                    let el = |c: &Option<Claimed>| match c {
+                        Some(Claimed::Element(e)) => Some(e.clone()),
+                        _ => None,
+                    };
+                    g.replace_element(*set, el(b).as_ref(), el(a).as_ref());
+                }
+                (Claim::List(..), b, a) => {
+                    let list = |c: &Option<Claimed>| match c {
+                        Some(Claimed::List(l)) => Some(l.clone()),
+                        _ => None,
+                    };
+                    let (b, a) = (list(b), list(a));
+                    if let Some(l) = &b {
+                        *shared_delta.entry(l.value).or_default() -= 1;
+                    }
+                    if let Some(l) = &a {
+                        *shared_delta.entry(l.value).or_default() += 1;
+                    }
+                    g.replace_list(b.as_ref(), a.as_ref());
+                }
+            }
+            owner_changes.push((claim, owners_after));
+        }
+        plan.owners = owner_changes;
+
+        // Shared chains: created with the first key of their count,
+        // removed (flushed, deleted later) with the last.
+        for (value, delta) in shared_delta {
+            if delta == 0 {
+                continue;
+            }
+            let had = i64::from(self.shared.get(&value).copied().unwrap_or(0));
+            let has = (had + delta).max(0);
+            if had == 0 && has > 0 {
+                let chain = shared_chain(value, table.family, config);
+                if self.stale_chains.contains_key(&chain.name) {
+                    revived.insert(chain.name.clone());
+                } else {
+                    g.add_chains.push(Op::AddChain {
                         table,
-                        name: (*name).to_string(),
+                        name: chain.name.clone(),
+                        base: None,
+                        comment: None,
                     });
                 }
+                g.write_rules(table, &chain);
+            } else if had > 0 && has == 0 {
+                let name = super::render::shared_chain_name(value);
+                g.flush_chains.push(Op::FlushChain {
+                    table,
+                    name: name.clone(),
+                });
+                newly_stale.insert(name);
             }
-            let old_chains: BTreeMap<&str, &ChainDef> =
-                old_r.chains.iter().map(|c| (c.name.as_str(), c)).collect();
-            for chain in &new_r.chains {
-                match old_chains.get(chain.name.as_str()) {
-                    Some(o) if *o == chain && !set_redefined => {}
-                    Some(_) => {
-                        g.flush_chains.push(Op::FlushChain {
-                            table,
-                            name: chain.name.clone(),
-                        });
-                        g.write_rules(table, chain);
-                    }
-                    None => {
-                        if self.stale_chains.contains_key(&chain.name)
-                            || newly_stale.remove(&chain.name)
-                        {
-                            // Still in the kernel (flushed): reuse it.
-                            revived.insert(chain.name.clone());
-                        } else {
-                            g.add_chains.push(Op::AddChain {
-                                table,
-                                name: chain.name.clone(),
-                                base: None,
-                                comment: chain.comment.clone(),
-                            });
-                        }
-                        g.write_rules(table, chain);
-                    }
-                }
+            plan.shared
+                .push((value, u32::try_from(has).unwrap_or(u32::MAX)));
+        }
+
+        plan.ops = g.into_ops(table, Vec::new());
+        plan.revived = revived.into_iter().collect();
+        plan.newly_stale = newly_stale.into_iter().collect();
+        plan.space = Some(space);
+        Ok(plan)
+    }
+
+    fn plan_fixed_change(&self, fixed: &FixedLayout, g: &mut Groups) {
+        let table = self.id;
+        let old = self.fixed.as_ref();
+        let old_sets: BTreeMap<&str, &SetDef> = old
+            .iter()
+            .flat_map(|f| f.sets.iter())
+            .map(|s| (s.name.as_str(), s))
+            .collect();
+        for set in &fixed.sets {
+            if !old_sets.contains_key(set.name.as_str()) {
+                g.add_sets.push(Op::AddSet {
+                    table,
+                    set: set.clone(),
+                });
             }
-            for chain in &old_r.chains {
-                if !new_r.chains.iter().any(|c| c.name == chain.name) {
+        }
+        for set in old.iter().flat_map(|f| f.sets.iter()) {
+            if !fixed.sets.iter().any(|s| s.name == set.name) {
+                g.del_sets.push(Op::DelSet {
+                    table,
+                    name: set.name.clone(),
+                });
+            }
+        }
+        let old_chains: BTreeMap<&str, &ChainDef> = old
+            .iter()
+            .flat_map(|f| f.chains.iter())
+            .map(|c| (c.name.as_str(), c))
+            .collect();
+        for chain in creation_order(&fixed.chains) {
+            match old_chains.get(chain.name.as_str()) {
+                Some(o) if *o == chain => {}
+                Some(_) => {
                     g.flush_chains.push(Op::FlushChain {
                         table,
                         name: chain.name.clone(),
                     });
-                    if !revived.contains(&chain.name) {
-                        newly_stale.insert(chain.name.clone());
-                    }
+                    g.write_rules(table, chain);
+                }
+                None => {
+                    g.add_chains.push(Op::AddChain {
+                        table,
+                        name: chain.name.clone(),
+                        base: chain.base,
+                        comment: chain.comment.clone(),
+                    });
+                    g.write_rules(table, chain);
                 }
             }
-            for (set, el) in &old_r.elements {
-                owner_updates
-                    .entry((*set, el.key.clone()))
-                    .or_default()
-                    .insert(key.clone(), None);
-            }
-            for (set, el) in &new_r.elements {
-                owner_updates
-                    .entry((*set, el.key.clone()))
-                    .or_default()
-                    .insert(key.clone(), Some(el.clone()));
-            }
-            plan.ports.push((key.clone(), new.clone()));
         }
-        // Affinity sets that were redefined: add back after deletion.
-        let mut readd = Vec::new();
-        for op in &g.del_sets {
-            if let Op::DelSet { name, .. } = op {
-                for (_, new) in &changes {
-                    if let Some(set) = new
-                        .as_ref()
-                        .and_then(|n| n.affinity_sets.iter().find(|s| &s.name == name))
+        let old_np: BTreeSet<&Vec<u8>> = old
+            .iter()
+            .flat_map(|f| f.nodeport_ips.iter())
+            .map(|e| &e.key)
+            .collect();
+        let new_np: BTreeSet<&Vec<u8>> = fixed.nodeport_ips.iter().map(|e| &e.key).collect();
+        let exists_after = fixed.sets.iter().any(nodeport_set_name);
+        let existed = old.is_some_and(|f| f.sets.iter().any(nodeport_set_name));
+        if existed && exists_after {
+            let gone: Vec<Vec<u8>> = old_np.difference(&new_np).map(|k| (*k).clone()).collect();
+            if !gone.is_empty() {
+                g.del_elements.entry(NODEPORT_IPS).or_default().extend(gone);
+            }
+        }
+        if exists_after {
+            let added: Vec<Element> = fixed
+                .nodeport_ips
+                .iter()
+                .filter(|e| !existed || !old_np.contains(&e.key))
+                .cloned()
+                .collect();
+            if !added.is_empty() {
+                g.add_elements
+                    .entry(NODEPORT_IPS)
+                    .or_default()
+                    .extend(added);
+            }
+        }
+    }
+
+    /// Chains and affinity sets of one port: old rendering -> new one.
+    fn plan_port_objects(
+        &self,
+        old_r: &RenderedPort,
+        new_r: &RenderedPort,
+        g: &mut Groups,
+        revived: &mut BTreeSet<String>,
+        newly_stale: &mut BTreeSet<String>,
+    ) {
+        let table = self.id;
+        let old_sets: BTreeMap<&str, &SetDef> = old_r
+            .affinity_sets
+            .iter()
+            .map(|s| (s.name.as_str(), s))
+            .collect();
+        let new_sets: BTreeMap<&str, &SetDef> = new_r
+            .affinity_sets
+            .iter()
+            .map(|s| (s.name.as_str(), s))
+            .collect();
+        // A changed affinity timeout means the set is recreated; every
+        // chain of the port is rewritten so no rule keeps it busy.
+        let set_redefined = new_sets
+            .iter()
+            .any(|(n, s)| old_sets.get(n).is_some_and(|o| o != s));
+        for (name, set) in &new_sets {
+            match old_sets.get(name) {
+                None => g.add_sets.push(Op::AddSet {
+                    table,
+                    set: (*set).clone(),
+                }),
+                Some(o) if o != set => {
+                    g.recreate_sets.push(Op::DelSet {
+                        table,
+                        name: (*name).to_string(),
+                    });
+                    g.recreate_sets.push(Op::AddSet {
+                        table,
+                        set: (*set).clone(),
+                    });
+                }
+                Some(_) => {}
+            }
+        }
+        for name in old_sets.keys() {
+            if !new_sets.contains_key(name) {
+                g.del_sets.push(Op::DelSet {
+                    table,
+                    name: (*name).to_string(),
+                });
+            }
+        }
+        let old_chains: BTreeMap<&str, &ChainDef> =
+            old_r.chains.iter().map(|c| (c.name.as_str(), c)).collect();
+        for chain in &new_r.chains {
+            match old_chains.get(chain.name.as_str()) {
+                Some(o) if *o == chain && !set_redefined => {}
+                Some(_) => {
+                    g.flush_chains.push(Op::FlushChain {
+                        table,
+                        name: chain.name.clone(),
+                    });
+                    g.write_rules(table, chain);
+                }
+                None => {
+                    if self.stale_chains.contains_key(&chain.name)
+                        || newly_stale.remove(&chain.name)
                     {
-                        readd.push(Op::AddSet {
+                        // Still in the kernel (flushed): reuse it.
+                        revived.insert(chain.name.clone());
+                    } else {
+                        g.add_chains.push(Op::AddChain {
                             table,
-                            set: set.clone(),
+                            name: chain.name.clone(),
+                            base: None,
+                            comment: chain.comment.clone(),
                         });
                     }
+                    g.write_rules(table, chain);
                 }
             }
         }
-
-        for (ekey, updates) in owner_updates {
-            let before = self.effective(&ekey).cloned();
-            let mut owners = self.owners.get(&ekey).cloned().unwrap_or_default();
-            for (owner, el) in updates {
-                match el {
-                    Some(el) => {
-                        owners.insert(owner, el);
-                    }
-                    None => {
-                        owners.remove(&owner);
-                    }
+        for chain in &old_r.chains {
+            if !new_r.chains.iter().any(|c| c.name == chain.name) {
+                g.flush_chains.push(Op::FlushChain {
+                    table,
+                    name: chain.name.clone(),
+                });
+                if !revived.contains(&chain.name) {
+                    newly_stale.insert(chain.name.clone());
                 }
             }
-            let after = owners.values().next().cloned();
-            if before == after {
-                continue;
-            }
-            let set_name = ekey.0.name();
-            if before.is_some() {
-                g.del_elements
-                    .entry(set_name)
-                    .or_default()
-                    .push(ekey.1.clone());
-            }
-            if let Some(el) = after {
-                g.add_elements.entry(set_name).or_default().push(el);
-            }
         }
-
-        let mut ops = g.into_ops(table, Vec::new());
-        // Re-created affinity sets go right after their deletion.
-        if !readd.is_empty() {
-            let pos = ops
-                .iter()
-                .rposition(|o| matches!(o, Op::DelSet { .. }))
-                .map(|p| p + 1)
-                .unwrap_or(ops.len());
-            let tail = ops.split_off(pos);
-            ops.extend(readd);
-            // Rules referencing re-created sets must come after them.
-            let (rules, rest): (Vec<Op>, Vec<Op>) = tail
-                .into_iter()
-                .partition(|o| matches!(o, Op::AddRule { .. }));
-            ops.extend(rest);
-            ops.extend(rules);
-        }
-        plan.ops = ops;
-        plan.revived = revived.into_iter().collect();
-        plan.newly_stale = newly_stale.into_iter().collect();
-        plan
     }
 
     /// Plans the deletion of chains flushed at least [`STALE_CHAIN_DELAY`]
@@ -461,23 +780,31 @@ impl FamilyTable {
         (!plan.ops.is_empty()).then_some(plan)
     }
 
-    /// Plans a full rewrite to `desired` (start, repair): every fixed and
-    /// per-port chain is created if missing, flushed and refilled, every
-    /// fixed set flushed and refilled, affinity sets kept (their entries are
-    /// live client state); kernel objects not desired (`existing_chains`,
-    /// `existing_sets`, as listed from the kernel) are flushed and marked
-    /// stale, or deleted (sets). `reset_base_chains` re-creates the base
-    /// chains (first sync of a process, like kube-proxy). One atomic batch:
-    /// traffic sees the old or the new table, never a mix or a gap.
+    /// Plans a full sync to `desired` (start, repair), against what the
+    /// kernel holds (`kernel`; empty when the table was just deleted):
+    /// chains whose rules carry the fingerprints of the desired ones are
+    /// left alone, others created or flushed and refilled; elements are
+    /// compared with the kernel's (`elements` reads a set) and only the
+    /// differences written; affinity sets are kept (their entries are live
+    /// client state); chains not desired are flushed and marked stale, sets
+    /// not desired deleted. Port ids found in the kernel are kept, so an
+    /// unchanged table needs no write at all. `reset_base_chains`
+    /// re-creates the base chains (first sync of a process, like
+    /// kube-proxy). One atomic batch: traffic sees the old or the new
+    /// table, never a mix or a gap.
     pub fn plan_full(
         &self,
-        table_comment: &str,
-        fixed: &FixedLayout,
-        desired: Vec<(ServicePortKey, RenderedPort)>,
-        existing_chains: &BTreeSet<String>,
-        existing_sets: &BTreeSet<String>,
-        reset_base_chains: bool,
-    ) -> Plan {
+        input: FullSyncInput<'_>,
+        desired: Vec<(ServicePortKey, Arc<ServicePortState>)>,
+        elements: &mut ElementReader<'_>,
+    ) -> Result<Plan, SlotsExhausted> {
+        let FullSyncInput {
+            config,
+            table_comment,
+            fixed,
+            kernel,
+            reset_base_chains,
+        } = input;
         let table = self.id;
         let mut head = vec![Op::AddTable {
             table,
@@ -503,98 +830,269 @@ impl FamilyTable {
                 table,
                 set: set.clone(),
             });
-            head.push(Op::FlushSet {
-                table,
-                name: set.name.clone(),
-            });
         }
-        let mut desired_chains: BTreeSet<&str> = BTreeSet::new();
-        let mut desired_sets: BTreeSet<&str> = fixed.sets.iter().map(|s| s.name.as_str()).collect();
-        let all_chains = creation_order(&fixed.chains)
-            .into_iter()
-            .chain(desired.iter().flat_map(|(_, p)| p.chains.iter()));
-        for chain in all_chains {
-            desired_chains.insert(&chain.name);
+
+        // Slot blocks: the kernel's where its chains name one that still
+        // fits and overlaps no other, else new ones.
+        let mut taken: BTreeMap<u32, SlotBlock> = BTreeMap::new();
+        let overlaps = |taken: &BTreeMap<u32, SlotBlock>, b: SlotBlock| {
+            taken
+                .range(..=b.base)
+                .next_back()
+                .is_some_and(|(_, t)| t.overlaps(b))
+                || taken
+                    .range(b.base..)
+                    .next()
+                    .is_some_and(|(_, t)| t.overlaps(b))
+        };
+        let mut chosen: Vec<[Option<SlotBlock>; 2]> = Vec::with_capacity(desired.len());
+        for (key, state) in &desired {
+            let names = super::names::PortChains::new(&key.name);
+            let needs = slot_needs(state);
+            let mut blocks = [None, None];
+            for (i, chain) in [&names.service, &names.local].into_iter().enumerate() {
+                let (Some(n), Some(b)) = (needs[i], kernel.chain_slots.get(chain.as_str())) else {
+                    continue;
+                };
+                if b.fits(n) && !overlaps(&taken, *b) {
+                    taken.insert(b.base, *b);
+                    blocks[i] = Some(*b);
+                }
+            }
+            chosen.push(blocks);
+        }
+        let mut space = SlotSpace::with_used(taken.values().copied());
+        let mut entries: Vec<(ServicePortKey, PortEntry)> = Vec::with_capacity(desired.len());
+        for ((key, state), mut blocks) in desired.into_iter().zip(chosen) {
+            let needs = slot_needs(&state);
+            for (i, need) in needs.into_iter().enumerate() {
+                if let (None, Some(n)) = (blocks[i], need) {
+                    blocks[i] = Some(space.alloc(n).ok_or(SlotsExhausted(n))?);
+                }
+            }
+            entries.push((
+                key,
+                PortEntry {
+                    state,
+                    slots: PortSlots {
+                        cluster: blocks[0],
+                        local: blocks[1],
+                    },
+                    objects: 0,
+                },
+            ));
+        }
+
+        // Chains.
+        let mut desired_chains: BTreeSet<String> = BTreeSet::new();
+        let mut desired_sets: BTreeSet<String> =
+            fixed.sets.iter().map(|s| s.name.clone()).collect();
+        let mut by_set: BTreeMap<ElementSet, HashMap<Vec<u8>, Element>> = BTreeMap::new();
+        let mut owners: HashMap<Claim, Vec<ServicePortKey>> = HashMap::new();
+        let mut shared: HashMap<u32, u32> = HashMap::new();
+        let mut write_chain = |chain: &ChainDef, g: &mut Groups| {
+            desired_chains.insert(chain.name.clone());
+            let in_kernel = kernel.chains.get(&chain.name);
+            let base_reset = reset_base_chains && chain.base.is_some();
+            let same = !base_reset
+                && in_kernel.is_some_and(|fps| {
+                    fps.len() == chain.rules.len()
+                        && fps
+                            .iter()
+                            .zip(&chain.rules)
+                            .all(|(fp, r)| *fp == Some(r.fingerprint()))
+                });
+            if same {
+                return;
+            }
             g.add_chains.push(Op::AddChain {
                 table,
                 name: chain.name.clone(),
                 base: chain.base,
                 comment: chain.comment.clone(),
             });
-            if !(reset_base_chains && chain.base.is_some()) {
+            if in_kernel.is_some() && !base_reset {
                 g.add_chains.push(Op::FlushChain {
                     table,
                     name: chain.name.clone(),
                 });
             }
             g.write_rules(table, chain);
+        };
+        for chain in creation_order(&fixed.chains) {
+            write_chain(chain, &mut g);
         }
-        for (_, port) in &desired {
-            for set in &port.affinity_sets {
-                desired_sets.insert(&set.name);
-                g.add_sets.push(Op::AddSet {
-                    table,
-                    set: set.clone(),
-                });
+        // Ports in key order, so the first claimant of a shared element is
+        // the same as in incremental syncs.
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        for (key, entry) in &mut entries {
+            let r = render_port(&entry.state, config, &entry.slots);
+            entry.objects = objects_of(&r);
+            for chain in &r.chains {
+                write_chain(chain, &mut g);
+            }
+            for set in &r.affinity_sets {
+                desired_sets.insert(set.name.clone());
+                if !kernel.sets.contains(&set.name) {
+                    g.add_sets.push(Op::AddSet {
+                        table,
+                        set: set.clone(),
+                    });
+                }
+            }
+            for (set, el) in r.elements {
+                if set.is_shared() {
+                    let o = owners
+                        .entry(Claim::Element(set, el.key.clone().into_boxed_slice()))
+                        .or_default();
+                    o.push(key.clone());
+                    if o.len() > 1 {
+                        continue;
+                    }
+                }
+                by_set.entry(set).or_default().insert(el.key.clone(), el);
+            }
+            for list in r.lists {
+                let o = owners
+                    .entry(Claim::List(list.kind, list.key.clone().into_boxed_slice()))
+                    .or_default();
+                o.push(key.clone());
+                if o.len() > 1 {
+                    continue;
+                }
+                *shared.entry(list.value).or_default() += 1;
+                let (dispatch, endpoints) = list.kind.sets();
+                let d = list.dispatch_element();
+                by_set.entry(dispatch).or_default().insert(d.key.clone(), d);
+                let slots = by_set.entry(endpoints).or_default();
+                for i in 0..list.endpoints.len() {
+                    if let Some(el) = list.endpoint_element(i) {
+                        slots.insert(el.key.clone(), el);
+                    }
+                }
             }
         }
-        // Element owners of the desired state.
-        let mut owners: HashMap<ElementKey, BTreeMap<ServicePortKey, Element>> = HashMap::new();
-        for (key, port) in &desired {
-            for (set, el) in &port.elements {
-                owners
-                    .entry((*set, el.key.clone()))
-                    .or_default()
-                    .insert(key.clone(), el.clone());
+        let mut values: Vec<u32> = shared.keys().copied().collect();
+        values.sort_unstable();
+        for value in values {
+            write_chain(&shared_chain(value, table.family, config), &mut g);
+        }
+
+        // Elements: only the difference from what the kernel has.
+        let mut fixed_sets: Vec<(&'static str, HashMap<Vec<u8>, Element>)> = ElementSet::ALL
+            .into_iter()
+            .map(|s| (s.name(), by_set.remove(&s).unwrap_or_default()))
+            .collect();
+        if fixed.sets.iter().any(nodeport_set_name) {
+            fixed_sets.push((
+                NODEPORT_IPS,
+                fixed
+                    .nodeport_ips
+                    .iter()
+                    .map(|e| (e.key.clone(), e.clone()))
+                    .collect(),
+            ));
+        }
+        // Dispatch maps first: their elements tell which endpoint slots the
+        // kernel holds (`goto endpoints-N` of key K: slots K.0 .. K.N-1),
+        // so the large slot maps are read by key, not dumped.
+        fixed_sets.sort_by_key(|(name, _)| {
+            !matches!(*name, layout::SERVICE_IPS | layout::SERVICE_NODEPORTS)
+        });
+        let mut held_slots: BTreeMap<&'static str, Vec<Vec<u8>>> = BTreeMap::new();
+        for (name, want) in fixed_sets {
+            let have = if !kernel.sets.contains(name) {
+                Some(HashMap::new())
+            } else if matches!(name, layout::SERVICE_ENDPOINTS | layout::NODEPORT_ENDPOINTS) {
+                let mut keys: Vec<&[u8]> = want.keys().map(Vec::as_slice).collect();
+                let held = held_slots.get(name).map(Vec::as_slice).unwrap_or_default();
+                keys.extend(held.iter().map(Vec::as_slice));
+                keys.sort_unstable();
+                keys.dedup();
+                elements(name, Some(&keys))
+            } else {
+                elements(name, None)
+            };
+            if let (Some(have), layout::SERVICE_IPS | layout::SERVICE_NODEPORTS) = (&have, name) {
+                for (key, value) in have {
+                    let KernelValue::Verdict(_, Some(chain)) = value else {
+                        continue;
+                    };
+                    if let Some((kind, n)) = parse_shared_chain_name(chain) {
+                        let slots = held_slots.entry(kind.sets().1.name()).or_default();
+                        slots.extend((0..n).map(|i: u32| {
+                            let mut k = key.clone();
+                            k.extend_from_slice(&i.to_ne_bytes());
+                            k
+                        }));
+                    }
+                }
+            }
+            match have {
+                Some(have) => {
+                    for (k, v) in &have {
+                        match want.get(k) {
+                            Some(el) if KernelValue::of(el) == *v => {}
+                            _ => g.del_elements.entry(name).or_default().push(k.clone()),
+                        }
+                    }
+                    let mut add: Vec<Element> = want
+                        .into_values()
+                        .filter(|el| have.get(&el.key) != Some(&KernelValue::of(el)))
+                        .collect();
+                    if !add.is_empty() {
+                        add.sort_by(|a, b| a.key.cmp(&b.key));
+                        g.add_elements.entry(name).or_default().extend(add);
+                    }
+                }
+                None => {
+                    head.push(Op::FlushSet {
+                        table,
+                        name: name.into(),
+                    });
+                    let mut add: Vec<Element> = want.into_values().collect();
+                    add.sort_by(|a, b| a.key.cmp(&b.key));
+                    if !add.is_empty() {
+                        g.add_elements.entry(name).or_default().extend(add);
+                    }
+                }
             }
         }
-        let mut by_set: BTreeMap<&'static str, Vec<Element>> = BTreeMap::new();
-        for ((set, _), o) in &owners {
-            if let Some(el) = o.values().next() {
-                by_set.entry(set.name()).or_default().push(el.clone());
-            }
-        }
-        if !fixed.nodeport_ips.is_empty() {
-            by_set
-                .entry(NODEPORT_IPS)
-                .or_default()
-                .extend(fixed.nodeport_ips.iter().cloned());
-        }
-        for elements in by_set.values_mut() {
-            elements.sort_by(|a, b| a.key.cmp(&b.key));
-        }
-        g.add_elements = by_set;
 
         let mut newly_stale = Vec::new();
-        for chain in existing_chains {
-            if !desired_chains.contains(chain.as_str()) {
-                g.flush_chains.push(Op::FlushChain {
-                    table,
-                    name: chain.clone(),
-                });
+        for (chain, rules) in &kernel.chains {
+            if !desired_chains.contains(chain) {
+                if !rules.is_empty() {
+                    g.flush_chains.push(Op::FlushChain {
+                        table,
+                        name: chain.clone(),
+                    });
+                }
                 newly_stale.push(chain.clone());
             }
         }
-        for set in existing_sets {
-            if !desired_sets.contains(set.as_str()) {
+        for set in &kernel.sets {
+            if !desired_sets.contains(set) {
                 g.del_sets.push(Op::DelSet {
                     table,
                     name: set.clone(),
                 });
             }
         }
-        // Add/flush of chains must precede the flush of stale chains only
-        // by convention; order inside the groups keeps creation before use.
         let ops = g.into_ops(table, head);
-        Plan {
+        Ok(Plan {
             ops,
             fixed: Some(fixed.clone()),
-            ports: desired.into_iter().map(|(k, p)| (k, Some(p))).collect(),
+            ports: entries.into_iter().map(|(k, e)| (k, Some(e))).collect(),
+            owners: owners.into_iter().collect(),
+            shared: shared.into_iter().collect(),
+            space: Some(space),
+            freed: Vec::new(),
             revived: Vec::new(),
             newly_stale,
             deleted_stale: Vec::new(),
             full: true,
-        }
+        })
     }
 
     /// Records an applied plan.
@@ -602,31 +1100,40 @@ impl FamilyTable {
         if plan.full {
             self.ports.clear();
             self.owners.clear();
+            self.shared.clear();
             self.stale_chains.clear();
+        }
+        for (value, keys) in plan.shared {
+            if keys == 0 {
+                self.shared.remove(&value);
+            } else {
+                self.shared.insert(value, keys);
+            }
         }
         if let Some(fixed) = plan.fixed {
             self.fixed = Some(fixed);
         }
-        for (key, port) in plan.ports {
-            if let Some(old) = self.ports.remove(&key) {
-                for (set, el) in old.elements {
-                    let ekey = (set, el.key);
-                    if let Some(o) = self.owners.get_mut(&ekey) {
-                        o.remove(&key);
-                        if o.is_empty() {
-                            self.owners.remove(&ekey);
-                        }
-                    }
+        if let Some(space) = plan.space {
+            self.space = space;
+        }
+        for block in plan.freed {
+            self.space.free(block);
+        }
+        for (key, entry) in plan.ports {
+            match entry {
+                Some(e) => {
+                    self.ports.insert(key, e);
+                }
+                None => {
+                    self.ports.remove(&key);
                 }
             }
-            if let Some(port) = port {
-                for (set, el) in &port.elements {
-                    self.owners
-                        .entry((*set, el.key.clone()))
-                        .or_default()
-                        .insert(key.clone(), el.clone());
-                }
-                self.ports.insert(key, port);
+        }
+        for (skey, owners) in plan.owners {
+            if owners.is_empty() {
+                self.owners.remove(&skey);
+            } else {
+                self.owners.insert(skey, owners);
             }
         }
         for name in plan.revived {
@@ -645,6 +1152,8 @@ impl FamilyTable {
         self.fixed = None;
         self.ports.clear();
         self.owners.clear();
+        self.shared.clear();
+        self.space = SlotSpace::default();
         self.stale_chains.clear();
     }
 }

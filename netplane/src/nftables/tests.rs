@@ -1,21 +1,52 @@
 //! Planning tests without a kernel: what a change costs in operations.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::config::{LocalTraffic, NftablesConfig};
-use super::layout::{TableRole, fixed_layout};
+use super::layout::fixed_layout;
 use super::objects::{Op, TableId};
-use super::render::render_port;
-use super::table::FamilyTable;
+use super::table::{FamilyTable, FullSyncInput, KernelTable, KernelValue, Plan};
 use crate::fixtures::{EndpointSpec as Ep, ServiceBuilder, SliceBuilder};
-use crate::model::{ChangeTracker, IpFamily, NodePortAddresses, NodeTopology, Protocol};
+use crate::model::{
+    ChangeTracker, IpFamily, NodePortAddresses, NodeTopology, Protocol, ServicePortKey,
+    ServicePortState,
+};
 
-fn slice(i: u32, endpoints: u32) -> k8s_openapi::api::discovery::v1::EndpointSlice {
+fn config() -> NftablesConfig {
+    let mut config = NftablesConfig::default();
+    config.local_traffic.insert(
+        IpFamily::V4,
+        LocalTraffic::Cidr("10.128.0.0/9".parse().unwrap_or_else(|_| unreachable!())),
+    );
+    config
+}
+
+fn table_id() -> TableId {
+    TableId {
+        family: IpFamily::V4,
+        index: 0,
+    }
+}
+
+fn cluster_ip(i: u32) -> String {
+    format!("10.{}.{}.{}", 96 + i / 65_536, (i / 256) % 256, i % 256)
+}
+
+fn service(i: u32) -> k8s_openapi::api::core::v1::Service {
+    ServiceBuilder::new("ns", &format!("svc-{i}"))
+        .cluster_ip(&cluster_ip(i))
+        .port("p", Protocol::Tcp, 80)
+        .build()
+}
+
+/// Service `i`'s slice with endpoints `first..first+count`.
+fn slice(i: u32, first: u32, count: u32) -> k8s_openapi::api::discovery::v1::EndpointSlice {
     let name = format!("svc-{i}");
     let mut s =
         SliceBuilder::new("ns", &name, &format!("{name}-x"), "IPv4").port("p", Protocol::Tcp, 8080);
-    for e in 0..endpoints {
+    for e in first..first + count {
         s = s.endpoint(Ep::ready(&format!(
             "10.{}.{}.{}",
             128 + e,
@@ -26,180 +57,443 @@ fn slice(i: u32, endpoints: u32) -> k8s_openapi::api::discovery::v1::EndpointSli
     s.build()
 }
 
-#[test]
-fn adding_one_endpoint_among_ten_thousand_services_touches_one_service() {
-    let mut config = NftablesConfig::default();
-    config.local_traffic.insert(
-        IpFamily::V4,
-        LocalTraffic::Cidr("10.128.0.0/9".parse().unwrap_or_else(|_| unreachable!())),
-    );
-    let id = TableId {
-        family: IpFamily::V4,
-        index: 0,
-    };
-    let fixed = fixed_layout(
-        IpFamily::V4,
-        TableRole::Combined,
-        &config,
-        &NodePortAddresses::AllLocal,
-    );
-    let mut tracker = ChangeTracker::new([IpFamily::V4], NodeTopology::default());
-    for i in 0..10_000u32 {
-        tracker.update_service(
-            &ServiceBuilder::new("ns", &format!("svc-{i}"))
-                .cluster_ip(&format!(
-                    "10.{}.{}.{}",
-                    96 + i / 65_536,
-                    (i / 256) % 256,
-                    i % 256
-                ))
-                .port("p", Protocol::Tcp, 80)
-                .build(),
-        );
-        tracker.update_endpoint_slice(&slice(i, 2));
-    }
-    let diff = tracker.diff();
-    let desired = diff
+type Changes = Vec<(ServicePortKey, Option<Arc<ServicePortState>>)>;
+
+fn changes(tracker: &ChangeTracker) -> Changes {
+    tracker
+        .diff()
         .changes
         .iter()
-        .filter_map(|c| {
-            c.current
-                .as_ref()
-                .map(|s| (c.key.clone(), render_port(s, &config)))
-        })
+        .map(|c| (c.key.clone(), c.current.clone()))
+        .collect()
+}
+
+fn plan(table: &FamilyTable, tracker: &ChangeTracker) -> Plan {
+    let config = config();
+    let fixed = fixed_layout(IpFamily::V4, &config, &NodePortAddresses::AllLocal);
+    table
+        .plan_incremental(&config, &fixed, changes(tracker))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn apply(table: &mut FamilyTable, tracker: &mut ChangeTracker) -> Vec<Op> {
+    let diff = tracker.diff();
+    let mut p = plan(table, tracker);
+    let ops = std::mem::take(&mut p.ops);
+    table.commit(p, Instant::now());
+    tracker.commit(&diff);
+    ops
+}
+
+/// A table holding everything the tracker has, planned against `kernel`.
+fn full(tracker: &ChangeTracker, kernel: &KernelTable) -> Plan {
+    let config = config();
+    let fixed = fixed_layout(IpFamily::V4, &config, &NodePortAddresses::AllLocal);
+    let desired = changes(tracker)
+        .into_iter()
+        .filter_map(|(k, s)| s.map(|s| (k, s)))
         .collect();
-    let mut table = FamilyTable::new(id);
-    let plan = table.plan_full(
-        "t",
-        &fixed,
-        desired,
-        &BTreeSet::new(),
-        &BTreeSet::new(),
-        true,
-    );
-    assert!(plan.ops.len() > 60_000, "the cold plan writes everything");
+    let mut empty = |_: &str, _: Option<&[&[u8]]>| Some(HashMap::new());
+    FamilyTable::new(table_id())
+        .plan_full(
+            FullSyncInput {
+                config: &config,
+                table_comment: "t",
+                fixed: &fixed,
+                kernel,
+                reset_base_chains: true,
+            },
+            desired,
+            &mut empty,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn start(tracker: &mut ChangeTracker) -> FamilyTable {
+    let diff = tracker.diff();
+    let plan = full(tracker, &KernelTable::default());
+    let mut table = FamilyTable::new(table_id());
     table.commit(plan, Instant::now());
     tracker.commit(&diff);
+    table
+}
 
-    tracker.update_endpoint_slice(&slice(1234, 3));
-    let diff = tracker.diff();
-    assert_eq!(diff.changes.len(), 1);
-    let changes = diff
-        .changes
-        .iter()
-        .map(|c| {
-            (
-                c.key.clone(),
-                c.current.as_ref().map(|s| render_port(s, &config)),
-            )
+/// What ops of a plan touch, as `set:<name>` / `chain:<name>` / `rule:<chain>`.
+fn touched(ops: &[Op]) -> BTreeSet<String> {
+    ops.iter()
+        .map(|op| match op {
+            Op::AddElements { set, .. } => format!("add-elements:{set}"),
+            Op::DelElements { set, .. } => format!("del-elements:{set}"),
+            Op::AddChain { name, .. } => format!("add-chain:{name}"),
+            Op::FlushChain { name, .. } => format!("flush-chain:{name}"),
+            Op::AddRule { chain, .. } => format!("rule:{chain}"),
+            other => format!("{other}"),
         })
-        .collect();
-    let plan = table.plan_incremental(&fixed, changes);
-    // One new endpoint chain (created and filled), the service chain
-    // rewritten; no element of any map changes.
-    let mut added_chains = Vec::new();
-    let mut flushed = Vec::new();
-    let mut rule_chains = BTreeSet::new();
-    for op in &plan.ops {
-        match op {
-            Op::AddChain { name, .. } => added_chains.push(name.clone()),
-            Op::FlushChain { name, .. } => flushed.push(name.clone()),
-            Op::AddRule { chain, .. } => {
-                rule_chains.insert(chain.clone());
-            }
-            other => panic!("unexpected op {other}"),
-        }
+        .collect()
+}
+
+fn object_count(ops: &[Op]) -> usize {
+    ops.iter().map(Op::object_count).sum()
+}
+
+fn tracker_with(services: u32, endpoints: u32) -> ChangeTracker {
+    let mut tracker = ChangeTracker::new([IpFamily::V4], NodeTopology::default());
+    for i in 0..services {
+        tracker.update_service(&service(i));
+        tracker.update_endpoint_slice(&slice(i, 0, endpoints));
     }
-    assert_eq!(added_chains.len(), 1, "{added_chains:?}");
-    assert!(
-        added_chains[0].starts_with("endpoint-")
-            && added_chains[0].contains("ns/svc-1234/tcp/p__10.130.")
-    );
-    assert_eq!(flushed.len(), 1, "{flushed:?}");
-    assert!(flushed[0].starts_with("service-") && flushed[0].ends_with("ns/svc-1234/tcp/p"));
-    assert_eq!(rule_chains.len(), 2, "{rule_chains:?}");
-    assert!(rule_chains.iter().all(|c| c.contains("ns/svc-1234/")));
-    // 1 masquerade + 3 endpoint picks in the service chain, 2 rules in the new endpoint chain.
-    assert_eq!(plan.ops.len(), 1 + 1 + 4 + 2);
+    tracker
 }
 
 #[test]
-fn removing_a_service_removes_its_elements_and_retires_its_chains() {
-    let config = NftablesConfig::default();
-    let id = TableId {
-        family: IpFamily::V4,
-        index: 0,
-    };
-    let fixed = fixed_layout(
-        IpFamily::V4,
-        TableRole::Combined,
-        &config,
-        &NodePortAddresses::AllLocal,
+fn among_ten_thousand_services_changes_touch_only_their_elements() {
+    let mut tracker = tracker_with(10_000, 2);
+    let cold = full(&tracker, &KernelTable::default());
+    assert!(
+        object_count(&cold.ops) > 40_000,
+        "the cold plan writes everything"
     );
-    let mut tracker = ChangeTracker::new([IpFamily::V4], NodeTopology::default());
-    tracker.update_service(
-        &ServiceBuilder::new("ns", "svc-1")
-            .cluster_ip("10.96.0.1")
-            .port("p", Protocol::Tcp, 80)
-            .build(),
+    assert!(
+        !cold
+            .ops
+            .iter()
+            .any(|o| matches!(o, Op::AddChain { name, .. } if name.contains('/'))),
+        "no chain of its own for a plain ClusterIP service"
     );
-    tracker.update_endpoint_slice(&slice(1, 1));
-    let diff = tracker.diff();
-    let mut table = FamilyTable::new(id);
-    let desired = diff
-        .changes
-        .iter()
-        .filter_map(|c| {
-            c.current
-                .as_ref()
-                .map(|s| (c.key.clone(), render_port(s, &config)))
-        })
-        .collect();
-    let plan = table.plan_full(
-        "t",
-        &fixed,
-        desired,
-        &BTreeSet::new(),
-        &BTreeSet::new(),
-        true,
-    );
-    table.commit(plan, Instant::now());
-    tracker.commit(&diff);
+    let mut table = start(&mut tracker);
 
-    tracker.delete_service("ns", "svc-1");
-    let diff = tracker.diff();
-    let changes = diff.changes.iter().map(|c| (c.key.clone(), None)).collect();
-    let plan = table.plan_incremental(&fixed, changes);
-    let deleted_from: BTreeSet<String> = plan
-        .ops
+    // Same count, one endpoint replaced: endpoint elements, nothing else
+    // (slots follow the sorted endpoints, so both slots move here).
+    tracker.update_endpoint_slice(&slice(77, 1, 2));
+    let ops = apply(&mut table, &mut tracker);
+    assert_eq!(
+        touched(&ops),
+        BTreeSet::from([
+            "add-elements:service-endpoints".to_string(),
+            "del-elements:service-endpoints".to_string(),
+        ]),
+        "{ops:?}"
+    );
+    assert_eq!(object_count(&ops), 4, "both slots rewritten");
+
+    // A new count: its shared chain is created once.
+    tracker.update_endpoint_slice(&slice(1234, 0, 3));
+    let ops = apply(&mut table, &mut tracker);
+    assert_eq!(
+        touched(&ops),
+        BTreeSet::from([
+            "add-chain:endpoints-3".to_string(),
+            "rule:endpoints-3".to_string(),
+            "add-elements:service-endpoints".to_string(),
+            "add-elements:service-ips".to_string(),
+            "del-elements:service-ips".to_string(),
+        ])
+    );
+    // The next Service going to three endpoints re-points its dispatch
+    // element and adds one endpoint element.
+    tracker.update_endpoint_slice(&slice(4321, 0, 3));
+    let ops = apply(&mut table, &mut tracker);
+    assert_eq!(
+        touched(&ops),
+        BTreeSet::from([
+            "add-elements:service-endpoints".to_string(),
+            "add-elements:service-ips".to_string(),
+            "del-elements:service-ips".to_string(),
+        ])
+    );
+    assert_eq!(object_count(&ops), 3);
+
+    // A new Service: its elements only.
+    tracker.update_service(&service(20_000));
+    tracker.update_endpoint_slice(&slice(20_000, 0, 2));
+    let ops = apply(&mut table, &mut tracker);
+    assert_eq!(
+        touched(&ops),
+        BTreeSet::from([
+            "add-elements:cluster-ips".to_string(),
+            "add-elements:service-endpoints".to_string(),
+            "add-elements:service-ips".to_string(),
+        ])
+    );
+    assert_eq!(object_count(&ops), 4);
+}
+
+#[test]
+fn removing_the_last_service_of_a_count_retires_its_chain() {
+    let mut tracker = tracker_with(3, 1);
+    tracker.update_endpoint_slice(&slice(2, 0, 4));
+    let mut table = start(&mut tracker);
+    let shared: BTreeSet<(u32, u32)> = table.shared_chains().collect();
+    assert_eq!(shared, BTreeSet::from([(1, 2), (4, 1)]), "value -> keys");
+
+    tracker.delete_service("ns", "svc-2");
+    let ops = apply(&mut table, &mut tracker);
+    let deleted: BTreeSet<String> = ops
         .iter()
         .filter_map(|o| match o {
-            Op::DelElements { set, .. } => Some(set.clone()),
+            Op::DelElements { set, keys, .. } => Some(format!("{set}:{}", keys.len())),
             _ => None,
         })
         .collect();
     assert_eq!(
-        deleted_from,
-        BTreeSet::from(["cluster-ips".to_string(), "service-ips".to_string()])
-    );
-    assert_eq!(
-        plan.ops
-            .iter()
-            .filter(|o| matches!(o, Op::FlushChain { .. }))
-            .count(),
-        2
+        deleted,
+        BTreeSet::from([
+            "cluster-ips:1".to_string(),
+            "service-ips:1".to_string(),
+            "service-endpoints:4".to_string(),
+        ])
     );
     assert!(
-        !plan.ops.iter().any(|o| matches!(o, Op::DelChain { .. })),
+        ops.iter()
+            .any(|o| matches!(o, Op::FlushChain { name, .. } if name == "endpoints-4")),
+        "{ops:?}"
+    );
+    assert!(
+        !ops.iter().any(|o| matches!(o, Op::DelChain { .. })),
         "chains are deleted later"
     );
-    table.commit(plan, Instant::now());
-    assert_eq!(table.stale_chain_count(), 2);
+    assert_eq!(table.stale_chain_count(), 1);
     assert!(
         table.plan_stale_deletion(Instant::now()).is_none(),
         "not before a second"
     );
     let later = Instant::now() + super::table::STALE_CHAIN_DELAY;
     let del = table.plan_stale_deletion(later).map(|p| p.ops.len());
-    assert_eq!(del, Some(2));
+    assert_eq!(del, Some(1));
+
+    // Back to four endpoints before it was deleted: the chain is reused.
+    tracker.update_service(&service(2));
+    let ops = apply(&mut table, &mut tracker);
+    assert!(
+        !ops.iter().any(|o| matches!(o, Op::AddChain { .. })),
+        "the flushed chain is still there: {ops:?}"
+    );
+    assert!(
+        ops.iter()
+            .any(|o| matches!(o, Op::AddRule { chain, .. } if chain == "endpoints-4"))
+    );
+    assert_eq!(table.stale_chain_count(), 0);
+}
+
+#[test]
+fn affinity_and_local_external_traffic_keep_chains_of_their_own() {
+    let mut tracker = ChangeTracker::new(
+        [IpFamily::V4],
+        NodeTopology {
+            name: "me".into(),
+            zone: None,
+        },
+    );
+    tracker.update_service(
+        &ServiceBuilder::new("ns", "sticky")
+            .cluster_ip("10.96.0.1")
+            .port("p", Protocol::Tcp, 80)
+            .client_ip_affinity(60)
+            .build(),
+    );
+    tracker.update_endpoint_slice(&slice(1, 0, 2).tap_name("sticky"));
+    tracker.update_service(
+        &ServiceBuilder::new("ns", "lb")
+            .cluster_ip("10.96.0.2")
+            .type_("LoadBalancer")
+            .node_port("p", Protocol::Tcp, 80, 30080)
+            .lb_ingress("192.0.2.1")
+            .external_traffic_local(Some(31000))
+            .build(),
+    );
+    let mut s = SliceBuilder::new("ns", "lb", "lb-x", "IPv4").port("p", Protocol::Tcp, 8080);
+    s = s.endpoint(Ep::ready("10.128.0.5").node("me"));
+    s = s.endpoint(Ep::ready("10.129.0.5").node("other"));
+    tracker.update_endpoint_slice(&s.build());
+    let plan = full(&tracker, &KernelTable::default());
+    let chains: BTreeSet<String> = plan
+        .ops
+        .iter()
+        .filter_map(|o| match o {
+            Op::AddChain {
+                name, base: None, ..
+            } if name.contains('/') => {
+                let kind = name.split('-').next().unwrap_or_default();
+                let service = if name.contains("ns/sticky/") {
+                    "sticky"
+                } else {
+                    "lb"
+                };
+                Some(format!("{kind}/{service}"))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        chains,
+        BTreeSet::from([
+            // ClientIP affinity: upstream's service and endpoint chains.
+            "service/sticky".to_string(),
+            "endpoint/sticky".to_string(),
+            // eTP=Local: the external chain, the Cluster chain for the
+            // short-circuit and the Local chain.
+            "external/lb".to_string(),
+            "service/lb".to_string(),
+            "local/lb".to_string(),
+        ])
+    );
+    // The ClusterIP of the eTP=Local Service is served by an endpoint list.
+    let text = format!("{:?}", plan.ops);
+    assert!(text.contains("endpoints-2"), "{text}");
+    // The hairpin set has the local endpoint only.
+    let hairpin: usize = plan
+        .ops
+        .iter()
+        .filter_map(|o| match o {
+            Op::AddElements { set, elements, .. } if set == "hairpin-connections" => {
+                Some(elements.len())
+            }
+            _ => None,
+        })
+        .sum();
+    assert_eq!(hairpin, 1);
+}
+
+/// Renames a fixture slice's Service.
+trait TapName {
+    fn tap_name(self, service: &str) -> Self;
+}
+
+impl TapName for k8s_openapi::api::discovery::v1::EndpointSlice {
+    fn tap_name(mut self, service: &str) -> Self {
+        if let Some(l) = self.metadata.labels.as_mut() {
+            l.insert("kubernetes.io/service-name".into(), service.into());
+        }
+        self.metadata.name = Some(format!("{service}-x"));
+        self
+    }
+}
+
+#[test]
+fn two_services_claiming_one_external_ip_hand_it_over() {
+    let mut tracker = ChangeTracker::new([IpFamily::V4], NodeTopology::default());
+    for (i, name) in ["a", "b"].into_iter().enumerate() {
+        tracker.update_service(
+            &ServiceBuilder::new("ns", name)
+                .cluster_ip(&cluster_ip(i as u32 + 1))
+                .port("p", Protocol::Tcp, 80)
+                .external_ips(&["192.0.2.9"])
+                .build(),
+        );
+        tracker.update_endpoint_slice(&slice(i as u32, 0, i as u32 + 1).tap_name(name));
+    }
+    let mut table = start(&mut tracker);
+    // b's external IP needs two endpoints: taking over re-points the
+    // dispatch element to external-endpoints-2 and writes slot 1.
+    tracker.delete_service("ns", "a");
+    let ops = apply(&mut table, &mut tracker);
+    let text = format!("{ops:?}");
+    assert!(text.contains("external-endpoints-2"), "{text}");
+    let added: usize = ops
+        .iter()
+        .filter_map(|o| match o {
+            Op::AddElements { set, elements, .. } if set == "service-endpoints" => {
+                Some(elements.len())
+            }
+            _ => None,
+        })
+        .sum();
+    assert_eq!(added, 2, "slot 0 changes, slot 1 is new: {text}");
+}
+
+#[test]
+fn adopting_an_identical_table_writes_nothing_but_the_base_chains() {
+    let tracker = tracker_with(50, 3);
+    let cold = full(&tracker, &KernelTable::default());
+    // What the kernel holds after the cold plan.
+    let mut kernel = KernelTable::default();
+    let mut elements: HashMap<String, HashMap<Vec<u8>, KernelValue>> = HashMap::new();
+    for op in &cold.ops {
+        match op {
+            Op::AddChain { name, .. } => {
+                kernel.chains.entry(name.clone()).or_default();
+            }
+            Op::AddRule { chain, rule, .. } => {
+                kernel
+                    .chains
+                    .entry(chain.clone())
+                    .or_default()
+                    .push(Some(rule.fingerprint()));
+                if let Some(b) = rule.slots {
+                    kernel.chain_slots.insert(chain.clone(), b);
+                }
+            }
+            Op::AddSet { set, .. } => {
+                kernel.sets.insert(set.name.clone());
+            }
+            Op::AddElements {
+                set, elements: els, ..
+            } => {
+                let m = elements.entry(set.clone()).or_default();
+                for e in els {
+                    let v = match (&e.verdict, &e.data) {
+                        (Some(v), _) => KernelValue::Verdict(v.code(), v.chain().map(String::from)),
+                        (None, Some(d)) => KernelValue::Data(d.clone()),
+                        _ => KernelValue::None,
+                    };
+                    m.insert(e.key.clone(), v);
+                }
+            }
+            _ => {}
+        }
+    }
+    let config = config();
+    let fixed = fixed_layout(IpFamily::V4, &config, &NodePortAddresses::AllLocal);
+    let desired = changes(&tracker)
+        .into_iter()
+        .filter_map(|(k, s)| s.map(|s| (k, s)))
+        .collect();
+    let mut reader = |set: &str, keys: Option<&[&[u8]]>| {
+        let all = elements.get(set).cloned().unwrap_or_default();
+        Some(match keys {
+            None => all,
+            Some(keys) => all
+                .into_iter()
+                .filter(|(k, _)| keys.contains(&k.as_slice()))
+                .collect(),
+        })
+    };
+    let plan = FamilyTable::new(table_id())
+        .plan_full(
+            FullSyncInput {
+                config: &config,
+                table_comment: "t",
+                fixed: &fixed,
+                kernel: &kernel,
+                reset_base_chains: false,
+            },
+            desired,
+            &mut reader,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let writes: Vec<&Op> = plan
+        .ops
+        .iter()
+        .filter(|o| !matches!(o, Op::AddTable { .. } | Op::AddSet { .. }))
+        .collect();
+    assert!(writes.is_empty(), "{writes:?}");
+}
+
+#[test]
+fn shared_chain_names_round_trip() {
+    use super::render::{
+        COUNT_MASQUERADE, COUNT_NODEPORT, ListKind, parse_shared_chain_name, shared_chain_name,
+    };
+    for (value, kind, n) in [
+        (3, ListKind::Address, 3),
+        (COUNT_MASQUERADE | 12, ListKind::Address, 12),
+        (COUNT_NODEPORT | 1, ListKind::NodePort, 1),
+    ] {
+        assert_eq!(
+            parse_shared_chain_name(&shared_chain_name(value)),
+            Some((kind, n))
+        );
+    }
+    assert_eq!(parse_shared_chain_name("services"), None);
+    assert_eq!(parse_shared_chain_name("endpoints-x"), None);
 }

@@ -139,12 +139,19 @@ impl ProxyHandle {
     }
 
     /// The full Service list after a (re)list.
-    pub fn replace_services(&self, all: &[Service]) {
+    pub fn replace_services<S: std::borrow::Borrow<Service>>(
+        &self,
+        all: impl IntoIterator<Item = S>,
+    ) {
+        let mut n = 0usize;
+        let changed = self
+            .shared
+            .tracker()
+            .replace_services(all.into_iter().inspect(|_| n += 1));
         self.shared
             .metrics
             .service_changes_total
-            .inc_by(all.len().max(1) as f64);
-        let changed = self.shared.tracker().replace_services(all.iter());
+            .inc_by(n.max(1) as f64);
         self.shared.changed(changed);
     }
 
@@ -163,12 +170,19 @@ impl ProxyHandle {
     }
 
     /// The full EndpointSlice list after a (re)list.
-    pub fn replace_endpoint_slices(&self, all: &[EndpointSlice]) {
+    pub fn replace_endpoint_slices<S: std::borrow::Borrow<EndpointSlice>>(
+        &self,
+        all: impl IntoIterator<Item = S>,
+    ) {
+        let mut n = 0usize;
+        let changed = self
+            .shared
+            .tracker()
+            .replace_endpoint_slices(all.into_iter().inspect(|_| n += 1));
         self.shared
             .metrics
             .endpoint_changes_total
-            .inc_by(all.len().max(1) as f64);
-        let changed = self.shared.tracker().replace_endpoint_slices(all.iter());
+            .inc_by(n.max(1) as f64);
         self.shared.changed(changed);
     }
 

@@ -26,6 +26,11 @@ pub struct BenchConfig {
     pub kube_proxy_bin: Option<PathBuf>,
     /// An outside cluster instead of the test API server.
     pub kubeconfig: Option<PathBuf>,
+    /// A directory of upstream Kubernetes binaries (kube-apiserver,
+    /// kube-controller-manager; etcd from the system): the benchmark starts
+    /// a real control plane from them instead of the test API server.
+    #[serde(default)]
+    pub upstream_bin: Option<PathBuf>,
     /// Service ClusterIP range (the test API server's, or the cluster's).
     pub service_cidr: String,
     /// `minSyncPeriod` of every contestant.
@@ -34,9 +39,6 @@ pub struct BenchConfig {
     pub api_qps: Option<f32>,
     /// Client-side API burst of every contestant (`None`: upstream's 10).
     pub api_burst: Option<u32>,
-    /// keelson's `proxy.nftables.serviceShards` (`None`: 1).
-    #[serde(default)]
-    pub keelson_service_shards: Option<u16>,
     /// Background endpoint changes per second during churn (K).
     pub churn_rate: f64,
     /// Length of the churn phase.
@@ -76,10 +78,10 @@ impl BenchConfig {
             keelson_bin,
             kube_proxy_bin: None,
             kubeconfig: None,
+            upstream_bin: None,
             service_cidr: "10.96.0.0/12".into(),
             min_sync_period: Duration::ZERO,
             api_qps: None,
-            keelson_service_shards: None,
             api_burst: None,
             churn_rate: 100.0,
             churn_duration: Duration::from_secs(30),
@@ -152,6 +154,9 @@ impl BenchConfig {
             && !kp.is_file()
         {
             return bad(format!("kube-proxy binary {} not found", kp.display()));
+        }
+        if self.kubeconfig.is_some() && self.upstream_bin.is_some() {
+            return bad("--kubeconfig and --upstream are exclusive".into());
         }
         if self.api_qps.is_some_and(|q| !(q.is_finite() && q > 0.0)) {
             return bad("--api-qps must be > 0".into());

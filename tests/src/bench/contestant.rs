@@ -93,7 +93,7 @@ pub struct ContestantSettings {
     pub keelson_bin: PathBuf,
     /// The `kube-proxy` binary, if kube-proxy takes part.
     pub kube_proxy_bin: Option<PathBuf>,
-    /// `minSyncPeriod` / `--min-sync-period` for every contestant.
+    /// `minSyncPeriod` / `--iptables-min-sync-period` for every contestant.
     pub min_sync_period: KubeDuration,
     /// The API server speaks JSON only (the test API server): kube-proxy
     /// gets `--kube-api-content-type=application/json`.
@@ -104,8 +104,6 @@ pub struct ContestantSettings {
     /// Client-side API burst (`clientConnection.burst`,
     /// `--kube-api-burst`); `None`: their default (10).
     pub api_burst: Option<u32>,
-    /// keelson's `proxy.nftables.serviceShards` (`None`: 1).
-    pub keelson_service_shards: Option<u16>,
 }
 
 /// The cgroup and bpffs of one eBPF run; removed on drop (stop the
@@ -207,9 +205,6 @@ pub fn keelson_config(
     if let Some(b) = settings.api_burst {
         cfg.proxy.client_connection.burst = i32::try_from(b).unwrap_or(i32::MAX);
     }
-    if let Some(n) = settings.keelson_service_shards {
-        cfg.proxy.nftables.service_shards = n;
-    }
     cfg.proxy.mode = match kind {
         ContestantKind::KeelsonNftables => ProxyMode::Nftables,
         ContestantKind::KeelsonEbpf => ProxyMode::Ebpf,
@@ -246,7 +241,9 @@ pub fn kube_proxy_args(
         format!("--kubeconfig={}", kubeconfig.display()),
         format!("--hostname-override={node_name}"),
         format!("--proxy-mode={mode}"),
-        format!("--min-sync-period={}", settings.min_sync_period),
+        // nftables mode reads the iptables flag too; v1.36 has no
+        // `--min-sync-period`.
+        format!("--iptables-min-sync-period={}", settings.min_sync_period),
         // nf_conntrack_max is host-wide: leave it alone.
         "--conntrack-max-per-core=0".to_string(),
         format!("--metrics-bind-address={METRICS_ADDR}"),
@@ -426,7 +423,6 @@ mod tests {
             json_only_api: true,
             api_qps: Some(50.0),
             api_burst: Some(100),
-            keelson_service_shards: None,
         }
     }
 
@@ -486,7 +482,11 @@ mod tests {
         .expect("args");
         assert!(args.contains(&"--proxy-mode=iptables".to_string()));
         assert!(args.contains(&"--hostname-override=kb-node".to_string()));
-        assert!(args.contains(&"--min-sync-period=0s".to_string()));
+        assert!(args.contains(&"--iptables-min-sync-period=0s".to_string()));
+        assert!(
+            !args.iter().any(|a| a.starts_with("--min-sync-period")),
+            "kube-proxy v1.36 has no --min-sync-period flag"
+        );
         assert!(args.contains(&"--kube-api-content-type=application/json".to_string()));
         assert!(args.contains(&"--conntrack-max-per-core=0".to_string()));
         assert!(args.contains(&"--kube-api-qps=50".to_string()));

@@ -49,6 +49,11 @@ impl KernelCounts {
     pub fn objects(&self) -> usize {
         self.rules + self.elements + self.bpf_service_entries()
     }
+
+    /// Chains + rules: what the kernel walks when it validates a table.
+    pub fn chains_and_rules(&self) -> usize {
+        self.chains + self.rules
+    }
 }
 
 /// Counts the objects of `nft -j list ruleset` output.

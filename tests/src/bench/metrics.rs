@@ -10,6 +10,25 @@ pub const SYNC_DURATION: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
 /// `kubeproxy_network_programming_duration_seconds`.
 pub const PROGRAMMING_DURATION: &str = "kubeproxy_network_programming_duration_seconds";
 
+/// `kubeproxy_sync_proxy_rules_last_timestamp_seconds`: the end of the
+/// last successful sync, Unix seconds.
+pub const LAST_SYNC: &str = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
+
+/// The latest value of a gauge over its label sets (e.g. the last sync of
+/// either family), if any is set (non-zero).
+pub fn gauge_max(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.strip_prefix(name))
+        .filter(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        .filter_map(|rest| {
+            let value = rest.rsplit_once('}').map_or(rest, |(_, v)| v);
+            value.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .filter(|v| *v > 0.0)
+        .reduce(f64::max)
+}
+
 /// Totals of a histogram over all its label sets: (sum, count).
 pub fn histogram_totals(text: &str, name: &str) -> Option<(f64, f64)> {
     let value_of = |suffix: &str| -> Option<f64> {
@@ -93,5 +112,16 @@ kubeproxy_network_programming_duration_seconds_count 0
         assert_eq!(s.programming_observations, Some(0.0));
         assert_eq!(s.programming_mean_ms, None);
         assert_eq!(SelfReported::parse(""), SelfReported::default());
+    }
+
+    #[test]
+    fn last_sync_is_the_latest_family() {
+        let text = "\
+# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge
+kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"} 1.7648e+09
+kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv6\"} 0
+";
+        assert_eq!(gauge_max(text, LAST_SYNC), Some(1.7648e9));
+        assert_eq!(gauge_max("", LAST_SYNC), None);
     }
 }

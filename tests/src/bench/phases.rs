@@ -136,17 +136,20 @@ async fn phases(
     // Cold sync.
     let log = logs.join(format!("{}-n{n}.log", kind.slug()));
     tracing::info!(contestant = %kind, services = n, log = %log.display(), "starting");
+    let launch = |log: &std::path::Path| {
+        ProxyProcess::start(&Launch {
+            kind,
+            settings,
+            ns: &node.node.ns,
+            node_name: &node.name,
+            kubeconfig: &node.kubeconfig,
+            ebpf,
+            work_dir: work,
+            log,
+        })
+    };
     let t0 = mono_ns();
-    let mut proc = ProxyProcess::start(&Launch {
-        kind,
-        settings,
-        ns: &node.node.ns,
-        node_name: &node.name,
-        kubeconfig: &node.kubeconfig,
-        ebpf,
-        work_dir: work,
-        log: &log,
-    })?;
+    let mut proc = launch(&log)?;
     let reach = guarded(
         &mut proc,
         agent.reach(sample_targets.clone(), cfg.cold_sync_timeout),
@@ -297,7 +300,73 @@ async fn phases(
     r.total_cpu_s = last.map(|s| s.cpu.as_secs_f64());
     r.peak_rss_bytes = last.map(|s| s.peak_rss_bytes);
     r.end_rss_bytes = last.map(|s| s.rss_bytes);
+
+    // Warm restart: the rules stay while the proxy is down; a new process
+    // lists the objects and adopts what the kernel holds. The sampled
+    // Services' endpoints as they are now (the probes and the churn
+    // replaced some since the cold sync).
+    let sample_targets = targets(scenario, &sample);
+    let stopped = verify_sample(agent, &sample_targets).await?;
+    let log = logs.join(format!("{}-n{n}-restart.log", kind.slug()));
+    let started = mono_wall_now();
+    let mut again = launch(&log)?;
+    let synced = guarded(&mut again, async {
+        Ok(wait_synced(agent, metrics_addr, started, cfg.cold_sync_timeout).await)
+    })
+    .await?;
+    match synced {
+        Some(at) => r.warm_restart_ms = Some((at - started).max(0.0) * 1000.0),
+        None => r.errors.push(format!(
+            "warm restart: no sync within {:?}; last log lines:\n{}",
+            cfg.cold_sync_timeout,
+            again.log_tail(10)
+        )),
+    }
+    let after = verify_sample(agent, &sample_targets).await?;
+    r.warm_restart_vips = Some((stopped, after, sample_targets.len()));
+    let last = again.stop(Duration::from_secs(10));
+    r.warm_restart_peak_rss_bytes = last.map(|s| s.peak_rss_bytes);
     Ok(())
+}
+
+/// Wall-clock now, Unix seconds (the unit of the contestants' sync
+/// timestamps).
+fn mono_wall_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Polls the contestant's metrics until its last sync ended after `after`
+/// (Unix seconds); returns that time, or `None` at the deadline.
+async fn wait_synced(
+    agent: &Agent,
+    metrics: SocketAddr,
+    after: f64,
+    timeout: Duration,
+) -> Option<f64> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(body) = agent.scrape(metrics, "/metrics").await
+            && let Some(at) = super::metrics::gauge_max(&body, super::metrics::LAST_SYNC)
+            && at >= after
+        {
+            return Some(at);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// How many sampled VIPs answer only from their own endpoints now.
+async fn verify_sample(agent: &Agent, targets: &[Target]) -> Result<usize> {
+    let results = agent.sweep(targets.to_vec(), false, 3).await?;
+    Ok(results
+        .iter()
+        .filter(|s| s.wrong.is_empty() && !s.seen.is_empty())
+        .count())
 }
 
 fn timeout(r: &mut RunResult, what: &str, last_error: Option<String>) {

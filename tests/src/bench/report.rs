@@ -228,6 +228,24 @@ fn table(
             .collect(),
         dash(),
     );
+    let warm_ref = refv(&|r| r.warm_restart_ms);
+    row(
+        "warm restart: start → first sync done (rules kept)",
+        runs.iter()
+            .map(|r| ms_cell(r.warm_restart_ms, warm_ref))
+            .collect(),
+        dash(),
+    );
+    row(
+        "sampled VIPs right while stopped · after the restart",
+        runs.iter()
+            .map(|r| match r.warm_restart_vips {
+                Some((stopped, after, n)) => format!("{stopped}/{n} · {after}/{n}"),
+                None => dash(),
+            })
+            .collect(),
+        dash(),
+    );
     let rss_ref = refv(&|r| r.peak_rss_bytes.map(|b| b as f64));
     row(
         "proxy RSS: peak / at the end",
@@ -247,16 +265,26 @@ fn table(
             .collect(),
         dash(),
     );
-    let obj_ref = refv(&|r| r.kernel.as_ref().map(|k| k.objects() as f64));
+    let cr_ref = refv(&|r| r.kernel.as_ref().map(|k| k.chains_and_rules() as f64));
     row(
-        "kernel: nft rules / set+map elements / eBPF Service map entries",
+        "kernel: nft chains + rules (chains / rules)",
         runs.iter()
             .map(|r| match &r.kernel {
                 Some(k) => with_ratio(
-                    format!("{} / {} / {}", k.rules, k.elements, k.bpf_service_entries()),
-                    Some(k.objects() as f64),
-                    obj_ref,
+                    format!("{} ({} / {})", k.chains_and_rules(), k.chains, k.rules),
+                    Some(k.chains_and_rules() as f64),
+                    cr_ref,
                 ),
+                None => dash(),
+            })
+            .collect(),
+        dash(),
+    );
+    row(
+        "kernel: set+map elements / eBPF Service map entries",
+        runs.iter()
+            .map(|r| match &r.kernel {
+                Some(k) => format!("{} / {}", k.elements, k.bpf_service_entries()),
                 None => dash(),
             })
             .collect(),
@@ -355,9 +383,6 @@ pub fn markdown(report: &BenchReport) -> String {
         c.idle_probes,
         c.latency_samples
     );
-    if let Some(n) = c.keelson_service_shards {
-        let _ = writeln!(out, "- keelson: proxy.nftables.serviceShards {n}");
-    }
     for &n in &c.services {
         let runs: Vec<&RunResult> = report.runs.iter().filter(|r| r.services == n).collect();
         let baseline = report.baselines.iter().find(|b| b.services == n);

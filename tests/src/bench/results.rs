@@ -59,6 +59,18 @@ pub struct RunResult {
     pub endpoints_per_service: usize,
     /// Process start → every sampled VIP answers from its endpoints, ms.
     pub cold_sync_ms: Option<f64>,
+    /// The proxy stopped and started again with its rules in place:
+    /// process start → end of its first sync (its own
+    /// `kubeproxy_sync_proxy_rules_last_timestamp_seconds`), ms.
+    #[serde(default)]
+    pub warm_restart_ms: Option<f64>,
+    /// Sampled VIPs answering correctly while the proxy was stopped and
+    /// again after the restart: (ok while stopped, ok after, checked).
+    #[serde(default)]
+    pub warm_restart_vips: Option<(usize, usize, usize)>,
+    /// Peak RSS of the restarted process (it adopts instead of building).
+    #[serde(default)]
+    pub warm_restart_peak_rss_bytes: Option<u64>,
     /// CPU used until then, seconds.
     pub cold_sync_cpu_s: Option<f64>,
     /// Every VIP checked after the cold sync.
@@ -111,6 +123,9 @@ impl RunResult {
             services,
             endpoints_per_service: endpoints,
             cold_sync_ms: None,
+            warm_restart_ms: None,
+            warm_restart_vips: None,
+            warm_restart_peak_rss_bytes: None,
             cold_sync_cpu_s: None,
             correct_after_sync: Correctness::default(),
             correct_after_churn: Correctness::default(),

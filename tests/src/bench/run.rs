@@ -38,13 +38,45 @@ pub async fn run(cfg: BenchConfig, exe: &Path, command: String) -> Result<BenchR
     } else {
         "keelson-bench".to_string()
     };
-    let mut api = match &cfg.kubeconfig {
-        Some(path) => ApiTarget::external(path, &namespace).await?,
-        None => ApiTarget::test_server(&cfg.service_cidr, &namespace).await?,
+    // A real control plane lives as long as the run (dropped at the end).
+    let control_plane = match &cfg.upstream_bin {
+        Some(dir) => {
+            let bins = crate::upstream::UpstreamBins::in_dir(dir)
+                .map_err(|e| BenchError::Invalid(format!("--upstream {}: {e}", dir.display())))?;
+            let cp = crate::upstream::ControlPlane::start(&bins)
+                .await
+                .map_err(|e| BenchError::Invalid(format!("starting the control plane: {e}")))?;
+            tracing::info!(dir = %cp.dir().display(), "upstream control plane ready");
+            Some(cp)
+        }
+        None => None,
     };
-    let api_server = match &cfg.kubeconfig {
-        Some(p) => format!("cluster of {}", p.display()),
-        None => "keelson test API server (in-process stand-in for kube-apiserver)".to_string(),
+    let mut api = match (&cfg.kubeconfig, &control_plane) {
+        (Some(path), _) => ApiTarget::external(path, &namespace).await?,
+        (None, Some(cp)) => ApiTarget::external(cp.admin_kubeconfig(), &namespace).await?,
+        (None, None) => ApiTarget::test_server(&cfg.service_cidr, &namespace).await?,
+    };
+    let api_server = match (&cfg.kubeconfig, &control_plane) {
+        (Some(p), _) => format!("cluster of {}", p.display()),
+        (None, Some(cp)) => format!(
+            "kube-apiserver and kube-controller-manager from {} ({}), etcd {}",
+            cp.bins().dir().display(),
+            run_cmd(
+                &cp.bins().path("kube-apiserver").display().to_string(),
+                &["--version"]
+            )
+            .unwrap_or_default()
+            .trim(),
+            run_cmd(&cp.bins().etcd().display().to_string(), &["--version"])
+                .unwrap_or_default()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim()
+        ),
+        (None, None) => {
+            "keelson test API server (in-process stand-in for kube-apiserver)".to_string()
+        }
     };
     api.prepare_namespace().await?;
 
@@ -72,7 +104,6 @@ pub async fn run(cfg: BenchConfig, exe: &Path, command: String) -> Result<BenchR
         json_only_api: api.is_test_server(),
         api_qps: cfg.api_qps,
         api_burst: cfg.api_burst,
-        keelson_service_shards: cfg.keelson_service_shards,
     };
     let mut nodes: BTreeMap<ContestantKind, ContestantNode> = BTreeMap::new();
     for kind in &cfg.contestants {
@@ -109,6 +140,8 @@ pub async fn run(cfg: BenchConfig, exe: &Path, command: String) -> Result<BenchR
     baseline_agent.stop().await;
     let names: Vec<String> = nodes.values().map(|n| n.name.clone()).collect();
     api.cleanup(&names).await;
+    drop(api);
+    drop(control_plane);
     let (baselines, runs) = result?;
     Ok(BenchReport {
         command,

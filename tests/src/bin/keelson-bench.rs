@@ -74,6 +74,11 @@ struct Opts {
     /// Use this cluster instead of the in-process test API server.
     #[arg(long, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
+    /// Start a real control plane (kube-apiserver, kube-controller-manager
+    /// and Debian's etcd) from the binaries in DIR instead of the test API
+    /// server (default: $KEELSON_UPSTREAM_BIN when set with --upstream).
+    #[arg(long, value_name = "DIR")]
+    upstream: Option<PathBuf>,
     /// The Service ClusterIP range (the test API server's, or the cluster's).
     #[arg(long)]
     service_cidr: Option<String>,
@@ -87,10 +92,6 @@ struct Opts {
     /// Client-side API burst of every contestant (default 10).
     #[arg(long)]
     api_burst: Option<u32>,
-    /// keelson's `proxy.nftables.serviceShards` (default 1, kube-proxy's
-    /// single table).
-    #[arg(long)]
-    keelson_service_shards: Option<u16>,
     /// Background endpoint changes per second during churn (K).
     #[arg(long)]
     churn_rate: Option<f64>,
@@ -150,6 +151,11 @@ fn config(opts: &Opts) -> Result<BenchConfig> {
     }
     c.kube_proxy_bin = opts.kube_proxy.clone();
     c.kubeconfig = opts.kubeconfig.clone();
+    c.upstream_bin = opts.upstream.clone();
+    if c.upstream_bin.is_some() {
+        // The control plane's ClusterIP range.
+        c.service_cidr = keelson_tests::upstream::network::SERVICE_CIDR.to_string();
+    }
     if let Some(v) = &opts.service_cidr {
         c.service_cidr = v.clone();
     }
@@ -160,7 +166,6 @@ fn config(opts: &Opts) -> Result<BenchConfig> {
     }
     c.api_qps = opts.api_qps;
     c.api_burst = opts.api_burst;
-    c.keelson_service_shards = opts.keelson_service_shards;
     if let Some(v) = opts.churn_rate {
         c.churn_rate = v;
     }

@@ -1,7 +1,10 @@
 //! The mutating admission plugins kube-apiserver enables by default that
 //! change what a node agent sees in a pod: ServiceAccount (default account,
 //! the `kube-api-access-*` projected token volume), Priority and
-//! DefaultTolerationSeconds. Applied when controller emulation is on.
+//! DefaultTolerationSeconds, applied when controller emulation is on; and
+//! RuntimeClass (`plugin/pkg/admission/runtimeclass`: overhead and
+//! scheduling from the pod's RuntimeClass, a missing class or a stray
+//! overhead refused), always applied.
 
 use serde_json::{Value, json};
 
@@ -31,6 +34,7 @@ pub fn pod(state: &ApiState, txn: &Txn<'_>, pod: &mut Value) -> Result<(), ApiEr
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
+    runtime_class(txn, pod, &name)?;
     let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
         return Ok(());
     };
@@ -173,4 +177,103 @@ pub fn pod(state: &ApiState, txn: &Txn<'_>, pod: &mut Value) -> Result<(), ApiEr
         }
     }
     Ok(())
+}
+
+/// The RuntimeClass admission plugin (mutating and validating on create):
+/// `spec.overhead` from the class (a different one given is refused),
+/// its node selector merged (a conflicting key refused) and tolerations
+/// added; a class that does not exist, or an overhead without a class
+/// defining one, is refused.
+fn runtime_class(txn: &Txn<'_>, pod: &mut Value, name: &str) -> Result<(), ApiError> {
+    let forbid = |why: String| ApiError::forbidden("", "pods", name, &why);
+    let class = pod
+        .pointer("/spec/runtimeClassName")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let rc = match &class {
+        None => None,
+        Some(c) => match txn.get("runtimeclasses", "", c) {
+            Some(stored) => Some(stored.value()?),
+            None => {
+                return Err(forbid(format!(
+                    "pod rejected: RuntimeClass {c:?} not found"
+                )));
+            }
+        },
+    };
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return Ok(());
+    };
+    let class_overhead = rc
+        .as_ref()
+        .and_then(|r| r.pointer("/overhead/podFixed"))
+        .filter(|v| !v.is_null())
+        .cloned();
+    let pod_overhead = spec.get("overhead").filter(|v| !v.is_null()).cloned();
+    match (class_overhead, pod_overhead) {
+        (Some(c), Some(p)) if !same_quantities(&c, &p) => {
+            return Err(forbid(
+                "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead".into(),
+            ));
+        }
+        (Some(c), _) => {
+            spec.insert("overhead".into(), c);
+        }
+        (None, Some(_)) => {
+            return Err(forbid(
+                "pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"
+                    .into(),
+            ));
+        }
+        (None, None) => {}
+    }
+    let Some(scheduling) = rc.as_ref().and_then(|r| r.get("scheduling")) else {
+        return Ok(());
+    };
+    if let Some(sel) = scheduling.get("nodeSelector").and_then(Value::as_object) {
+        let pod_sel = spec.entry("nodeSelector").or_insert_with(|| json!({}));
+        if let Some(ps) = pod_sel.as_object_mut() {
+            for (k, v) in sel {
+                if let Some(existing) = ps.get(k)
+                    && existing != v
+                {
+                    return Err(forbid(format!(
+                        "conflict: runtimeClass.scheduling.nodeSelector[{k}] = {}; pod.spec.nodeSelector[{k}] = {}",
+                        v.as_str().unwrap_or_default(),
+                        existing.as_str().unwrap_or_default()
+                    )));
+                }
+                ps.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if let Some(tols) = scheduling.get("tolerations").and_then(Value::as_array) {
+        let list = spec.entry("tolerations").or_insert_with(|| json!([]));
+        if let Some(l) = list.as_array_mut() {
+            for t in tols {
+                if !l.contains(t) {
+                    l.push(t.clone());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Two resource lists equal by quantity value (`1` == `1000m`).
+fn same_quantities(a: &Value, b: &Value) -> bool {
+    let parse = |v: &Value| -> Option<std::collections::BTreeMap<String, String>> {
+        v.as_object().map(|m| {
+            m.iter()
+                .map(|(k, q)| {
+                    let text = q.as_str().unwrap_or_default();
+                    let canon = keelson::quantity::Quantity::parse(text)
+                        .map(|q| q.milli_value().to_string())
+                        .unwrap_or_else(|_| text.to_string());
+                    (k.clone(), canon)
+                })
+                .collect()
+        })
+    };
+    parse(a) == parse(b)
 }

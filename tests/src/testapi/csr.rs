@@ -228,7 +228,8 @@ pub fn prepare_update(old: &Value, new: &mut Value, mode: UpdateMode) -> Result<
         }
     }
     match mode {
-        UpdateMode::Main => {
+        // `resize` is a pods-only subresource: never a CSR's.
+        UpdateMode::Main | UpdateMode::Resize => {
             match old.get("status") {
                 Some(s) => o.insert("status".into(), s.clone()),
                 None => o.remove("status"),

@@ -290,35 +290,65 @@ fn endpoint_slice(obj: &mut Value) {
     }
 }
 
-/// QoS class of a pod from its containers' requests and limits.
+/// QoS class of a pod (`ComputePodQOS`): from the pod-level resources
+/// when set (PodLevelResources), else from every container's positive cpu
+/// and memory requests and limits, compared by value.
 pub fn qos_class(pod: &Value) -> &'static str {
-    let mut any = false;
+    let value = |v: &Value| {
+        v.as_str()
+            .and_then(|s| keelson::quantity::Quantity::parse(s).ok())
+            .map(|q| q.milli_value())
+            .unwrap_or(0)
+    };
+    let mut requests: Map<String, Value> = Map::new();
+    let mut limits: Map<String, Value> = Map::new();
     let mut guaranteed = true;
-    let lists = ["containers", "initContainers"];
-    for l in lists {
-        let Some(cs) = pod.pointer(&format!("/spec/{l}")).and_then(Value::as_array) else {
-            continue;
-        };
-        for c in cs {
-            let req = c.pointer("/resources/requests").and_then(Value::as_object);
-            let lim = c.pointer("/resources/limits").and_then(Value::as_object);
-            let relevant =
-                |m: Option<&Map<String, Value>>, k: &str| m.and_then(|m| m.get(k)).cloned();
-            for r in ["cpu", "memory"] {
-                let rq = relevant(req, r);
-                let lm = relevant(lim, r);
-                if rq.is_some() || lm.is_some() {
-                    any = true;
-                }
-                if lm.is_none() || rq != lm {
-                    guaranteed = false;
+    let add = |into: &mut Map<String, Value>, list: Option<&Value>| -> Vec<String> {
+        let mut found = Vec::new();
+        for (k, v) in list.and_then(Value::as_object).into_iter().flatten() {
+            if (k == "cpu" || k == "memory") && value(v) > 0 {
+                let sum = into.get(k).map(value).unwrap_or(0) + value(v);
+                into.insert(k.clone(), json!(format!("{sum}m")));
+                found.push(k.clone());
+            }
+        }
+        found
+    };
+    match pod.pointer("/spec/resources").filter(|r| !r.is_null()) {
+        Some(r) => {
+            add(&mut requests, r.get("requests"));
+            let has_limits = r
+                .get("limits")
+                .and_then(Value::as_object)
+                .is_some_and(|m| !m.is_empty());
+            let found = add(&mut limits, r.get("limits"));
+            if has_limits && found.len() != 2 {
+                guaranteed = false;
+            }
+        }
+        None => {
+            for l in ["containers", "initContainers"] {
+                for c in pod
+                    .pointer(&format!("/spec/{l}"))
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    add(&mut requests, c.pointer("/resources/requests"));
+                    if add(&mut limits, c.pointer("/resources/limits")).len() != 2 {
+                        guaranteed = false;
+                    }
                 }
             }
         }
     }
-    if !any {
-        "BestEffort"
-    } else if guaranteed {
+    if requests.is_empty() && limits.is_empty() {
+        return "BestEffort";
+    }
+    if guaranteed && requests.iter().any(|(k, v)| limits.get(k) != Some(v)) {
+        guaranteed = false;
+    }
+    if guaranteed && requests.len() == limits.len() {
         "Guaranteed"
     } else {
         "Burstable"

@@ -127,6 +127,7 @@ mod tests {
         assert!(names.contains(&"serviceaccounts/token"));
         assert!(group("discovery.k8s.io").is_some());
         assert!(group("batch").is_none());
+        assert!(names.contains(&"pods/resize"));
         let mut groups: Vec<String> = group_list()["groups"]
             .as_array()
             .map(|a| {
@@ -144,6 +145,7 @@ mod tests {
                 "coordination.k8s.io",
                 "discovery.k8s.io",
                 "events.k8s.io",
+                "node.k8s.io",
                 "rbac.authorization.k8s.io"
             ]
         );

@@ -389,7 +389,7 @@ fn non_resource(state: &ApiState, nr: NonResource, host: &str) -> Result<Respons
     let j = |v: Value| Ok(respond(200, "application/json", Bytes::from(v.to_string())));
     match nr {
         NonResource::Root => j(
-            json!({"paths": ["/api", "/api/v1", "/apis", "/apis/coordination.k8s.io", "/apis/coordination.k8s.io/v1", "/apis/discovery.k8s.io", "/apis/discovery.k8s.io/v1", "/apis/events.k8s.io", "/apis/events.k8s.io/v1", "/healthz", "/livez", "/openid/v1/jwks", "/readyz", "/version", "/.well-known/openid-configuration"]}),
+            json!({"paths": ["/api", "/api/v1", "/apis", "/apis/coordination.k8s.io", "/apis/coordination.k8s.io/v1", "/apis/discovery.k8s.io", "/apis/discovery.k8s.io/v1", "/apis/events.k8s.io", "/apis/events.k8s.io/v1", "/apis/node.k8s.io", "/apis/node.k8s.io/v1", "/healthz", "/livez", "/openid/v1/jwks", "/readyz", "/version", "/.well-known/openid-configuration"]}),
         ),
         NonResource::Api => j(discovery::core_versions(host)),
         NonResource::Apis => j(discovery::group_list()),

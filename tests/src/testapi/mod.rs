@@ -32,6 +32,7 @@ mod objects;
 mod openapi;
 mod patch;
 mod pods;
+mod resize;
 mod resources;
 mod reviews;
 mod routing;

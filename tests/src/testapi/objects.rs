@@ -591,6 +591,8 @@ pub enum UpdateMode {
     Main,
     /// `status` subresource: only status (and labels/annotations) change.
     Status,
+    /// `pods/resize`: only resources and resize policies change.
+    Resize,
     /// `approval` subresource (CertificateSigningRequests): only the
     /// Approved/Denied conditions change.
     Approval,
@@ -690,6 +692,13 @@ pub fn update_in(
             }
             new = next;
         }
+        UpdateMode::Resize => {
+            let mut next = super::resize::drop_non_resize_updates(&old, &new);
+            if let (Some(o), Some(m)) = (next.as_object_mut(), new.get("metadata")) {
+                o.insert("metadata".into(), m.clone());
+            }
+            new = next;
+        }
         UpdateMode::Main => {
             if res.has_status()
                 && let Some(o) = new.as_object_mut()
@@ -717,7 +726,9 @@ pub fn update_in(
     }
     defaults::apply(kind, &mut new);
     invalid(kind, &name, validation::object(kind, &new))?;
-    if kind == "Pod" {
+    if kind == "Pod" && mode == UpdateMode::Resize {
+        invalid(kind, &name, super::resize::validate(&old, &new))?;
+    } else if kind == "Pod" {
         invalid(kind, &name, validation::pod_spec_update(&old, &new))?;
         if mode == UpdateMode::Status {
             // An omitted qosClass is backfilled (old kubelets dropped it).
@@ -825,6 +836,7 @@ fn status_target(t: &Target<'_>) -> Result<UpdateMode, ApiError> {
     match t.sub {
         None => Ok(UpdateMode::Main),
         Some("status") if t.res.has_status() => Ok(UpdateMode::Status),
+        Some("resize") if t.res.plural == "pods" => Ok(UpdateMode::Resize),
         Some("approval") if t.res.subresources.contains(&"approval") => Ok(UpdateMode::Approval),
         Some(_) => Err(ApiError::method_not_allowed("PUT")),
     }

@@ -64,7 +64,7 @@ impl ResourceInfo {
     /// Verbs allowed on a subresource, as discovery lists them.
     pub fn subresource_verbs(sub: &str) -> &'static [&'static str] {
         match sub {
-            "status" | "approval" => &["get", "patch", "update"],
+            "status" | "resize" | "approval" => &["get", "patch", "update"],
             "finalize" => &["update"],
             _ => &["create"],
         }
@@ -183,7 +183,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         namespaced: true,
         short_names: &["po"],
         categories: &["all"],
-        subresources: &["status", "binding", "eviction"],
+        subresources: &["status", "binding", "eviction", "resize"],
         storage: "pods",
         fields: POD_FIELDS,
         tracks_generation: true,
@@ -320,6 +320,23 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         subresources: &[],
         storage: "leases",
+        fields: &[],
+        tracks_generation: false,
+        returns_deleted_object: false,
+    },
+    // Read by kubelet's RuntimeClass manager and the RuntimeClass
+    // admission plugin (overhead, scheduling, missing class refused).
+    ResourceInfo {
+        group: "node.k8s.io",
+        version: "v1",
+        plural: "runtimeclasses",
+        singular: "runtimeclass",
+        kind: "RuntimeClass",
+        namespaced: false,
+        short_names: &[],
+        categories: &[],
+        subresources: &[],
+        storage: "runtimeclasses",
         fields: &[],
         tracks_generation: false,
         returns_deleted_object: false,

@@ -3,7 +3,9 @@
 //! and unknown fields are found by comparing the input with its typed
 //! round trip, for `fieldValidation` (Strict: 400, Warn: a Warning header).
 
-use k8s_openapi::api::{apps, coordination, core, discovery, events as events_v1, rbac};
+use k8s_openapi::api::{
+    apps, coordination, core, discovery, events as events_v1, node as node_api, rbac,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -31,6 +33,7 @@ fn typed(group: &str, kind: &str, obj: &Value) -> Option<Result<Value, String>> 
         ("events.k8s.io", "Event") => round_trip::<events_v1::v1::Event>(obj),
         ("coordination.k8s.io", "Lease") => round_trip::<coordination::v1::Lease>(obj),
         ("apps", "DaemonSet") => round_trip::<apps::v1::DaemonSet>(obj),
+        ("node.k8s.io", "RuntimeClass") => round_trip::<node_api::v1::RuntimeClass>(obj),
         ("rbac.authorization.k8s.io", "ClusterRole") => round_trip::<rbac::v1::ClusterRole>(obj),
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
             round_trip::<rbac::v1::ClusterRoleBinding>(obj)

@@ -50,6 +50,10 @@ pub struct Options {
     pub configure: Option<Configure>,
     /// Pod admission.
     pub admit: Option<keelson::node::pods::AdmitFn>,
+    /// Edits the Node's status (allocatable, features) before start.
+    pub node_status: Option<NodeStatusEdit>,
+    /// Edits the Node object (labels, taints) before it is created.
+    pub node_object: Option<NodeStatusEdit>,
 }
 
 /// One test's world. Dropping it stops the lifecycle, the runtime and the
@@ -89,8 +93,16 @@ pub fn allocatable() -> BTreeMap<String, Quantity> {
         ("cpu".to_string(), Quantity("4".into())),
         ("memory".to_string(), Quantity("8Gi".into())),
         ("ephemeral-storage".to_string(), Quantity("100Gi".into())),
+        ("pods".to_string(), Quantity("110".into())),
     ])
 }
+
+fn allocatable_json() -> serde_json::Value {
+    serde_json::to_value(allocatable()).unwrap()
+}
+
+/// Edits the Node's status (JSON) before the lifecycle starts.
+pub type NodeStatusEdit = Box<dyn Fn(&mut serde_json::Value) + Send + Sync>;
 
 #[allow(clippy::too_many_arguments)]
 async fn start_lifecycle(
@@ -134,6 +146,7 @@ async fn start_lifecycle(
                 ..Default::default()
             },
             admit,
+            node: None,
         },
         stop,
     )
@@ -181,13 +194,33 @@ impl World {
             .unwrap();
         let admin = http_client(&api).await;
         let node = format!("node-{}", keelson_tests::netns::unique_suffix());
-        let node_obj: Node = serde_json::from_value(json!({
-            "metadata": {"name": node},
-            "status": {"addresses": [{"type": "InternalIP", "address": "192.168.50.1"}]}
-        }))
-        .unwrap();
+        let mut node_json = json!({
+            "metadata": {"name": node, "labels": {
+                "kubernetes.io/hostname": node, "kubernetes.io/os": "linux"}},
+        });
+        if let Some(f) = &opts.node_object {
+            f(&mut node_json);
+        }
+        let node_obj: Node = serde_json::from_value(node_json).unwrap();
         Api::<Node>::all(admin.clone())
             .create(&PostParams::default(), &node_obj)
+            .await
+            .unwrap();
+        // The status the node role would report: admission fits pods
+        // against its allocatable.
+        let mut status = json!({
+            "status": {"addresses": [{"type": "InternalIP", "address": "192.168.50.1"}],
+                       "capacity": allocatable_json(), "allocatable": allocatable_json()}
+        });
+        if let Some(f) = &opts.node_status {
+            f(&mut status["status"]);
+        }
+        Api::<Node>::all(admin.clone())
+            .patch_status(
+                &node,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&status),
+            )
             .await
             .unwrap();
         let fake = Arc::new(

@@ -11,6 +11,7 @@ mod diagnose_cases;
 mod node_api_cases;
 mod node_cases;
 mod pod_cases;
+mod podspec_cases;
 mod service_cases;
 mod serving_bootstrap_cases;
 mod support;
@@ -22,6 +23,7 @@ fn main() -> std::process::ExitCode {
     let cases: Vec<Case> = [
         node_cases::CASES,
         pod_cases::CASES,
+        podspec_cases::CASES,
         service_cases::CASES,
         node_api_cases::CASES,
         diagnose_cases::CASES,

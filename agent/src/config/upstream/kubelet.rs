@@ -132,18 +132,15 @@ pub fn apply(cfg: &mut Config, doc: Value, dir: &Path, report: &mut Report) {
         "image pulls are not rate limited",
         report,
     );
-    o.unimplemented(
-        "imagePullCredentialsVerificationPolicy",
-        Default::OneOf(&["NeverVerifyPreloadedImages", ""]),
-        "pulled-image credentials are not verified",
-        report,
-    );
-    o.unimplemented(
-        "preloadedImagesVerificationAllowlist",
-        Default::Empty,
-        "pulled-image credentials are not verified",
-        report,
-    );
+    // Empty is v1beta1's unset: defaulting gives NeverVerifyPreloadedImages.
+    if let Some(p) = o.string("imagePullCredentialsVerificationPolicy", report)
+        && !p.is_empty()
+    {
+        n.image_pull_credentials_verification_policy = p;
+    }
+    if let Some(list) = o.get::<Vec<String>>("preloadedImagesVerificationAllowlist", report) {
+        n.preloaded_images_verification_allowlist = list;
+    }
     o.unimplemented(
         "eventRecordQPS",
         Default::IntExact(50),
@@ -473,12 +470,9 @@ pub fn apply(cfg: &mut Config, doc: Value, dir: &Path, report: &mut Report) {
         "only the pods cgroup is enforced",
         report,
     );
-    o.unimplemented(
-        "allowedUnsafeSysctls",
-        Default::Empty,
-        "pod sysctls are not admitted by keelson",
-        report,
-    );
+    if let Some(list) = o.get::<Vec<String>>("allowedUnsafeSysctls", report) {
+        n.allowed_unsafe_sysctls = list;
+    }
     o.unimplemented(
         "volumePluginDir",
         Default::Str(DEFAULT_VOLUME_PLUGIN_DIR),

@@ -265,6 +265,36 @@ fn kubelet_defaulting_rules() {
 }
 
 #[test]
+fn pod_admission_and_image_credential_fields_are_read() {
+    let c = kubelet("allowedUnsafeSysctls: [\"kernel.msg*\", net.core.somaxconn]\nimagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [\"registry.example/app/*\"]\n")
+        .expect("valid")
+        .config;
+    let n = &c.node;
+    assert_eq!(
+        n.allowed_unsafe_sysctls,
+        ["kernel.msg*", "net.core.somaxconn"]
+    );
+    assert_eq!(
+        n.image_pull_credentials_verification_policy,
+        "NeverVerifyAllowlistedImages"
+    );
+    assert_eq!(
+        n.preloaded_images_verification_allowlist,
+        ["registry.example/app/*"]
+    );
+    // Unset or empty: kubelet's default policy.
+    let c = kubelet("imagePullCredentialsVerificationPolicy: \"\"\n")
+        .expect("valid")
+        .config;
+    assert_eq!(
+        c.node.image_pull_credentials_verification_policy,
+        "NeverVerifyPreloadedImages"
+    );
+    // The allowlist is refused with another policy, as kubelet's validation.
+    assert!(kubelet("preloadedImagesVerificationAllowlist: [\"a/b\"]\n").is_err());
+}
+
+#[test]
 fn every_problem_of_a_file_is_reported_at_once() {
     let err = kubelet("maxPods: -3\ncpuManagerPolicy: static\nsyncFrequency: 10\nbogusField: 1\nauthentication:\n  x509:\n    clientCAFile: /ca.crt\nshutdownGracePeriod: 30s\nnodeLabels: {}\n")
         .expect_err("invalid");

@@ -1,18 +1,22 @@
-//! The limits of a pod's cgroup (kubelet's `ResourceConfigForPod`).
+//! The limits of a pod's cgroup (kubelet's `ResourceConfigForPod`,
+//! `pkg/kubelet/cm/helpers_linux.go`).
 
 use k8s_openapi::api::core::v1::Pod;
 
 use super::fs::ResourceConfig;
 use super::shares::{MIN_SHARES, milli_cpu_to_quota, milli_cpu_to_shares};
-use crate::node::pods::podutil::{containers, init_containers};
 use crate::node::pods::qos::{QosClass, pod_qos};
-use crate::node::pods::resources::{container_limits, pod_limits, pod_requests};
+use crate::node::pods::resources::{
+    Amounts, pod_level, pod_level_resources_set, pod_limits_list_with, pod_requests,
+};
+use crate::quantity::Quantity;
 
 /// Limits for the pod cgroup: shares from the summed CPU requests; quota
 /// and memory limit only when every container declares that limit
-/// (Guaranteed always does); BestEffort gets the minimum shares. `period`
-/// is the CFS period in µs; `enforce_cpu_limits` false leaves quota at -1;
-/// `pids_limit` > 0 caps the number of tasks.
+/// (Guaranteed always does) or the pod-level resources set it; BestEffort
+/// gets the minimum shares. `period` is the CFS period in µs;
+/// `enforce_cpu_limits` false leaves quota at -1; `pids_limit` > 0 caps
+/// the number of tasks.
 pub fn resource_config_for_pod(
     pod: &Pod,
     enforce_cpu_limits: bool,
@@ -20,16 +24,29 @@ pub fn resource_config_for_pod(
     pids_limit: i64,
 ) -> ResourceConfig {
     let requests = pod_requests(pod);
-    let limits = pod_limits(pod);
     let mut cpu_limits_declared = true;
     let mut memory_limits_declared = true;
-    for c in containers(pod).iter().chain(init_containers(pod)) {
-        let l = container_limits(c);
-        if l.cpu_milli == 0 {
+    let limits = Amounts::of(&pod_limits_list_with(pod, &mut |res, _| {
+        let a = Amounts::of(res);
+        if a.cpu_milli == 0 {
             cpu_limits_declared = false;
         }
-        if l.memory == 0 {
+        if a.memory == 0 {
             memory_limits_declared = false;
+        }
+    }));
+    if pod_level_resources_set(pod) {
+        let pl = pod_level(pod).and_then(|r| r.limits.as_ref());
+        let of = |name: &str| {
+            pl.and_then(|l| l.get(name))
+                .and_then(|q| Quantity::parse(&q.0).ok())
+                .unwrap_or_default()
+        };
+        if of("cpu") != Quantity::ZERO {
+            cpu_limits_declared = true;
+        }
+        if of("memory") != Quantity::ZERO {
+            memory_limits_declared = true;
         }
     }
     let shares = milli_cpu_to_shares(requests.cpu_milli);
@@ -98,6 +115,19 @@ mod tests {
         assert_eq!(r.cpu_quota, None);
         assert_eq!(r.memory, None);
         assert_eq!(r.pids_limit, None);
+    }
+
+    #[test]
+    fn pod_level_limits_declare_the_pod_cgroup_limits() {
+        let p: Pod = serde_json::from_value(serde_json::json!({"spec": {
+            "resources": {"requests": {"cpu": "500m", "memory": "64Mi"},
+                          "limits": {"cpu": "1", "memory": "128Mi"}},
+            "containers": [{"name": "a"}, {"name": "b"}]}}))
+        .expect("pod");
+        let r = resource_config_for_pod(&p, true, 100_000, -1);
+        assert_eq!(r.cpu_shares, Some(512));
+        assert_eq!(r.cpu_quota, Some(100_000));
+        assert_eq!(r.memory, Some(128 << 20));
     }
 
     #[test]

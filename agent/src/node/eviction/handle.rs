@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::api::core::v1::{Pod, Toleration};
+use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 
 use super::message::node_condition_message;
 use super::pods::{REASON_EVICTED, is_critical};
@@ -38,22 +38,14 @@ impl std::fmt::Debug for EvictionHandle {
 
 /// kubelet's `TolerationsTolerateTaint` for a taint without value.
 fn tolerates(tolerations: &[Toleration], key: &str, effect: &str) -> bool {
-    tolerations.iter().any(|t| {
-        let effect_ok = t
-            .effect
-            .as_deref()
-            .is_none_or(|e| e.is_empty() || e == effect);
-        let key_ok = match t.key.as_deref() {
-            None | Some("") => t.operator.as_deref() == Some("Exists"),
-            Some(k) => k == key,
-        };
-        let value_ok = match t.operator.as_deref() {
-            Some("Exists") => true,
-            None | Some("") | Some("Equal") => t.value.as_deref().unwrap_or_default().is_empty(),
-            _ => false,
-        };
-        effect_ok && key_ok && value_ok
-    })
+    let taint = Taint {
+        key: key.to_string(),
+        effect: effect.to_string(),
+        ..Default::default()
+    };
+    tolerations
+        .iter()
+        .any(|t| crate::node::pods::admission::predicates::tolerates(t, &taint))
 }
 
 impl EvictionHandle {

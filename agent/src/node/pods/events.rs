@@ -26,6 +26,8 @@ pub const INSPECT_FAILED: &str = "InspectFailed";
 pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
 /// RunPodSandbox failed.
 pub const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+/// The pod's dynamic resources (DRA claims) could not be prepared.
+pub const FAILED_PREPARE_DYNAMIC_RESOURCES: &str = "FailedPrepareDynamicResources";
 /// PodSandboxStatus failed.
 pub const FAILED_POD_SANDBOX_STATUS: &str = "FailedPodSandBoxStatus";
 /// The sandbox is recreated.
@@ -48,12 +50,29 @@ pub const FAILED_CREATE_POD_CONTAINER: &str = "FailedCreatePodContainer";
 pub const NETWORK_NOT_READY: &str = "NetworkNotReady";
 /// A sync failed for a reason not reported otherwise.
 pub const FAILED_SYNC: &str = "FailedSync";
+/// A resize was allocated and is being actuated.
+pub const RESIZE_STARTED: &str = "ResizeStarted";
+/// A resize does not fit now.
+pub const RESIZE_DEFERRED: &str = "ResizeDeferred";
+/// A resize can never fit.
+pub const RESIZE_INFEASIBLE: &str = "ResizeInfeasible";
+/// A resize finished.
+pub const RESIZE_COMPLETED: &str = "ResizeCompleted";
+/// Actuating a resize failed.
+pub const RESIZE_ERROR: &str = "ResizeError";
 
 /// `spec.containers{name}` / `spec.initContainers{name}`: the `fieldPath`
 /// kubelet's events give a container (`GenerateContainerRef`).
 pub fn container_field_path(pod: &Pod, container: &str) -> String {
     if podutil::is_init_container(pod, container) {
         format!("spec.initContainers{{{container}}}")
+    } else if podutil::spec(pod)
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .any(|c| c.name == container)
+    {
+        format!("spec.ephemeralContainers{{{container}}}")
     } else {
         format!("spec.containers{{{container}}}")
     }

@@ -66,6 +66,10 @@ impl Housekeeping {
             return;
         }
         lc.status.remove_orphans(&known);
+        // `RemoveOrphanedPods` of the allocation and actuated records.
+        let keep: std::collections::BTreeSet<String> = known.iter().cloned().collect();
+        lc.allocation.retain(&keep);
+        lc.runtime.actuated().retain(&keep);
         if let Some(p) = &lc.probes {
             p.cleanup_pods(&known);
         }

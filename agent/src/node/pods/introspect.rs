@@ -9,7 +9,6 @@ use keelson_probes::{ProbeKind, ProbeState as Result_};
 
 use super::PodsHandle;
 use super::podutil;
-use super::runtime::imageref::apply_default_tag;
 use super::runtime::status::ContainerState as RtState;
 use super::runtime::sync::stable_key;
 use crate::introspection::timeline::rfc3339;
@@ -97,19 +96,17 @@ impl PodsHandle {
                             until: Some(rfc3339(until)),
                         })
                     });
-                let pull_backoff = c
-                    .image
-                    .as_deref()
-                    .and_then(|i| apply_default_tag(i).ok())
-                    .and_then(|image| {
-                        let key = format!("{uid}_{image}");
-                        let images = lc.runtime.images();
-                        let until = images.backoff_until(&key)?;
-                        (until > backoff.now()).then(|| Backoff {
-                            delay_seconds: images.backoff_delay(&key).as_secs(),
-                            until: Some(rfc3339(until)),
-                        })
-                    });
+                // Pull back-off is keyed by the image as the container
+                // names it (kubelet's `backOffKey`).
+                let pull_backoff = c.image.as_deref().and_then(|image| {
+                    let key = format!("{uid}_{image}");
+                    let images = lc.runtime.images();
+                    let until = images.backoff_until(&key)?;
+                    (until > backoff.now()).then(|| Backoff {
+                        delay_seconds: images.backoff_delay(&key).as_secs(),
+                        until: Some(rfc3339(until)),
+                    })
+                });
                 ContainerState {
                     name: c.name.clone(),
                     container_id: newest.map(|rt| rt.id),

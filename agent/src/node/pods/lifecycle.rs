@@ -11,6 +11,8 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Secret};
 use tokio::time::Instant;
 
+use super::active_deadline;
+use super::allocation::{AllocationManager, resize_message};
 use super::cache::RuntimeCache;
 use super::clock::SharedClock;
 use super::deps::{EnvSources, PodVolumes};
@@ -119,6 +121,8 @@ pub struct PodLifecycle {
     pub(crate) clock: SharedClock,
     pub(crate) host_ips: Vec<String>,
     pub(crate) network: Option<NetworkCheck>,
+    pub(crate) allocation: Arc<AllocationManager>,
+    pub(crate) pleg: super::pleg::PlegRequests,
     reasons: Mutex<HashMap<String, HashMap<String, StartFailure>>>,
     first_seen: Mutex<HashMap<String, Instant>>,
     started_reported: Mutex<HashSet<String>>,
@@ -160,6 +164,10 @@ pub struct LifecycleParts {
     pub host_ips: Vec<String>,
     /// Network readiness.
     pub network: Option<NetworkCheck>,
+    /// Allocated resources and resize conditions.
+    pub allocation: Arc<AllocationManager>,
+    /// Relist and reinspect requests to the PLEG.
+    pub pleg: super::pleg::PlegRequests,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -184,6 +192,8 @@ impl PodLifecycle {
             clock: p.clock,
             host_ips: p.host_ips,
             network: p.network,
+            allocation: p.allocation,
+            pleg: p.pleg,
             reasons: Mutex::new(HashMap::new()),
             first_seen: Mutex::new(HashMap::new()),
             started_reported: Mutex::new(HashSet::new()),
@@ -242,6 +252,36 @@ impl PodLifecycle {
             .or_else(|| pod.status.clone())
             .unwrap_or_default();
         let failures = lock(&self.reasons).get(uid).cloned().unwrap_or_default();
+        // kubelet's pod sync handlers (`ShouldEvict`): past its active
+        // deadline the pod is Failed (with a Normal event each time).
+        let evicted = active_deadline::past(pod, old.start_time.as_ref(), self.clock.now());
+        if evicted {
+            self.events.pod(
+                pod,
+                EventType::Normal,
+                active_deadline::REASON,
+                active_deadline::MESSAGE,
+            );
+        }
+        // `determinePodResizeStatus`: a terminal pod has no resize.
+        let resize_conditions = if terminal {
+            self.allocation.conditions().clear_in_progress(uid);
+            self.allocation.conditions().clear_pending(uid);
+            Vec::new()
+        } else {
+            self.allocation.conditions().list(uid)
+        };
+        let pod_cgroup = self
+            .cgroups
+            .qos()
+            .and_then(|q| q.fs().read(&self.cgroups.name_of(pod)).ok())
+            .map(|mut c| {
+                // cgroup v2's "max" reads as -1: no limit.
+                if c.memory.is_some_and(|m| m < 0) {
+                    c.memory = None;
+                }
+                c
+            });
         generate_pod_status(
             pod,
             rt,
@@ -252,8 +292,70 @@ impl PodLifecycle {
                 host_ips: &self.host_ips,
                 runtime_name: self.runtime.runtime_name(),
                 pod_is_terminal: terminal,
+                evicted: evicted.then_some((active_deadline::REASON, active_deadline::MESSAGE)),
+                resize_conditions: &resize_conditions,
+                pod_cgroup: pod_cgroup.as_ref(),
             },
         )
+    }
+
+    /// At the start of a sync (kubelet's `SyncPod`): a running container
+    /// whose allocated resources are not actuated yet means a resize is in
+    /// progress; once none is, the condition goes with a `ResizeCompleted`
+    /// event.
+    fn track_resize_progress(&self, pod: &Pod, rt: &RuntimePodStatus) {
+        let uid = podutil::uid(pod);
+        let running = |name: &str| {
+            rt.find_container(name)
+                .is_some_and(|c| c.state == super::runtime::status::ContainerState::Running)
+        };
+        let generation = pod.metadata.generation.unwrap_or(0);
+        let conds = self.allocation.conditions();
+        if super::runtime::resize::resize_in_progress(pod, &running, &**self.runtime.actuated()) {
+            conds.set_in_progress(uid, "", "", generation);
+        } else if let Some(g) = conds.clear_in_progress(uid) {
+            self.events.pod(
+                pod,
+                EventType::Normal,
+                reasons::RESIZE_COMPLETED,
+                resize_message("Pod resize completed", pod, g, ""),
+            );
+        }
+    }
+
+    /// After the runtime sync: a failed in-place resize shows in the
+    /// `PodResizeInProgress` condition (`Error`) and a `ResizeError` event.
+    fn record_resize_result(&self, pod: &Pod, result: &super::runtime::PodSyncResult) {
+        for s in &result.steps {
+            if s.action != SyncAction::ResizePodInPlace {
+                continue;
+            }
+            let Some(e) = &s.error else { continue };
+            let (generation, updated) = self.allocation.conditions().set_in_progress(
+                podutil::uid(pod),
+                super::allocation::conditions::ERROR,
+                &e.message,
+                pod.metadata.generation.unwrap_or(0),
+            );
+            if updated {
+                self.events.pod(
+                    pod,
+                    EventType::Warning,
+                    reasons::RESIZE_ERROR,
+                    resize_message("Pod resize error", pod, generation, &e.message),
+                );
+            }
+        }
+    }
+
+    /// When the pod's active deadline passes (the worker syncs it then).
+    pub fn active_deadline(&self, pod: &Pod) -> Option<SystemTime> {
+        let start = self
+            .status
+            .get(podutil::uid(pod))
+            .and_then(|s| s.start_time)
+            .or_else(|| pod.status.as_ref().and_then(|s| s.start_time.clone()));
+        active_deadline::deadline(pod, start.as_ref())
     }
 
     fn update_reasons(&self, uid: &str, result: &super::runtime::PodSyncResult) {
@@ -358,6 +460,10 @@ impl PodLifecycle {
         pod: &Pod,
         rt: &RuntimePodStatus,
     ) -> Result<SyncOutcome, SyncFailure> {
+        // The allocation as it is now, even if this sync started with an
+        // older copy of the pod (a resize accepted meanwhile).
+        let allocated = self.allocation.update_pod_from_allocation(pod).0;
+        let pod = &allocated;
         let uid = podutil::uid(pod).to_string();
         let first_seen = self.mark_seen(&uid);
         if kind == UpdateKind::Create {
@@ -365,6 +471,7 @@ impl PodLifecycle {
                 .pod_worker_start_duration
                 .observe(first_seen.elapsed().as_secs_f64());
         }
+        self.track_resize_progress(pod, rt);
         let api_status = self.generate_status(pod, rt, false);
         let previous_phase = self
             .status
@@ -402,6 +509,7 @@ impl PodLifecycle {
         }
         self.reconcile_mirror(pod).await;
         let active = self.active_pods();
+        let existed = self.cgroups.exists(pod);
         if let Err(e) = self.cgroups.ensure(pod, &active) {
             let msg = format!("unable to ensure pod container exists: {e}");
             self.events.pod(
@@ -411,6 +519,10 @@ impl PodLifecycle {
                 msg.clone(),
             );
             return Err(SyncFailure::msg(msg));
+        }
+        if !existed {
+            // The new pod cgroup has the pod-level resources.
+            self.runtime.set_actuated_pod_level(pod);
         }
         self.volumes.register_pod(pod);
         if let Err(e) = self.volumes.setup_pod(pod).await {
@@ -428,15 +540,29 @@ impl PodLifecycle {
             )
             .await;
         self.update_reasons(&uid, &result);
-        if result.created_sandbox {
+        self.record_resize_result(pod, &result);
+        if result.created_sandbox || result.resized {
+            // The next sync reads the runtime anew.
             self.cache.delete(&uid);
+        }
+        if result.resized {
+            // `RequestPodReinspect` (doPodResizeAction): the next relist
+            // syncs the pod, which then sees the resize actuated.
+            self.pleg.reinspect(&uid);
         }
         match result.error() {
             Some(message) => Err(SyncFailure {
                 message,
                 retry_at: result.retry_at,
             }),
-            None => Ok(SyncOutcome::Running(result.retry_at)),
+            None => {
+                if !result.steps.is_empty() {
+                    // kubelet's postSync: `RequestPodRelist`, so what the
+                    // sync started or stopped shows at once.
+                    self.pleg.relist(&uid);
+                }
+                Ok(SyncOutcome::Running(result.retry_at))
+            }
         }
     }
 
@@ -521,6 +647,8 @@ impl PodLifecycle {
 
     /// Forgets a pod that left the node for good.
     pub async fn forget(&self, uid: &str) {
+        self.allocation.remove(uid);
+        self.runtime.actuated().remove(uid);
         lock(&self.reasons).remove(uid);
         lock(&self.first_seen).remove(uid);
         lock(&self.started_reported).remove(uid);

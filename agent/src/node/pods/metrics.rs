@@ -81,6 +81,10 @@ pub struct PodMetrics {
     pub runtime_operations_errors_total: IntCounterVec,
     /// Pod status writes to the API, by result.
     pub status_patches_total: IntCounterVec,
+    /// Pods admission refused, by reason.
+    pub admission_rejections_total: IntCounterVec,
+    /// Checks whether a pod may use an image on the node, by result.
+    pub image_mustpull_checks_total: IntCounterVec,
 }
 
 // Metric definitions are constants: failing to build one is a programming
@@ -251,6 +255,16 @@ impl PodMetrics {
                 "Pod status writes to the API server, by result (success, error, skipped_unchanged).",
                 &["result"],
             ),
+            admission_rejections_total: counter_vec(
+                "kubelet_admission_rejections_total",
+                "Cumulative number pod admission rejections by the Kubelet.",
+                &["reason"],
+            ),
+            image_mustpull_checks_total: counter_vec(
+                "kubelet_imagemanager_image_mustpull_checks_total",
+                "Counter for how many times kubelet checked whether credentials need to be re-verified to access an image",
+                &["result"],
+            ),
         };
         register(registry, m.pod_start_duration.clone());
         register(registry, m.pod_start_sli_duration.clone());
@@ -276,6 +290,8 @@ impl PodMetrics {
         register(registry, m.runtime_operations_duration.clone());
         register(registry, m.runtime_operations_errors_total.clone());
         register(registry, m.status_patches_total.clone());
+        register(registry, m.admission_rejections_total.clone());
+        register(registry, m.image_mustpull_checks_total.clone());
         m
     }
 

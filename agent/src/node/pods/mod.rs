@@ -6,10 +6,14 @@
 //! [`PodsHandle`] for the rest of the node role (PLEG health for the Ready
 //! condition, active pods and pod kills for eviction).
 
+pub mod active_deadline;
+pub mod admission;
+pub mod allocation;
 pub mod backoff;
 pub mod cache;
 pub mod clock;
 pub mod deps;
+pub mod dispatch;
 pub mod events;
 mod gc_state;
 pub mod housekeeping;
@@ -49,6 +53,7 @@ use crate::quantity::Quantity;
 use cache::RuntimeCache;
 use clock::SharedClock;
 use deps::{EnvSources, PodVolumes};
+use dispatch::{Rejected, rejected_contains};
 use events::PodEvents;
 use lifecycle::{FinalStatus, LifecycleParts, NetworkCheck, PodLifecycle, UpdateKind};
 use metrics::PodMetrics;
@@ -122,16 +127,15 @@ pub struct PodsDeps {
     pub probes: bool,
     /// Probe manager settings.
     pub probe_config: keelson_probes::ProbeManagerConfig,
-    /// Pod admission (kubelet's admit handlers, e.g. the eviction
-    /// manager's); `None` admits every pod.
+    /// The eviction manager's admit handler (the first of kubelet's;
+    /// the others are the pod lifecycle's own, see [`admission`]).
     pub admit: Option<AdmitFn>,
+    /// Where admission reads this node's Node (`None`: a watch of it
+    /// through `client`).
+    pub node: Option<Arc<dyn admission::node::NodeSource>>,
 }
 
-/// Decides whether a pod new to this node may run; a rejection carries
-/// kubelet's reason (e.g. `Evicted`) and message.
-pub type AdmitFn = Arc<dyn Fn(&Pod) -> Result<(), AdmitRejection> + Send + Sync>;
-
-pub use crate::node::eviction::AdmitRejection;
+pub use admission::{AdmitFn, AdmitRejection};
 
 impl std::fmt::Debug for PodsDeps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -162,6 +166,11 @@ pub struct PodsHandle {
     /// When the dispatcher loop last went round.
     sync_loop: Arc<std::sync::Mutex<std::time::Instant>>,
 }
+
+/// kubelet's `actuatedPodsStateFile` (in the root directory).
+pub const ACTUATED_STATE_FILE: &str = "actuated_pods_state";
+/// kubelet's `allocatedPodsStateFile` (in the root directory).
+pub const ALLOCATED_STATE_FILE: &str = "allocated_pods_state";
 
 /// kubelet's `syncloop` health check: the loop must go round within twice
 /// the resync interval, at least 5 minutes.
@@ -279,16 +288,6 @@ struct Targets {
     workers: std::sync::OnceLock<PodWorkers>,
     /// Pods admission rejected: they never ran.
     rejected: Rejected,
-}
-
-/// UIDs of pods admission rejected, shared by the dispatcher and the
-/// status manager's view of the workers.
-type Rejected = Arc<std::sync::Mutex<std::collections::HashSet<String>>>;
-
-fn rejected_contains(r: &Rejected, uid: &str) -> bool {
-    r.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .contains(uid)
 }
 
 impl StatusTargets for Targets {
@@ -431,6 +430,33 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         backoff::MAX,
         clock.clone(),
     ));
+    let pull_records = Arc::new(runtime::pull_records::PullManager::new(
+        &cfg.root_dir,
+        // Validated with the configuration.
+        runtime::pull_records::VerificationPolicy::parse(
+            &cfg.image_pull_credentials_verification_policy,
+            &cfg.preloaded_images_verification_allowlist,
+        )
+        .unwrap_or(runtime::pull_records::VerificationPolicy::NeverVerifyPreloadedImages),
+        Some(metrics.image_mustpull_checks_total.clone()),
+    ));
+    if !pull_records.leftover_intents().is_empty() {
+        // Pulls an earlier run left unfinished: an image now on the node
+        // is recorded as pulled by it (without credentials).
+        match deps.cri.list_images(None).await {
+            Ok(list) => {
+                let images: Vec<(String, Vec<String>)> = list
+                    .into_iter()
+                    .map(|i| {
+                        let names = i.repo_tags.into_iter().chain(i.repo_digests).collect();
+                        (i.id, names)
+                    })
+                    .collect();
+                pull_records.initialize(&images);
+            }
+            Err(e) => tracing::warn!(error = %e, "failed to list images"),
+        }
+    }
     let images = ImageManager::new(
         deps.cri.clone(),
         image_backoff,
@@ -438,6 +464,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         metrics.clone(),
         cfg.serialize_image_pulls,
         cfg.max_parallel_image_pulls,
+        pull_records,
     );
     let legacy_log_dir = cfg.pod_logs_dir.parent().map(|p| p.join("containers"));
     let runtime = Arc::new(RuntimeManager::new(RuntimeParts {
@@ -469,6 +496,13 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         allocatable: deps.allocatable.clone(),
         hooks: HookRunner::new(deps.cri.clone(), crate::version::KUBERNETES_MINOR),
         clock: clock.clone(),
+        runtime_classes: Arc::new(runtime::runtime_class::ApiRuntimeClasses::start(
+            deps.client.clone(),
+            stop.clone(),
+        )),
+        actuated: Arc::new(allocation::checkpoint::Checkpoint::open(Some(
+            cfg.root_dir.join(ACTUATED_STATE_FILE),
+        ))),
     }));
 
     let store = PodStore::new();
@@ -503,6 +537,11 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
     } else {
         None
     };
+    let allocation = Arc::new(allocation::AllocationManager::new(
+        Some(cfg.root_dir.join(ALLOCATED_STATE_FILE)),
+        allocation::conditions::ResizeConditions::new(clock.clone()),
+    ));
+    let (pleg_requests, pleg_requests_rx) = pleg::requests();
     let lifecycle = Arc::new(PodLifecycle::new(LifecycleParts {
         runtime: runtime.clone(),
         status: status.clone(),
@@ -518,6 +557,8 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         clock: clock.clone(),
         host_ips: deps.node_ips.iter().map(IpAddr::to_string).collect(),
         network: deps.network.clone(),
+        allocation: allocation.clone(),
+        pleg: pleg_requests.clone(),
     }));
     let workers = PodWorkers::new(lifecycle.clone(), cfg.sync_frequency.get(), stop.clone());
     let _ = targets.workers.set(workers.clone());
@@ -531,19 +572,34 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         cache,
         metrics.clone(),
         wake_tx.clone(),
+        pleg_requests_rx,
     ));
     let pleg_health = pleg.health();
     tokio::spawn(pleg.run(stop.clone()));
 
-    // Sources.
+    // Sources: API pods once the Node was listed.
+    let node_source: Arc<dyn admission::node::NodeSource> = match deps.node.clone() {
+        Some(n) => n,
+        None => admission::node::ApiNodeSource::start(
+            deps.client.clone(),
+            &deps.node_name,
+            stop.clone(),
+        ),
+    };
     let (src_tx, mut src_rx) = mpsc::unbounded_channel::<SourceEvent>();
-    tokio::spawn(source::api::run(
-        deps.client.clone(),
-        deps.node_name.clone(),
-        store.clone(),
-        src_tx.clone(),
-        stop.clone(),
-    ));
+    {
+        let node_source = node_source.clone();
+        let (client, name, store, tx, stop) = (
+            deps.client.clone(),
+            deps.node_name.clone(),
+            store.clone(),
+            src_tx.clone(),
+            stop.clone(),
+        );
+        tokio::spawn(async move {
+            source::api::run(client, name, store, tx, stop, node_source.synced()).await
+        });
+    }
     tokio::spawn(source::file::run(
         cfg.static_pod_path
             .clone()
@@ -565,10 +621,28 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         let store = store.clone();
         let stop = stop.clone();
         let sync_loop = sync_loop.clone();
-        let mut admission = Admission {
-            admit: deps.admit.clone(),
+        let mut dispatcher = dispatch::Dispatcher::new(
+            workers.clone(),
+            store.clone(),
+            admission::Admitter::new(admission::AdmitterParts {
+                node_name: deps.node_name.clone(),
+                node: node_source,
+                allocatable: deps.allocatable.clone(),
+                max_pods: cfg.max_pods,
+                eviction: deps.admit.clone(),
+                sysctls: admission::sysctl::SysctlAllowlist::new(
+                    admission::sysctl::kernel_version(),
+                    &cfg.allowed_unsafe_sysctls,
+                ),
+                apparmor: admission::apparmor::AppArmorAdmission::new(
+                    admission::apparmor::validate_host(std::path::Path::new("/")),
+                ),
+                rejections: metrics.admission_rejections_total.clone(),
+            }),
+            allocation,
             rejected,
-        };
+            (api_synced.clone(), static_synced.clone()),
+        );
         tokio::spawn(async move {
             let mut hk = housekeeping::Housekeeping::default();
             let mut tick = tokio::time::interval(housekeeping::PERIOD);
@@ -580,9 +654,12 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     ev = src_rx.recv() => match ev {
-                        Some(ev) => dispatch(&workers, &store, &mut admission, ev, &api_synced, &static_synced),
+                        Some(ev) => dispatcher.handle(ev).await,
                         None => return,
                     },
+                    _ = tokio::time::sleep_until(dispatcher.next_retry()) => {
+                        dispatcher.retry_pending("periodic_retry").await;
+                    }
                     uid = wake_rx.recv() => match uid {
                         Some(uid) => workers.wake(&uid),
                         None => return,
@@ -602,123 +679,4 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         static_synced: handle_flags.1,
         sync_loop,
     })
-}
-
-/// kubelet's admission of pods new to the node (`HandlePodAdditions`): a
-/// rejected pod never reaches a worker; it ends `Failed` with the
-/// rejection's reason and `Pod was rejected: <message>`, with a Warning
-/// event, and stays rejected.
-struct Admission {
-    admit: Option<AdmitFn>,
-    rejected: Rejected,
-}
-
-impl Admission {
-    /// Whether the dispatcher must not hand `pod` to a worker.
-    fn holds_back(&mut self, workers: &PodWorkers, pod: &Pod) -> bool {
-        let uid = podutil::uid(pod);
-        let lc = workers.lifecycle();
-        if rejected_contains(&self.rejected, uid) {
-            if pod.metadata.deletion_timestamp.is_some() {
-                // Nothing runs: the status manager may delete the object.
-                lc.status.terminate_pod(pod);
-            }
-            return true;
-        }
-        let Some(admit) = &self.admit else {
-            return false;
-        };
-        if workers.phase(uid).is_some() || podutil::is_terminal_phase(podutil::phase(pod)) {
-            return false;
-        }
-        let Err(rejection) = admit(pod) else {
-            return false;
-        };
-        self.rejected
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(uid.to_string());
-        tracing::info!(pod = %podutil::key(pod), reason = %rejection.reason, message = %rejection.message, "pod rejected by admission");
-        lc.events.pod(
-            pod,
-            crate::events::EventType::Warning,
-            &rejection.reason,
-            rejection.message.clone(),
-        );
-        lc.status.set_pod_status(
-            pod,
-            k8s_openapi::api::core::v1::PodStatus {
-                qos_class: Some(qos::pod_qos(pod).as_str().to_string()),
-                phase: Some("Failed".into()),
-                reason: Some(rejection.reason),
-                message: Some(format!("Pod was rejected: {}", rejection.message)),
-                ..Default::default()
-            },
-        );
-        true
-    }
-}
-
-fn dispatch(
-    workers: &PodWorkers,
-    store: &PodStore,
-    admission: &mut Admission,
-    ev: SourceEvent,
-    api_synced: &AtomicBool,
-    static_synced: &AtomicBool,
-) {
-    match ev {
-        SourceEvent::Upsert(pod) => {
-            if podutil::is_mirror(&pod) {
-                // The static pod's worker reconciles its mirror.
-                for p in store.pods_where(|p| {
-                    podutil::is_static(p) && podutil::full_name(p) == podutil::full_name(&pod)
-                }) {
-                    workers.wake(podutil::uid(&p));
-                }
-                return;
-            }
-            if admission.holds_back(workers, &pod) {
-                return;
-            }
-            let kind = if workers.phase(podutil::uid(&pod)).is_some() {
-                UpdateKind::Update
-            } else {
-                UpdateKind::Create
-            };
-            let pod = store
-                .get(podutil::uid(&pod))
-                .unwrap_or_else(|| Arc::new(pod));
-            workers.update_pod(pod, kind, None);
-        }
-        SourceEvent::Remove(pod) => {
-            if admission
-                .rejected
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remove(podutil::uid(&pod))
-            {
-                return;
-            }
-            if podutil::is_mirror(&pod) {
-                for p in store.pods_where(|p| {
-                    podutil::is_static(p) && podutil::full_name(p) == podutil::full_name(&pod)
-                }) {
-                    workers.wake(podutil::uid(&p));
-                }
-                return;
-            }
-            workers.update_pod(
-                Arc::new(pod),
-                UpdateKind::Kill,
-                Some(KillRequest {
-                    grace: None,
-                    final_status: None,
-                    removed: true,
-                }),
-            );
-        }
-        SourceEvent::ApiSynced => api_synced.store(true, Ordering::SeqCst),
-        SourceEvent::StaticSynced => static_synced.store(true, Ordering::SeqCst),
-    }
 }

@@ -69,6 +69,7 @@ pub async fn start_for_node(
                 let eviction = services.eviction.clone();
                 Arc::new(move |pod: &k8s_openapi::api::core::v1::Pod| eviction.admit(pod))
             }),
+            node: None,
         },
         ctx.shutdown.clone(),
     )

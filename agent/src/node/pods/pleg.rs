@@ -5,9 +5,13 @@
 //! `GetContainerEvents`, events wake workers at once and the relist stays
 //! as the safety net; when it answers Unimplemented (containerd 1.6) the
 //! PLEG says so once and relists only. Healthy while a relist completed
-//! within the last 3 minutes.
+//! within the last 3 minutes. A pod worker can ask for one pod to be
+//! relisted at once (`RequestRelist`, kubelet's PLEGOnDemandRelist, beta and
+//! on in v1.36, after a sync that did something) or to be inspected and
+//! synced at the next relist even if nothing changed (`RequestReinspect`,
+//! after an in-place resize).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -40,6 +44,55 @@ struct PodRecord {
     /// container or sandbox id → state (sandboxes: 0 ready, 1 not ready;
     /// containers: CRI state + 10).
     states: BTreeMap<String, i32>,
+}
+
+/// Requests to the PLEG from pod workers; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PlegRequests {
+    relist: mpsc::UnboundedSender<(String, Instant)>,
+    reinspect: Arc<Mutex<HashSet<String>>>,
+}
+
+/// The PLEG's end of [`PlegRequests`].
+#[derive(Debug)]
+pub struct PlegRequestsRx {
+    relist: mpsc::UnboundedReceiver<(String, Instant)>,
+    reinspect: Arc<Mutex<HashSet<String>>>,
+}
+
+/// A request channel for a PLEG made later.
+pub fn requests() -> (PlegRequests, PlegRequestsRx) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let reinspect = Arc::new(Mutex::new(HashSet::new()));
+    (
+        PlegRequests {
+            relist: tx,
+            reinspect: reinspect.clone(),
+        },
+        PlegRequestsRx {
+            relist: rx,
+            reinspect,
+        },
+    )
+}
+
+impl PlegRequests {
+    /// `RequestRelist`: relist this pod now (unless a full relist starts
+    /// first), so that a container the sync started or stopped shows at
+    /// once rather than at the next relist.
+    pub fn relist(&self, uid: &str) {
+        let _ = self.relist.send((uid.to_string(), Instant::now()));
+    }
+
+    /// `RequestReinspect`: at the next relist, read the pod's status and
+    /// sync it even if no container changed state (a resize changes
+    /// resources, not states).
+    pub fn reinspect(&self, uid: &str) {
+        self.reinspect
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(uid.to_string());
+    }
 }
 
 /// A change the PLEG saw (for tests and logs).
@@ -146,6 +199,12 @@ pub struct Pleg {
     health: PlegHealth,
     records: Mutex<HashMap<String, PodRecord>>,
     period: Duration,
+    requests: tokio::sync::Mutex<mpsc::UnboundedReceiver<(String, Instant)>>,
+    reinspect: Arc<Mutex<HashSet<String>>>,
+    /// When the last full relist started (`getRelistTime`).
+    relist_started: Mutex<Option<Instant>>,
+    /// One relist at a time (kubelet's `relistLock`).
+    relist_lock: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Pleg {
@@ -166,7 +225,7 @@ fn record_states(
         let rec = out.entry(md.uid.clone()).or_default();
         rec.name = md.name.clone();
         rec.namespace = md.namespace.clone();
-        rec.states.insert(sb.id.clone(), sb.state);
+        rec.states.insert(sb.id.clone(), sandbox_state(sb.state));
     }
     for c in containers {
         let Some(uid) = c.labels.get(POD_UID) else {
@@ -180,6 +239,22 @@ fn record_states(
         rec.states.insert(c.id.clone(), c.state + 10);
     }
     out
+}
+
+/// kubelet's PLEG sees a sandbox as a container: ready is running,
+/// not ready is exited.
+fn sandbox_state(state: i32) -> i32 {
+    if state == api::PodSandboxState::SandboxReady as i32 {
+        10 + api::ContainerState::ContainerRunning as i32
+    } else {
+        10 + api::ContainerState::ContainerExited as i32
+    }
+}
+
+/// Whether kubelet would send any of `events` to the pod workers: a
+/// `ContainerChanged` (created, unknown) only refreshes the cache.
+fn wakes(events: &[PodLifecycleEvent]) -> bool {
+    events.iter().any(|e| e.kind != EventKind::ContainerChanged)
 }
 
 fn events_between(
@@ -220,6 +295,7 @@ impl Pleg {
         cache: RuntimeCache,
         metrics: PodMetrics,
         wake: mpsc::UnboundedSender<String>,
+        requests: PlegRequestsRx,
     ) -> Self {
         Pleg {
             runtime,
@@ -229,7 +305,91 @@ impl Pleg {
             health: PlegHealth::new(),
             records: Mutex::new(HashMap::new()),
             period: RELIST_PERIOD,
+            requests: tokio::sync::Mutex::new(requests.relist),
+            reinspect: requests.reinspect,
+            relist_started: Mutex::new(None),
+            relist_lock: tokio::sync::Mutex::new(()),
         }
+    }
+
+    fn take_reinspect(&self, uid: &str) -> bool {
+        self.reinspect
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid)
+    }
+
+    /// Refreshes a pod's cache entry and, if `wake`, its worker.
+    async fn refresh(&self, uid: &str, name: &str, namespace: &str, wake: bool) {
+        match self.runtime.get_pod_status(uid, name, namespace).await {
+            Ok(s) => self.cache.set(s),
+            Err(e) => {
+                tracing::debug!(pod = %uid, error = %e, "PLEG could not refresh a pod's status");
+                // Inspected again at the next relist.
+                self.reinspect
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(uid.to_string());
+                return;
+            }
+        }
+        if wake && self.wake.send(uid.to_string()).is_err() {
+            self.metrics.pleg_discard_events.inc();
+        }
+    }
+
+    /// `relistPod`: one pod's sandboxes and containers compared with its
+    /// record, its cache refreshed and its worker woken if they changed.
+    pub async fn relist_pod(&self, uid: &str) {
+        let _guard = self.relist_lock.lock().await;
+        let cri = self.runtime.cri();
+        let selector: HashMap<String, String> = [(POD_UID.to_string(), uid.to_string())].into();
+        let listed = async {
+            let sandboxes = cri
+                .list_pod_sandbox(Some(api::PodSandboxFilter {
+                    label_selector: selector.clone(),
+                    ..Default::default()
+                }))
+                .await?;
+            let containers = cri
+                .list_containers(Some(api::ContainerFilter {
+                    label_selector: selector.clone(),
+                    ..Default::default()
+                }))
+                .await?;
+            Ok::<_, keelson_cri::CriError>((sandboxes, containers))
+        }
+        .await;
+        let (sandboxes, containers) = match listed {
+            Ok(v) => v,
+            Err(e) => {
+                // The next full relist tries again.
+                tracing::info!(pod = %uid, error = %e, "PLEG could not relist a pod");
+                return;
+            }
+        };
+        let now = record_states(&sandboxes, &containers).remove(uid);
+        let (events, rec) = {
+            let mut records = self.records();
+            let old = records.get(uid).cloned();
+            let events = events_between(uid, old.as_ref(), now.as_ref());
+            let rec = now.clone().or(old).unwrap_or_default();
+            match now {
+                Some(n) => {
+                    records.insert(uid.to_string(), n);
+                }
+                None => {
+                    records.remove(uid);
+                }
+            }
+            (events, rec)
+        };
+        let reinspect = self.take_reinspect(uid);
+        if events.is_empty() && !reinspect {
+            return;
+        }
+        self.refresh(uid, &rec.name, &rec.namespace, reinspect || wakes(&events))
+            .await;
     }
 
     /// The health handle (for the node's Ready condition).
@@ -243,7 +403,12 @@ impl Pleg {
 
     /// One relist: returns the events it generated.
     pub async fn relist(&self) -> Vec<PodLifecycleEvent> {
+        let _guard = self.relist_lock.lock().await;
         let start = Instant::now();
+        *self
+            .relist_started
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(start);
         let cri = self.runtime.cri();
         let listed = async {
             let sandboxes = cri.list_pod_sandbox(None).await?;
@@ -268,27 +433,25 @@ impl Pleg {
                 uids.push(u);
             }
         }
-        let mut changed: Vec<(String, String, String)> = Vec::new();
+        let mut changed: Vec<(String, String, String, bool)> = Vec::new();
         for uid in uids {
             let (o, n) = (old_records.get(uid), now_records.get(uid));
             let evs = events_between(uid, o, n);
-            if !evs.is_empty() {
+            let reinspect = self.take_reinspect(uid);
+            if !evs.is_empty() || reinspect {
                 let rec = n.or(o).cloned().unwrap_or_default();
-                changed.push((uid.clone(), rec.name, rec.namespace));
+                changed.push((
+                    uid.clone(),
+                    rec.name,
+                    rec.namespace,
+                    reinspect || wakes(&evs),
+                ));
                 events.extend(evs);
             }
         }
         *self.records() = now_records;
-        for (uid, name, ns) in changed {
-            match self.runtime.get_pod_status(&uid, &name, &ns).await {
-                Ok(s) => self.cache.set(s),
-                Err(e) => {
-                    tracing::debug!(pod = %uid, error = %e, "PLEG could not refresh a pod's status")
-                }
-            }
-            if self.wake.send(uid).is_err() {
-                self.metrics.pleg_discard_events.inc();
-            }
+        for (uid, name, ns, wake) in changed {
+            self.refresh(&uid, &name, &ns, wake).await;
         }
         let elapsed = start.elapsed();
         self.metrics
@@ -341,10 +504,27 @@ impl Pleg {
         let mut last = Instant::now();
         let mut tick = tokio::time::interval(self.period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut requests = self.requests.lock().await;
+        let mut open = true;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = tick.tick() => {}
+                req = requests.recv(), if open => {
+                    let Some((uid, at)) = req else {
+                        open = false;
+                        continue;
+                    };
+                    let served = self
+                        .relist_started
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .is_some_and(|t| t >= at);
+                    if !served {
+                        self.relist_pod(&uid).await;
+                    }
+                    continue;
+                }
             }
             let now = Instant::now();
             self.metrics
@@ -432,19 +612,41 @@ impl Pleg {
         else {
             return;
         };
-        match self
-            .runtime
-            .get_pod_status(&md.uid, &md.name, &md.namespace)
-            .await
-        {
-            Ok(s) => self.cache.set(s),
-            Err(e) => {
-                tracing::debug!(pod = %md.uid, error = %e, "could not refresh a pod's status after an event")
+        // Record what the event says, so that the relist does not report
+        // the same change again — and skip the event if a relist already
+        // reported it: one wake-up per change, as kubelet's generic PLEG
+        // gives (a second sync would show the back-off reason early).
+        let changed = {
+            let mut records = self.records();
+            let rec = records.entry(md.uid.clone()).or_default();
+            rec.name = md.name.clone();
+            rec.namespace = md.namespace.clone();
+            let mut changed = false;
+            let mut set = |id: &str, state: i32| {
+                if rec.states.insert(id.to_string(), state) != Some(state) {
+                    changed = true;
+                }
+            };
+            if let Some(sb) = &ev.pod_sandbox_status {
+                set(&sb.id, sandbox_state(sb.state));
             }
+            for c in &ev.containers_statuses {
+                set(&c.id, c.state + 10);
+            }
+            if ev.container_event_type == api::ContainerEventType::ContainerDeletedEvent as i32
+                && rec.states.remove(&ev.container_id).is_some()
+            {
+                changed = true;
+            }
+            changed
+        };
+        if !changed {
+            return;
         }
-        if self.wake.send(md.uid.clone()).is_err() {
-            self.metrics.pleg_discard_events.inc();
-        }
+        // A created container only refreshes the cache (kubelet's evented
+        // PLEG sends no event for it, as the generic one does not).
+        let wake = ev.container_event_type != api::ContainerEventType::ContainerCreatedEvent as i32;
+        self.refresh(&md.uid, &md.name, &md.namespace, wake).await;
     }
 }
 

@@ -109,6 +109,61 @@ pub fn restart_policy(pod: &Pod) -> &str {
     spec(pod).restart_policy.as_deref().unwrap_or("Always")
 }
 
+/// kubelet's `FindMatchingContainerRestartRule` (ContainerRestartRules,
+/// beta and on in v1.36): the first of the container's
+/// `restartPolicyRules` whose exit codes match, its action.
+pub fn matching_restart_rule(c: &Container, exit_code: i32) -> Option<&str> {
+    c.restart_policy_rules.iter().flatten().find_map(|rule| {
+        let codes = rule.exit_codes.as_ref()?;
+        let listed = codes.values.iter().flatten().any(|v| *v == exit_code);
+        let hit = match codes.operator.as_str() {
+            "In" => listed,
+            "NotIn" => !listed,
+            _ => false,
+        };
+        hit.then_some(rule.action.as_str())
+    })
+}
+
+/// kubelet's `ContainerShouldRestart`: the container's restart rules,
+/// then its own `restartPolicy`, then the pod's, for a container that
+/// exited with `exit_code`. (`RestartAllContainers` is refused at
+/// admission, so that action never gets here; it falls back to the
+/// container's policy as kubelet without the feature does.)
+pub fn container_should_restart(c: &Container, pod: &Pod, exit_code: i32) -> bool {
+    if let Some(policy) = c.restart_policy.as_deref() {
+        if matching_restart_rule(c, exit_code) == Some("Restart") {
+            return true;
+        }
+        match policy {
+            "Always" => return true,
+            "OnFailure" => return exit_code != 0,
+            "Never" => return false,
+            _ => {}
+        }
+    }
+    match restart_policy(pod) {
+        "OnFailure" => exit_code != 0,
+        "Never" => false,
+        _ => true,
+    }
+}
+
+/// kubelet's `IsContainerRestartable`: whether the container may ever be
+/// restarted (by a rule, its own policy, or the pod's).
+pub fn is_container_restartable(pod: &Pod, c: &Container) -> bool {
+    match c.restart_policy.as_deref() {
+        Some(policy) => {
+            c.restart_policy_rules
+                .iter()
+                .flatten()
+                .any(|r| r.action == "Restart")
+                || policy != "Never"
+        }
+        None => restart_policy(pod) != "Never",
+    }
+}
+
 /// Pods run in the host's network namespace.
 pub fn is_host_network(pod: &Pod) -> bool {
     spec(pod).host_network.unwrap_or(false)

@@ -56,8 +56,17 @@ pub fn compute_pod_qos(pod: &Pod) -> QosClass {
     let mut has_request = [false; 2];
     let mut has_limit = [false; 2];
     let mut guaranteed = true;
-    for c in containers(pod).iter().chain(init_containers(pod)) {
-        let res = c.resources.as_ref();
+    // Pod-level resources (PodLevelResources) decide the class when set.
+    let pod_level = pod.spec.as_ref().and_then(|s| s.resources.as_ref());
+    let sources: Vec<Option<&k8s_openapi::api::core::v1::ResourceRequirements>> = match pod_level {
+        Some(r) => vec![Some(r)],
+        None => containers(pod)
+            .iter()
+            .chain(init_containers(pod))
+            .map(|c| c.resources.as_ref())
+            .collect(),
+    };
+    for res in sources {
         let mut limits_found = 0;
         for (i, r) in SUPPORTED.iter().enumerate() {
             let req = quantity_of(res.and_then(|r| r.requests.as_ref()), r).milli_value();
@@ -72,7 +81,10 @@ pub fn compute_pod_qos(pod: &Pod) -> QosClass {
                 limits_found += 1;
             }
         }
-        if limits_found != SUPPORTED.len() {
+        let limits_set = res
+            .and_then(|r| r.limits.as_ref())
+            .is_some_and(|l| !l.is_empty());
+        if limits_found != SUPPORTED.len() && (pod_level.is_none() || limits_set) {
             guaranteed = false;
         }
     }

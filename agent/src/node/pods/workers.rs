@@ -99,12 +99,25 @@ fn jitter(d: Duration, factor: f64) -> Duration {
     d + Duration::from_secs_f64(extra)
 }
 
-/// kubelet's effective grace period: the override, else the deletion
-/// grace, else the spec's; at least 1 s.
+/// kubelet's `calculateEffectiveGracePeriod` (pod_workers.go) for a pod
+/// not yet terminating: the deletion grace, then an override (eviction's)
+/// only where it is shorter — a zero so far takes either — else the spec's;
+/// at least 1 s. The worker keeps the value from only decreasing.
 pub fn effective_grace(pod: &Pod, override_grace: Option<i64>) -> i64 {
-    let g = override_grace
-        .or(pod.metadata.deletion_grace_period_seconds)
-        .unwrap_or_else(|| podutil::termination_grace(pod));
+    let mut g = 0;
+    let mut overridden = false;
+    for o in [pod.metadata.deletion_grace_period_seconds, override_grace]
+        .into_iter()
+        .flatten()
+    {
+        if g == 0 || o < g {
+            g = o;
+            overridden = true;
+        }
+    }
+    if !overridden && g == 0 {
+        g = podutil::termination_grace(pod);
+    }
     g.max(1)
 }
 
@@ -295,6 +308,34 @@ impl PodWorkers {
             .collect()
     }
 
+    /// Replaces a pod's object without waking its worker: a change of
+    /// status only (kubelet's pod manager takes it; the next sync uses it).
+    pub fn replace_pod(&self, pod: Arc<Pod>) {
+        let w = self.lock().get(podutil::uid(&pod)).cloned();
+        if let Some(w) = w {
+            let mut st = w.lock();
+            if st.phase != Phase::Finished {
+                st.pod = pod;
+            }
+        }
+    }
+
+    /// Pods whose containers may still use the node's resources: those
+    /// syncing, and those terminating (`true`).
+    pub fn pods_using_resources(&self) -> Vec<(Arc<Pod>, bool)> {
+        self.lock()
+            .values()
+            .filter_map(|w| {
+                let st = w.lock();
+                match st.phase {
+                    Phase::Syncing => Some((st.pod.clone(), false)),
+                    Phase::Terminating => Some((st.pod.clone(), true)),
+                    Phase::Terminated | Phase::Finished => None,
+                }
+            })
+            .collect()
+    }
+
     async fn wait(&self, w: &Worker) -> bool {
         loop {
             let requeue = {
@@ -330,6 +371,14 @@ impl PodWorkers {
             Some(t) if t < at => t,
             _ => at,
         });
+    }
+
+    /// kubelet's `ShouldSync` of the active deadline handler: the pod is
+    /// synced again when its `activeDeadlineSeconds` pass.
+    fn requeue_at_deadline(&self, w: &Worker, pod: &Pod) {
+        if let Some(t) = self.lifecycle.active_deadline(pod) {
+            self.requeue(w, self.until(t));
+        }
     }
 
     fn until(&self, t: SystemTime) -> Duration {
@@ -387,21 +436,23 @@ impl PodWorkers {
                                 next = next.min(self.until(t));
                             }
                             self.requeue(&w, next);
+                            self.requeue_at_deadline(&w, &pod);
                         }
                         Some(Err(f)) => {
                             if !only_backoff(&f.message) {
                                 tracing::info!(pod = %podutil::key(&pod), error = %f.message, "error syncing pod, skipping");
                             }
                             let next = match f.retry_at {
-                                Some(t) => {
-                                    self.until(t).min(jitter(BACKOFF_PERIOD, BACKOFF_JITTER))
-                                }
+                                // A backoff: retry once it ends (kubelet's
+                                // `MinBackoffExpiration`, at most a resync).
+                                Some(t) => jitter(self.until(t).min(self.resync), BACKOFF_JITTER),
                                 None if f.message.contains(super::lifecycle::NETWORK_NOT_READY) => {
                                     jitter(TRANSIENT_BACKOFF, BACKOFF_JITTER)
                                 }
                                 None => jitter(BACKOFF_PERIOD, BACKOFF_JITTER),
                             };
                             self.requeue(&w, next);
+                            self.requeue_at_deadline(&w, &pod);
                         }
                     }
                 }
@@ -523,5 +574,15 @@ mod tests {
         assert_eq!(effective_grace(&p, None), 5);
         assert_eq!(effective_grace(&p, Some(0)), 1);
         assert_eq!(effective_grace(&p, Some(3)), 3);
+        // A longer override does not extend the deletion's grace.
+        assert_eq!(effective_grace(&p, Some(30)), 5);
+        // Not being deleted: the override, shorter or longer than the spec's.
+        p.metadata.deletion_grace_period_seconds = None;
+        assert_eq!(effective_grace(&p, Some(30)), 30);
+        assert_eq!(effective_grace(&p, Some(2)), 2);
+        // A force deletion (0) so far: kubelet lets an override replace it.
+        p.metadata.deletion_grace_period_seconds = Some(0);
+        assert_eq!(effective_grace(&p, None), 1);
+        assert_eq!(effective_grace(&p, Some(7)), 7);
     }
 }

@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use keelson_probes::ProbeState;
 
 use super::hash::hash_container;
+use super::resize::{Actuated, ContainerResize, ResizeActions, compute_container_resize};
 use super::status::{ContainerState, ContainerStatus, RuntimePodStatus};
 use crate::node::pods::podutil::{self, is_restartable_init};
 
@@ -52,6 +53,9 @@ pub struct PodActions {
     pub containers_to_start: Vec<usize>,
     /// Containers to kill first.
     pub containers_to_kill: Vec<KillInfo>,
+    /// In-place resizes (`ContainersToUpdate`, `UpdatePodResources`,
+    /// `UpdatePodLevelResources`).
+    pub resize: ResizeActions,
 }
 
 impl PodActions {
@@ -119,11 +123,9 @@ pub fn should_container_be_restarted(c: &Container, pod: &Pod, status: &RuntimeP
     match s.state {
         ContainerState::Running => false,
         ContainerState::Unknown | ContainerState::Created => true,
-        ContainerState::Exited => match podutil::restart_policy(pod) {
-            "Never" => false,
-            "OnFailure" => s.exit_code != 0,
-            _ => true,
-        },
+        // ContainerRestartRules (on in v1.36): the container's rules and
+        // policy before the pod's.
+        ContainerState::Exited => podutil::container_should_restart(c, pod, s.exit_code),
     }
 }
 
@@ -159,11 +161,32 @@ fn has_any_regular_container_created(pod: &Pod, status: &RuntimePodStatus) -> bo
     })
 }
 
-/// kubelet's `computePodActions`.
+/// kubelet's `computePodActions` without in-place resize.
 pub fn compute_pod_actions(
     pod: &Pod,
     status: &RuntimePodStatus,
     probes: &dyn ProbeResults,
+) -> PodActions {
+    compute_pod_actions_with(pod, status, probes, None)
+}
+
+/// The kill for a container its resize policy restarts.
+fn resize_restart(s: &ContainerStatus, c: &Container) -> KillInfo {
+    KillInfo {
+        container_id: s.id.clone(),
+        name: s.name.clone(),
+        message: format!("Container {} resize requires restart", c.name),
+        reason: KillReason::Unknown,
+    }
+}
+
+/// kubelet's `computePodActions`; `actuated` (what the runtime manager
+/// applied) enables in-place resize.
+pub fn compute_pod_actions_with(
+    pod: &Pod,
+    status: &RuntimePodStatus,
+    probes: &dyn ProbeResults,
+    actuated: Option<&dyn Actuated>,
 ) -> PodActions {
     let (create, attempt, sandbox_id) = sandbox_changed(pod, status);
     let mut changes = PodActions {
@@ -181,11 +204,17 @@ pub fn compute_pod_actions(
             changes.create_sandbox = false;
             return changes;
         }
+        // Containers that succeeded and run once (`OnFailure`, the
+        // container's own policy before the pod's) stay done.
         let to_start: Vec<usize> = spec_containers
             .iter()
             .enumerate()
             .filter(|(_, c)| {
-                !(podutil::restart_policy(pod) == "OnFailure" && container_succeeded(c, status))
+                let run_once = match c.restart_policy.as_deref() {
+                    Some(p) => p == "OnFailure",
+                    None => podutil::restart_policy(pod) == "OnFailure",
+                };
+                !(run_once && container_succeeded(c, status))
             })
             .map(|(i, _)| i)
             .collect();
@@ -201,7 +230,8 @@ pub fn compute_pod_actions(
         return changes;
     }
 
-    let initialized = compute_init_container_actions(pod, status, probes, &mut changes);
+    changes.resize.enabled = actuated.is_some();
+    let initialized = compute_init_container_actions(pod, status, probes, actuated, &mut changes);
     if changes.kill_pod || !initialized {
         return changes;
     }
@@ -230,7 +260,12 @@ pub fn compute_pod_actions(
             continue;
         }
         let Some(s) = cs else { continue };
-        let mut restart = restart_on_failure(pod);
+        // A running container killed for a probe: its own policy (not its
+        // rules: it has no exit code yet) before the pod's.
+        let mut restart = match c.restart_policy.as_deref() {
+            Some(p) => p != "Never",
+            None => restart_on_failure(pod),
+        };
         let (message, reason) = if container_changed(c, s) {
             restart = true;
             (
@@ -247,6 +282,13 @@ pub fn compute_pod_actions(
                 format!("Container {} failed startup probe", c.name),
                 KillReason::StartupProbe,
             )
+        } else if let Some(a) = actuated
+            && compute_container_resize(pod, c, &s.id, a, &mut changes.resize)
+                == ContainerResize::Restart
+        {
+            changes.kill(resize_restart(s, c));
+            changes.containers_to_start.push(idx);
+            continue;
         } else {
             keep += 1;
             continue;
@@ -269,6 +311,9 @@ pub fn compute_pod_actions(
         // Sidecars must not keep a finished pod alive.
         changes.init_containers_to_start.clear();
     }
+    if let Some(a) = actuated {
+        changes.resize.update_pod_level = super::resize::compute_pod_level_resize(pod, a);
+    }
     changes
 }
 
@@ -278,6 +323,7 @@ fn compute_init_container_actions(
     pod: &Pod,
     status: &RuntimePodStatus,
     probes: &dyn ProbeResults,
+    actuated: Option<&dyn Actuated>,
     changes: &mut PodActions,
 ) -> bool {
     let inits = podutil::init_containers(pod);
@@ -358,19 +404,31 @@ fn compute_init_container_actions(
                                         reason: KillReason::LivenessProbe,
                                     });
                                     changes.init_containers_to_start.push(i);
+                                    break 'sidecar;
                                 }
                                 _ => {}
                             }
                         }
+                        if let Some(a) = actuated
+                            && compute_container_resize(pod, c, &s.id, a, &mut changes.resize)
+                                == ContainerResize::Restart
+                        {
+                            changes.kill(resize_restart(s, c));
+                            changes.init_containers_to_start.push(i);
+                        }
                     }
+                } else if let Some(a) = actuated {
+                    // A regular init container waits to finish; its
+                    // resources may change in place meanwhile.
+                    let _ = compute_container_resize(pod, c, &s.id, a, &mut changes.resize);
                 }
-                // A regular init container: wait for it to finish.
             }
             ContainerState::Exited => {
                 if restartable {
                     changes.init_containers_to_start.push(i);
                 } else if is_init_container_failed(s) {
-                    if !restart_on_failure {
+                    // The init container's rules and policy first.
+                    if !should_container_be_restarted(c, pod, status) {
                         changes.kill_pod = true;
                         changes.init_containers_to_start.clear();
                         return false;
@@ -396,7 +454,13 @@ fn compute_init_container_actions(
                     });
                     changes.init_containers_to_start.push(i);
                 } else {
-                    if !restart_on_failure {
+                    // No exit code yet: the container's policy, not its
+                    // rules.
+                    let restart = match c.restart_policy.as_deref() {
+                        Some(p) => p != "Never",
+                        None => restart_on_failure,
+                    };
+                    if !restart {
                         changes.kill_pod = true;
                         changes.init_containers_to_start.clear();
                         return false;

@@ -246,10 +246,20 @@ pub fn pod_dns(pod: &Pod, s: &DnsSettings) -> (api::DnsConfig, Vec<DnsWarning>) 
 }
 
 /// `GeneratePodHostNameAndDomain` plus `GetNodenameForKernel`: the sandbox
-/// host name (pod name or `spec.hostname`, at most 63 characters; the FQDN
-/// with `setHostnameAsFQDN`) and the pod's domain.
+/// host name (`spec.hostnameOverride` — HostnameOverride, beta and on in
+/// v1.36 — as it is and without a domain; else the pod name or
+/// `spec.hostname`, at most 63 characters; the FQDN with
+/// `setHostnameAsFQDN`) and the pod's domain.
 pub fn pod_hostname(pod: &Pod, cluster_domain: &str) -> Result<(String, String), String> {
     let spec = podutil::spec(pod);
+    if let Some(h) = spec.hostname_override.as_deref() {
+        if !crate::config::is_dns_subdomain(h) {
+            return Err(format!(
+                "pod HostnameOverride {h:?} is not a valid DNS subdomain"
+            ));
+        }
+        return Ok((truncate_hostname(pod, h)?, String::new()));
+    }
     let mut hostname = podutil::name(pod).to_string();
     if let Some(h) = spec.hostname.as_deref().filter(|h| !h.is_empty()) {
         if !is_dns1123_label(h) {
@@ -257,12 +267,7 @@ pub fn pod_hostname(pod: &Pod, cluster_domain: &str) -> Result<(String, String),
         }
         hostname = h.to_string();
     }
-    if hostname.len() > 63 {
-        hostname.truncate(63);
-        while hostname.ends_with('-') || hostname.ends_with('.') {
-            hostname.pop();
-        }
-    }
+    let hostname = truncate_hostname(pod, &hostname)?;
     let mut domain = String::new();
     if let Some(sub) = spec.subdomain.as_deref().filter(|s| !s.is_empty()) {
         if !is_dns1123_label(sub) {
@@ -281,6 +286,24 @@ pub fn pod_hostname(pod: &Pod, cluster_domain: &str) -> Result<(String, String),
         return Ok((fqdn, domain));
     }
     Ok((hostname, domain))
+}
+
+/// `truncatePodHostnameIfNeeded`: at most 63 characters, without a
+/// trailing `-` or `.`.
+fn truncate_hostname(pod: &Pod, hostname: &str) -> Result<String, String> {
+    const MAX: usize = 63;
+    if hostname.len() <= MAX {
+        return Ok(hostname.to_string());
+    }
+    // Validated as a DNS name: ASCII, so any byte is a character boundary.
+    let truncated = hostname[..MAX].trim_end_matches(['-', '.']);
+    if truncated.is_empty() {
+        return Err(format!(
+            "hostname for pod {:?} was invalid: {hostname:?}",
+            podutil::name(pod)
+        ));
+    }
+    Ok(truncated.to_string())
 }
 
 fn is_dns1123_label(s: &str) -> bool {
@@ -378,5 +401,24 @@ mod tests {
             serde_json::json!({"metadata": {"name": long, "namespace": "ns"}, "spec": {"containers": []}}),
         );
         assert_eq!(pod_hostname(&p, "c").map(|h| h.0.len()), Ok(62));
+        // hostnameOverride wins over hostname, subdomain and setHostnameAsFQDN,
+        // with no domain.
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "web-0", "namespace": "ns"},
+            "spec": {"hostnameOverride": "db.example", "hostname": "h", "subdomain": "s",
+                     "setHostnameAsFQDN": true, "containers": []}}),
+        );
+        assert_eq!(
+            pod_hostname(&p, "cluster.local"),
+            Ok(("db.example".to_string(), String::new()))
+        );
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "web-0", "namespace": "ns"},
+            "spec": {"hostnameOverride": "Not_Valid", "containers": []}}),
+        );
+        assert_eq!(
+            pod_hostname(&p, "c"),
+            Err("pod HostnameOverride \"Not_Valid\" is not a valid DNS subdomain".to_string())
+        );
     }
 }

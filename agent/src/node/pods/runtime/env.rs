@@ -133,6 +133,13 @@ pub async fn make_environment(inp: &EnvInputs<'_>) -> Result<Environment, String
                     Some(v) => v,
                     None => continue,
                 }
+            } else if from.file_key_ref.is_some() {
+                // EnvFiles (beta, on in v1.36): kubelet reads the value from
+                // a file an init container wrote into an emptyDir.
+                return Err(format!(
+                    "keelson does not support fileKeyRef environment variables (EnvFiles): {}",
+                    var.name
+                ));
             } else {
                 String::new()
             }
@@ -303,5 +310,31 @@ mod tests {
         };
         let err = make_environment(&inputs).await.expect_err("not synced");
         assert!(err.contains("services have not yet been read"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn file_key_ref_is_refused_not_left_empty() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [{"name": "c", "env": [{"name": "TOKEN", "valueFrom": {
+                "fileKeyRef": {"volumeName": "cfg", "path": "env", "key": "TOKEN"}}}]}]}
+        }))
+        .expect("pod");
+        let alloc = BTreeMap::new();
+        let services = BTreeMap::new();
+        let inputs = EnvInputs {
+            pod: &pod,
+            container: &pod.spec.as_ref().expect("spec").containers[0],
+            pod_ips: &[],
+            host_ips: &[],
+            service_env: Some(&services),
+            sources: &Fixed,
+            allocatable: &alloc,
+        };
+        let err = make_environment(&inputs).await.expect_err("refused");
+        assert_eq!(
+            err,
+            "keelson does not support fileKeyRef environment variables (EnvFiles): TOKEN"
+        );
     }
 }

@@ -36,6 +36,8 @@ pub const CREATE_POD_SANDBOX_ERROR: &str = "CreatePodSandboxError";
 pub const CONFIG_POD_SANDBOX_ERROR: &str = "ConfigPodSandboxError";
 /// `KillPodSandboxError`.
 pub const KILL_POD_SANDBOX_ERROR: &str = "KillPodSandboxError";
+/// `ErrResizePodInPlace`.
+pub const RESIZE_POD_IN_PLACE_ERROR: &str = "ResizePodInPlaceError";
 
 /// A failed step: reason and message.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,10 @@
 //! kubelet's image manager (`EnsureImageExists`): the pull policy, pull
-//! secrets, per-image backoff (ErrImagePull → ImagePullBackOff, 10 s
-//! doubling to 5 min), serialized or bounded parallel pulls, and the
-//! Pulling/Pulled/Failed/BackOff events with kubelet's texts.
+//! secrets, a present image used only with credentials that could pull it
+//! (KubeletEnsureSecretPulledImages, `pull_records`), per-image backoff
+//! (ErrImagePull → ImagePullBackOff, 10 s doubling to 5 min, the waiting
+//! message keeping the pull's error), serialized or bounded parallel
+//! pulls, and the Pulling/Pulled/Failed/BackOff events with kubelet's
+//! texts.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +20,7 @@ use super::errors::{
 };
 use super::imageref::apply_default_tag;
 use super::keyring;
+use super::pull_records::{PullCredentials, PullManager, PullSecret};
 use crate::events::EventType;
 use crate::node::pods::backoff::Backoff;
 use crate::node::pods::events::{self as reasons, PodEvents};
@@ -32,6 +36,10 @@ pub struct ImageManager {
     metrics: PodMetrics,
     /// `None`: unlimited parallel pulls.
     pulls: Option<Arc<Semaphore>>,
+    /// Which images were pulled with which credentials.
+    records: Arc<PullManager>,
+    /// The last pull error per backoff key (`prevPullErrMsg`).
+    last_errors: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 /// What an image ensure did (for the pod start SLI).
@@ -62,6 +70,7 @@ impl ImageManager {
         metrics: PodMetrics,
         serialize: bool,
         max_parallel: Option<i32>,
+        records: Arc<PullManager>,
     ) -> Self {
         let pulls = if serialize {
             Some(Arc::new(Semaphore::new(1)))
@@ -76,6 +85,8 @@ impl ImageManager {
             events,
             metrics,
             pulls,
+            records,
+            last_errors: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -90,8 +101,10 @@ impl ImageManager {
             .map(|i| i.map(|i| i.id).unwrap_or_default())
     }
 
-    /// Makes `container`'s image present per its pull policy; returns the
-    /// image id to create the container from.
+    /// Makes `container`'s image present per its pull policy (kubelet's
+    /// `EnsureImageExists`); returns the image id to create the container
+    /// from. The image as the container names it is what events, backoff
+    /// and pull records use; the pull uses it with the default tag.
     pub async fn ensure_image_exists(
         &self,
         pod: &Pod,
@@ -99,94 +112,150 @@ impl ImageManager {
         pull_secrets: &[Secret],
         sandbox_config: Option<&api::PodSandboxConfig>,
     ) -> Result<EnsuredImage, StepError> {
-        let raw = container.image.as_deref().unwrap_or_default();
+        let requested = container.image.as_deref().unwrap_or_default();
         let name = &container.name;
-        let image = match apply_default_tag(raw) {
+        let event = |kind: EventType, reason: &str, msg: &str| {
+            self.events.container(pod, name, "", kind, reason, msg);
+        };
+        let image = match apply_default_tag(requested) {
             Ok(i) => i,
             Err(e) => {
                 let msg = format!(
                     "Failed to apply default image tag {}: {e}",
-                    gofmt::quote(raw)
+                    gofmt::quote(requested)
                 );
-                self.events.container(
-                    pod,
-                    name,
-                    "",
-                    EventType::Warning,
-                    reasons::INSPECT_FAILED,
-                    &msg,
-                );
+                event(EventType::Warning, reasons::INSPECT_FAILED, &msg);
                 return Err(StepError::new(INVALID_IMAGE_NAME, msg));
             }
         };
-        let present_ref = match self.image_ref(&image).await {
-            Ok(r) => r,
-            Err(e) => {
-                let msg = format!(
-                    "Failed to inspect image {}: {}",
-                    gofmt::quote(&image),
-                    grpc_text(&e)
-                );
-                self.events.container(
-                    pod,
-                    name,
-                    "",
-                    EventType::Warning,
-                    reasons::INSPECT_FAILED,
-                    &msg,
-                );
-                return Err(StepError::new(IMAGE_INSPECT_ERROR, msg));
-            }
-        };
-        let present = !present_ref.is_empty();
         let policy = container
             .image_pull_policy
             .as_deref()
             .unwrap_or("IfNotPresent");
-        if !should_pull(policy, present) {
-            if present {
+        // `imagePullPrecheck`: Always pulls without looking.
+        let present_ref = if policy == "Always" {
+            String::new()
+        } else {
+            match self.image_ref(&image).await {
+                Ok(r) => r,
+                Err(e) => {
+                    // kubelet names the (empty) image id it did not get.
+                    let msg = format!("Failed to inspect image \"\": {}", grpc_text(&e));
+                    event(EventType::Warning, reasons::INSPECT_FAILED, &msg);
+                    return Err(StepError::new(IMAGE_INSPECT_ERROR, msg));
+                }
+            }
+        };
+        if present_ref.is_empty() && policy == "Never" {
+            return Err(self.not_present_on_never(pod, name, requested));
+        }
+        let tracked = keyring::lookup_tracked(&image, pull_secrets);
+        if !present_ref.is_empty() {
+            // KubeletEnsureSecretPulledImages: the pod may use the image
+            // only with credentials that could pull it.
+            let pod_secrets: Vec<PullSecret> = tracked.iter().map(|t| t.source.clone()).collect();
+            if !self
+                .records
+                .must_attempt_pull(requested, &present_ref, &pod_secrets)
+            {
                 let msg = format!(
-                    "Container image {} already present on machine",
-                    gofmt::quote(&image)
+                    "Container image {} already present on machine and can be accessed by the pod",
+                    gofmt::quote(requested)
                 );
-                self.events
-                    .container(pod, name, "", EventType::Normal, reasons::PULLED, msg);
+                event(EventType::Normal, reasons::PULLED, &msg);
                 return Ok(EnsuredImage {
                     image_ref: present_ref,
                     pulled_for: Duration::ZERO,
                 });
             }
-            let msg = format!(
-                "Container image {} is not present with pull policy of Never",
-                gofmt::quote(&image)
-            );
-            self.events.container(
-                pod,
-                name,
-                "",
-                EventType::Warning,
-                reasons::ERR_IMAGE_NEVER_PULL,
-                &msg,
-            );
-            return Err(StepError::new(ERR_IMAGE_NEVER_PULL, msg));
         }
-        let key = format!("{}_{}", podutil::uid(pod), image);
-        if self
-            .backoff
-            .is_in_backoff_since_update(&key, self.clock_now())
-        {
-            let msg = format!("Back-off pulling image {}", gofmt::quote(&image));
-            self.events
-                .container(pod, name, "", EventType::Normal, reasons::BACK_OFF, &msg);
-            return Err(StepError::new(IMAGE_PULL_BACK_OFF, msg));
+        if policy == "Never" {
+            // Present but not for this pod: the same answer as absent, so
+            // that its presence is not revealed.
+            return Err(self.not_present_on_never(pod, name, requested));
         }
+        self.pull_image(pod, name, requested, &image, &tracked, sandbox_config)
+            .await
+    }
+
+    fn not_present_on_never(&self, pod: &Pod, name: &str, requested: &str) -> StepError {
+        let msg = format!(
+            "Container image {} is not present with pull policy of Never",
+            gofmt::quote(requested)
+        );
         self.events.container(
             pod,
             name,
             "",
+            EventType::Warning,
+            reasons::ERR_IMAGE_NEVER_PULL,
+            &msg,
+        );
+        StepError::new(ERR_IMAGE_NEVER_PULL, msg)
+    }
+
+    /// kubelet's `pullImage`: the pull intent, the backoff (whose message
+    /// keeps the last pull error), the pull, the pulled record.
+    async fn pull_image(
+        &self,
+        pod: &Pod,
+        name: &str,
+        requested: &str,
+        image: &str,
+        tracked: &[keyring::Tracked],
+        sandbox_config: Option<&api::PodSandboxConfig>,
+    ) -> Result<EnsuredImage, StepError> {
+        if let Err(e) = self.records.record_pull_intent(requested) {
+            let msg = format!(
+                "Failed to record image pull intent for container image {}: {e}",
+                gofmt::quote(requested)
+            );
+            return Err(StepError::new(ERR_IMAGE_PULL, msg));
+        }
+        let outcome = self
+            .pull_after_backoff(pod, name, requested, image, tracked, sandbox_config)
+            .await;
+        match &outcome {
+            Ok((ensured, source)) => self.records.record_image_pulled(
+                requested,
+                &ensured.image_ref,
+                &PullCredentials::used(source.clone()),
+            ),
+            Err(_) => self.records.record_image_pull_failed(requested),
+        }
+        outcome.map(|(e, _)| e)
+    }
+
+    async fn pull_after_backoff(
+        &self,
+        pod: &Pod,
+        name: &str,
+        requested: &str,
+        image: &str,
+        tracked: &[keyring::Tracked],
+        sandbox_config: Option<&api::PodSandboxConfig>,
+    ) -> Result<(EnsuredImage, Option<PullSecret>), StepError> {
+        let event = |kind: EventType, reason: &str, msg: &str| {
+            self.events.container(pod, name, "", kind, reason, msg);
+        };
+        let key = format!("{}_{}", podutil::uid(pod), requested);
+        if self
+            .backoff
+            .is_in_backoff_since_update(&key, self.clock_now())
+        {
+            let mut msg = format!("Back-off pulling image {}", gofmt::quote(requested));
+            event(EventType::Normal, reasons::BACK_OFF, &msg);
+            // The waiting message carries the pull's error (`prevPullErrMsg`).
+            if let Some(prev) = self.last_errors().get(&key) {
+                msg = format!("{msg}: {prev}");
+            }
+            return Err(StepError::new(IMAGE_PULL_BACK_OFF, msg));
+        }
+        self.last_errors().remove(&key);
+        event(
             EventType::Normal,
             reasons::PULLING,
-            format!("Pulling image {}", gofmt::quote(&image)),
+            &format!("Pulling image {}", gofmt::quote(requested)),
         );
         let waiting_since = tokio::time::Instant::now();
         let _permit = match &self.pulls {
@@ -194,24 +263,24 @@ impl ImageManager {
             None => None,
         };
         let pull_start = tokio::time::Instant::now();
-        let result = self.pull(&image, pull_secrets, sandbox_config).await;
+        let result = self.pull(image, tracked, sandbox_config).await;
         let pull_duration = pull_start.elapsed();
         drop(_permit);
         match result {
             Err(e) => {
                 let text = grpc_text(&e);
-                self.events.container(
-                    pod,
-                    name,
-                    "",
+                event(
                     EventType::Warning,
                     reasons::FAILED,
-                    format!("Failed to pull image {}: {text}", gofmt::quote(&image)),
+                    &format!("Failed to pull image {}: {text}", gofmt::quote(requested)),
                 );
                 self.backoff.next(&key, self.clock_now());
-                Err(eval_pull_error(&image, text))
+                let err = eval_pull_error(requested, text);
+                self.last_errors()
+                    .insert(key, format!("{}: {}", err.reason, err.message));
+                Err(err)
             }
-            Ok(image_ref) => {
+            Ok((image_ref, source)) => {
                 let size = self
                     .cri
                     .image_status(keelson_cri::image_spec(&image_ref))
@@ -221,15 +290,12 @@ impl ImageManager {
                     .map(|i| i.size)
                     .unwrap_or(0);
                 let total = waiting_since.elapsed();
-                self.events.container(
-                    pod,
-                    name,
-                    "",
+                event(
                     EventType::Normal,
                     reasons::PULLED,
-                    format!(
+                    &format!(
                         "Successfully pulled image {} in {} ({} including waiting). Image size: {size} bytes.",
-                        gofmt::quote(&image),
+                        gofmt::quote(requested),
                         gofmt::duration(truncate_ms(pull_duration)),
                         gofmt::duration(truncate_ms(total)),
                     ),
@@ -239,15 +305,25 @@ impl ImageManager {
                     .with_label_values(&[image_size_bucket(size)])
                     .observe(pull_duration.as_secs_f64());
                 self.backoff.gc();
-                Ok(EnsuredImage {
-                    image_ref,
-                    pulled_for: total,
-                })
+                Ok((
+                    EnsuredImage {
+                        image_ref,
+                        pulled_for: total,
+                    },
+                    source,
+                ))
             }
         }
     }
 
-    /// When the pull backoff of `key` (`<pod uid>_<image>`) ends.
+    fn last_errors(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, String>> {
+        self.last_errors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// When the pull back-off of `key` (`<pod uid>_<image as the container
+    /// names it>`) ends.
     pub fn backoff_until(&self, key: &str) -> Option<std::time::SystemTime> {
         self.backoff.update_expires_at(key)
     }
@@ -261,36 +337,37 @@ impl ImageManager {
         self.backoff.now()
     }
 
-    /// Pulls with each matching credential in turn (none: anonymously).
+    /// Pulls with each matching credential in turn (none: anonymously);
+    /// returns the image id and the Secret whose credentials worked.
     async fn pull(
         &self,
         image: &str,
-        secrets: &[Secret],
+        tracked: &[keyring::Tracked],
         sandbox: Option<&api::PodSandboxConfig>,
-    ) -> Result<String, keelson_cri::CriError> {
-        let creds = keyring::lookup(image, secrets);
+    ) -> Result<(String, Option<PullSecret>), keelson_cri::CriError> {
         let spec = keelson_cri::image_spec(image);
-        if creds.is_empty() {
+        if tracked.is_empty() {
             return self
                 .metrics
                 .runtime_op(
                     "pull_image",
                     self.cri.pull_image(spec, None, sandbox.cloned()),
                 )
-                .await;
+                .await
+                .map(|r| (r, None));
         }
         let mut last = None;
-        for auth in creds {
+        for t in tracked {
             match self
                 .metrics
                 .runtime_op(
                     "pull_image",
                     self.cri
-                        .pull_image(spec.clone(), Some(auth), sandbox.cloned()),
+                        .pull_image(spec.clone(), Some(t.auth.clone()), sandbox.cloned()),
                 )
                 .await
             {
-                Ok(r) => return Ok(r),
+                Ok(r) => return Ok((r, Some(t.source.clone()))),
                 Err(e) => last = Some(e),
             }
         }

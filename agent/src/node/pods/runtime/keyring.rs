@@ -109,11 +109,52 @@ fn auth_of(key: &str, v: &Value) -> api::AuthConfig {
     a
 }
 
-/// The credentials to try for `image`, best match first.
-pub fn lookup(image: &str, secrets: &[Secret]) -> Vec<api::AuthConfig> {
+/// kubelet's `hashAuthConfig` of a Secret's entry: SHA-256 (hex) of the
+/// JSON of the username, password and email it holds.
+fn credential_hash(auth: &api::AuthConfig, v: &Value) -> String {
+    // In Go's field order (a JSON map would sort the keys), empty ones left
+    // out (`omitempty`).
+    let email = v.get("email").and_then(Value::as_str).unwrap_or_default();
+    let fields: Vec<String> = [
+        ("username", auth.username.as_str()),
+        ("password", auth.password.as_str()),
+        ("email", email),
+    ]
+    .into_iter()
+    .filter(|(_, val)| !val.is_empty())
+    .map(|(k, val)| format!("\"{k}\":{}", go_json_string(val)))
+    .collect();
+    let json = format!("{{{}}}", fields.join(","));
+    hex::encode(<sha2::Sha256 as sha2::Digest>::digest(json.as_bytes()))
+}
+
+/// A JSON string as Go's `encoding/json` writes it (HTML characters and
+/// the line/paragraph separators escaped).
+fn go_json_string(s: &str) -> String {
+    Value::String(s.to_string())
+        .to_string()
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029")
+}
+
+/// Credentials for an image with the Secret they came from.
+#[derive(Debug, Clone)]
+pub struct Tracked {
+    /// What to send with the pull.
+    pub auth: api::AuthConfig,
+    /// The Secret (coordinates and credential hash), for the pull records.
+    pub source: super::pull_records::PullSecret,
+}
+
+/// The credentials to try for `image`, best match first, each with its
+/// Secret.
+pub fn lookup_tracked(image: &str, secrets: &[Secret]) -> Vec<Tracked> {
     let host = registry_host(image);
     let repo = repository(image);
-    let mut found: Vec<(usize, api::AuthConfig)> = Vec::new();
+    let mut found: Vec<(usize, Tracked)> = Vec::new();
     for s in secrets {
         for (key, v) in entries(s) {
             let (h, path) = normalize_key(&key);
@@ -123,11 +164,27 @@ pub fn lookup(image: &str, secrets: &[Secret]) -> Vec<api::AuthConfig> {
             if !(path.is_empty() || repo == path || repo.starts_with(&format!("{path}/"))) {
                 continue;
             }
-            found.push((path.len(), auth_of(&key, &v)));
+            let auth = auth_of(&key, &v);
+            let source = super::pull_records::PullSecret {
+                uid: s.metadata.uid.clone().unwrap_or_default(),
+                namespace: s.metadata.namespace.clone().unwrap_or_default(),
+                name: s.metadata.name.clone().unwrap_or_default(),
+                credential_hash: credential_hash(&auth, &v),
+            };
+            found.push((path.len(), Tracked { auth, source }));
         }
     }
+    // Stable: equally long matches keep the pod's order of Secrets.
     found.sort_by_key(|f| std::cmp::Reverse(f.0));
-    found.into_iter().map(|(_, a)| a).collect()
+    found.into_iter().map(|(_, t)| t).collect()
+}
+
+/// The credentials to try for `image`, best match first.
+pub fn lookup(image: &str, secrets: &[Secret]) -> Vec<api::AuthConfig> {
+    lookup_tracked(image, secrets)
+        .into_iter()
+        .map(|t| t.auth)
+        .collect()
 }
 
 #[cfg(test)]
@@ -180,5 +237,25 @@ mod tests {
             vec!["u2", "u3"]
         );
         assert!(lookup("nothere.example/a", &[s]).is_empty());
+    }
+
+    #[test]
+    fn tracked_credentials_name_their_secret_and_hash_as_kubelet() {
+        let mut s = secret(r#"{"auths":{"reg.example":{"username":"u","password":"p"}}}"#);
+        s.metadata.name = Some("pull".into());
+        s.metadata.namespace = Some("ns".into());
+        s.metadata.uid = Some("uid-1".into());
+        let t = lookup_tracked("reg.example/app:1", &[s]);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].source.name, "pull");
+        assert_eq!(t[0].source.uid, "uid-1");
+        // sha256 of {"username":"u","password":"p"}, as Go's json.Marshal
+        // of credentialprovider.AuthConfig writes it.
+        assert_eq!(
+            t[0].source.credential_hash,
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+                br#"{"username":"u","password":"p"}"#
+            ))
+        );
     }
 }

@@ -94,12 +94,12 @@ impl TerminationOrdering {
             return 0.0;
         }
         let start = tokio::time::Instant::now();
-        let deadline = start + Duration::from_secs(u64::try_from(grace).unwrap_or(0));
+        // Not an Instant deadline: a huge terminationGracePeriodSeconds
+        // would overflow it (tokio's timeout caps a far one itself).
+        let limit = Duration::from_secs(u64::try_from(grace).unwrap_or(0));
         for t in self.prereqs.get(name).into_iter().flatten() {
-            if tokio::time::timeout_at(deadline, t.cancelled())
-                .await
-                .is_err()
-            {
+            let left = limit.saturating_sub(start.elapsed());
+            if tokio::time::timeout(left, t.cancelled()).await.is_err() {
                 break;
             }
         }
@@ -433,5 +433,14 @@ mod tests {
         let fresh = TerminationOrdering::new(&p, &running);
         let capped = fresh.wait_for_turn("s1", 4).await;
         assert!((4.0..4.1).contains(&capped), "{capped}");
+        // The largest grace the API accepts does not overflow the wait.
+        let huge = Arc::new(TerminationOrdering::new(&p, &running));
+        let h2 = huge.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            h2.container_terminated("app");
+        });
+        let waited = huge.wait_for_turn("s2", i64::MAX).await;
+        assert!((1.0..1.1).contains(&waited), "{waited}");
     }
 }

@@ -14,9 +14,11 @@ use super::hooks::HookRunner;
 use super::images::ImageManager;
 use super::labels::POD_UID;
 use super::linux_resources::CpuQuota;
+use super::runtime_class::RuntimeClasses;
 use super::security::SeccompSettings;
 use super::status::{ContainerStatus, RuntimePodStatus, SandboxStatus};
 use crate::node::cgroups::PodCgroups;
+use crate::node::pods::allocation::checkpoint::Checkpoint;
 use crate::node::pods::backoff::Backoff;
 use crate::node::pods::clock::SharedClock;
 use crate::node::pods::deps::{EnvSources, PodVolumes};
@@ -83,6 +85,8 @@ pub struct RuntimeManager {
     pub(super) allocatable: AllocatableFn,
     pub(super) hooks: HookRunner,
     pub(super) clock: SharedClock,
+    pub(super) runtime_classes: Arc<dyn RuntimeClasses>,
+    pub(super) actuated: Arc<Checkpoint>,
 }
 
 impl std::fmt::Debug for RuntimeManager {
@@ -121,6 +125,10 @@ pub struct RuntimeParts {
     pub hooks: HookRunner,
     /// Clock.
     pub clock: SharedClock,
+    /// RuntimeClass → runtime handler.
+    pub runtime_classes: Arc<dyn RuntimeClasses>,
+    /// What was actuated per container and pod cgroup (in-place resize).
+    pub actuated: Arc<Checkpoint>,
 }
 
 impl RuntimeManager {
@@ -140,6 +148,8 @@ impl RuntimeManager {
             allocatable: p.allocatable,
             hooks: p.hooks,
             clock: p.clock,
+            runtime_classes: p.runtime_classes,
+            actuated: p.actuated,
         }
     }
 
@@ -161,6 +171,11 @@ impl RuntimeManager {
     /// The image manager (read side: pull back-off, for diagnose).
     pub fn images(&self) -> &ImageManager {
         &self.images
+    }
+
+    /// What was actuated for each pod's containers and cgroup.
+    pub fn actuated(&self) -> &Arc<Checkpoint> {
+        &self.actuated
     }
 
     /// kubelet's `GetPodStatus`: the pod's sandboxes and containers, found
@@ -211,7 +226,7 @@ impl RuntimeManager {
                 })),
             )
             .await?;
-        let mut statuses = Vec::new();
+        let mut raw = Vec::new();
         for c in &containers {
             match self
                 .metrics
@@ -220,11 +235,69 @@ impl RuntimeManager {
             {
                 Ok(resp) => {
                     if let Some(s) = resp.status {
-                        statuses.push(ContainerStatus::from_cri(&s, &c.pod_sandbox_id));
+                        raw.push((s, c.pod_sandbox_id.clone()));
                     }
                 }
                 Err(e) if e.is_not_found() => continue,
                 Err(e) => return Err(e),
+            }
+        }
+        let convert = move || -> Vec<ContainerStatus> {
+            raw.iter()
+                .map(|(s, sb)| ContainerStatus::from_cri(s, sb))
+                .collect()
+        };
+        // Termination messages and log tails are file reads: off the
+        // async threads.
+        let statuses = if containers.is_empty() {
+            Vec::new()
+        } else {
+            tokio::task::spawn_blocking(convert)
+                .await
+                .map_err(|e| CriError::Other {
+                    method: "ContainerStatus",
+                    code: keelson_cri::Code::Internal,
+                    message: format!("converting container statuses: {e}"),
+                })?
+        };
+        // Runtimes that do not report a container's resources (containerd
+        // 1.6), or its memory request, are completed from what was
+        // actuated (`toKubeContainerStatus`).
+        let mut statuses = statuses;
+        for c in &mut statuses {
+            let need = c.resources.is_none_or(|r| r.memory_request.is_none());
+            if !need {
+                continue;
+            }
+            let Some(a) = self
+                .actuated
+                .get(uid)
+                .and_then(|p| p.containers.get(&c.name).cloned())
+            else {
+                continue;
+            };
+            let rl = crate::node::pods::resources::parse_list;
+            let (req, lim) = (rl(a.requests.as_ref()), rl(a.limits.as_ref()));
+            let milli = |l: &crate::node::pods::resources::ResourceList, k: &str| {
+                l.get(k)
+                    .map(|q| i64::try_from(q.milli_value()).unwrap_or(i64::MAX))
+            };
+            let bytes = |l: &crate::node::pods::resources::ResourceList, k: &str| {
+                l.get(k)
+                    .map(|q| i64::try_from(q.value()).unwrap_or(i64::MAX))
+            };
+            match &mut c.resources {
+                None => {
+                    c.resources = Some(super::status::ContainerResources {
+                        cpu_request: Some(milli(&req, "cpu").unwrap_or(0)),
+                        cpu_limit: Some(milli(&lim, "cpu").unwrap_or(0)),
+                        memory_request: Some(bytes(&req, "memory").unwrap_or(0)),
+                        memory_limit: Some(bytes(&lim, "memory").unwrap_or(0)),
+                    })
+                }
+                Some(r) => {
+                    r.memory_request = bytes(&req, "memory").filter(|m| *m != 0);
+                }
             }
         }
         let mut status = RuntimePodStatus::new(uid, name, namespace, sb_statuses, statuses);

@@ -4,6 +4,7 @@
 
 pub mod actions;
 pub mod dns;
+pub mod do_resize;
 pub mod env;
 pub mod errors;
 pub mod expand;
@@ -16,7 +17,11 @@ pub mod keyring;
 pub mod kill;
 pub mod labels;
 pub mod linux_resources;
+pub mod log_tail;
 pub mod manager;
+pub mod pull_records;
+pub mod resize;
+pub mod runtime_class;
 pub mod sandbox;
 pub mod security;
 pub mod service_env;

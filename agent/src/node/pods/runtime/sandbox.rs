@@ -99,6 +99,34 @@ pub fn check_user_namespace(pod: &Pod) -> Result<(), String> {
     Ok(())
 }
 
+/// kubelet prepares a pod's DRA claims (`PrepareDynamicResources`, through
+/// the claims' DRA drivers) before it creates the sandbox; when that fails
+/// it records `FailedPrepareDynamicResources` and leaves the pod pending.
+/// keelson talks to no DRA driver, so a pod with `resourceClaims` (or a
+/// container's `resources.claims`) gets that refusal and never runs
+/// without its devices.
+pub fn check_dynamic_resources(pod: &Pod) -> Result<(), String> {
+    let spec = podutil::spec(pod);
+    let container_claims = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .any(|c| {
+            c.resources
+                .as_ref()
+                .and_then(|r| r.claims.as_ref())
+                .is_some_and(|c| !c.is_empty())
+        });
+    if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) || container_claims {
+        return Err(
+            "keelson does not support dynamic resource allocation (the pod has resourceClaims); \
+             it prepares no DRA claims"
+                .to_string(),
+        );
+    }
+    Ok(())
+}
+
 /// Builds the sandbox config; the error is a message for
 /// `ConfigPodSandboxError` / `FailedCreatePodSandBox`.
 pub fn generate_sandbox_config(
@@ -226,6 +254,35 @@ mod tests {
                 .map(|n| n.network),
             Some(0)
         );
+    }
+
+    #[test]
+    fn dynamic_resource_claims_are_refused() {
+        let pod = |spec: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web", "namespace": "ns", "uid": "u1"},
+                "spec": spec
+            }))
+            .expect("pod")
+        };
+        assert!(
+            check_dynamic_resources(&pod(serde_json::json!({"containers": [{"name": "c"}]})))
+                .is_ok()
+        );
+        let claims = pod(serde_json::json!({
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}],
+            "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}]
+        }));
+        assert!(
+            check_dynamic_resources(&claims)
+                .expect_err("refused")
+                .contains("does not support dynamic resource allocation")
+        );
+        let container_only = pod(serde_json::json!({
+            "initContainers": [{"name": "i", "resources": {"claims": [{"name": "gpu"}]}}],
+            "containers": [{"name": "c"}]
+        }));
+        assert!(check_dynamic_resources(&container_only).is_err());
     }
 
     #[test]

@@ -165,7 +165,7 @@ pub fn sandbox_security_context(pod: &Pod) -> api::LinuxSandboxSecurityContext {
             .map(|v| api::Int64Value { value: v }),
         readonly_rootfs: false,
         supplemental_groups: groups,
-        supplemental_groups_policy: 0,
+        supplemental_groups_policy: supplemental_groups_policy(pod),
         privileged: has_privileged_container(pod),
         seccomp: Some(api::SecurityProfile {
             profile_type: PROFILE_RUNTIME_DEFAULT,
@@ -208,6 +208,7 @@ pub fn container_security_context(
             drop_capabilities: caps.drop.clone().unwrap_or_default(),
             add_ambient_capabilities: Vec::new(),
         });
+    let (apparmor, apparmor_profile) = container_apparmor(pod, c);
     let unmasked = csc.and_then(|s| s.proc_mount.as_deref()) == Some("Unmasked");
     let (masked, readonly) = if unmasked {
         (Vec::new(), Vec::new())
@@ -220,7 +221,7 @@ pub fn container_security_context(
                 .collect(),
         )
     };
-    api::LinuxContainerSecurityContext {
+    let mut sc = api::LinuxContainerSecurityContext {
         capabilities: caps,
         privileged,
         namespace_options: Some(namespaces_for_pod(pod)),
@@ -239,14 +240,71 @@ pub fn container_security_context(
             .and_then(|s| s.read_only_root_filesystem)
             .unwrap_or(false),
         supplemental_groups: groups,
-        supplemental_groups_policy: 0,
+        supplemental_groups_policy: supplemental_groups_policy(pod),
         no_new_privs: csc.and_then(|s| s.allow_privilege_escalation) == Some(false),
         masked_paths: masked,
         readonly_paths: readonly,
         seccomp: Some(container_seccomp(pod, c, seccomp)),
-        apparmor: None,
+        apparmor,
         ..Default::default()
+    };
+    // The deprecated string form, still sent as kubelet sends it.
+    #[allow(deprecated)]
+    {
+        sc.apparmor_profile = apparmor_profile;
     }
+    sc
+}
+
+/// The pod's `supplementalGroupsPolicy` as CRI numbers it (`Merge` 0,
+/// `Strict` 1). `Strict` reaches a runtime only if the node declares it
+/// supports it (admission refuses it otherwise).
+fn supplemental_groups_policy(pod: &Pod) -> i32 {
+    match podutil::spec(pod)
+        .security_context
+        .as_ref()
+        .and_then(|s| s.supplemental_groups_policy.as_deref())
+    {
+        Some("Strict") => api::SupplementalGroupsPolicy::Strict as i32,
+        _ => api::SupplementalGroupsPolicy::Merge as i32,
+    }
+}
+
+/// kubelet's `getAppArmorProfile`: the container's AppArmor profile (its
+/// field, the deprecated annotation, the pod's field) as a CRI
+/// SecurityProfile and in the deprecated string form (`runtime/default`,
+/// `unconfined`, `localhost/<name>`) older runtimes read.
+pub fn container_apparmor(pod: &Pod, c: &Container) -> (Option<api::SecurityProfile>, String) {
+    let Some(p) = crate::node::pods::admission::apparmor::profile_for(pod, c) else {
+        return (None, String::new());
+    };
+    use crate::node::pods::admission::apparmor as aa;
+    let (profile_type, localhost_ref, deprecated) = match p.type_.as_str() {
+        "RuntimeDefault" => (
+            PROFILE_RUNTIME_DEFAULT,
+            String::new(),
+            aa::DEPRECATED_RUNTIME_DEFAULT.to_string(),
+        ),
+        "Unconfined" => (
+            PROFILE_UNCONFINED,
+            String::new(),
+            aa::DEPRECATED_UNCONFINED.to_string(),
+        ),
+        // A Localhost profile without a name never gets here: admission
+        // refuses it.
+        _ => {
+            let name = p.localhost_profile.unwrap_or_default();
+            let deprecated = format!("{}{name}", aa::DEPRECATED_LOCALHOST_PREFIX);
+            (PROFILE_LOCALHOST, name, deprecated)
+        }
+    };
+    (
+        Some(api::SecurityProfile {
+            profile_type,
+            localhost_ref,
+        }),
+        deprecated,
+    )
 }
 
 /// kubelet's `verifyRunAsNonRoot` against the image's user.
@@ -355,6 +413,63 @@ mod tests {
             verify_run_as_non_root(&pod, c, None, "nobody")
                 .expect_err("an error")
                 .contains("non-numeric")
+        );
+    }
+
+    #[test]
+    fn apparmor_and_supplemental_groups_policy_reach_the_runtime() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "n", "uid": "u",
+                         "annotations": {"container.apparmor.security.beta.kubernetes.io/b": "localhost/web"}},
+            "spec": {
+                "securityContext": {"appArmorProfile": {"type": "RuntimeDefault"},
+                                    "supplementalGroupsPolicy": "Strict"},
+                "containers": [
+                    {"name": "a", "image": "i"},
+                    {"name": "b", "image": "i"},
+                    {"name": "c", "image": "i", "securityContext": {"appArmorProfile": {"type": "Unconfined"}}}
+                ]
+            }
+        }))
+        .expect("pod");
+        let settings = SeccompSettings {
+            profile_root: "/var/lib/keelson/seccomp".into(),
+            default_runtime: false,
+        };
+        let ctx = |i: usize| {
+            container_security_context(&pod, &podutil::containers(&pod)[i], "", &settings)
+        };
+        #[allow(deprecated)]
+        let got: Vec<(i32, String, String)> = (0..3)
+            .map(|i| {
+                let sc = ctx(i);
+                let p = sc.apparmor.expect("an AppArmor profile");
+                (p.profile_type, p.localhost_ref, sc.apparmor_profile)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    PROFILE_RUNTIME_DEFAULT,
+                    String::new(),
+                    "runtime/default".to_string()
+                ),
+                (
+                    PROFILE_LOCALHOST,
+                    "web".to_string(),
+                    "localhost/web".to_string()
+                ),
+                (PROFILE_UNCONFINED, String::new(), "unconfined".to_string()),
+            ]
+        );
+        assert_eq!(
+            ctx(0).supplemental_groups_policy,
+            api::SupplementalGroupsPolicy::Strict as i32
+        );
+        assert_eq!(
+            sandbox_security_context(&pod).supplemental_groups_policy,
+            api::SupplementalGroupsPolicy::Strict as i32
         );
     }
 }

@@ -133,13 +133,17 @@ impl RuntimeManager {
                 return Err(StepError::new(CREATE_CONTAINER_ERROR, msg));
             }
         };
+        // kubelet records what it gave the container (in-place resize).
+        self.set_actuated_container(pod, c);
         self.events.container(
             pod,
             &c.name,
             &id,
             EventType::Normal,
             reasons::CREATED,
-            format!("Created container: {}", c.name),
+            // kuberuntime_container.go v1.36: the container is the event's
+            // object, no longer named in the message.
+            "Container created".to_string(),
         );
         if let Err(e) = self
             .metrics
@@ -163,7 +167,7 @@ impl RuntimeManager {
             &id,
             EventType::Normal,
             reasons::STARTED,
-            format!("Started container {}", c.name),
+            "Container started".to_string(),
         );
         if let Some(dir) = &self.settings.legacy_log_dir {
             let target = Path::new(&sandbox_config.log_directory).join(&log_path);

@@ -8,13 +8,7 @@ use std::time::SystemTime;
 use keelson_cri::api;
 
 use super::labels::{container_info_from_annotations, container_info_from_labels};
-
-/// Longest termination message kept (`MaxContainerTerminationMessageLength`).
-pub const MAX_TERMINATION_MESSAGE_LENGTH: usize = 4 * 1024;
-/// Longest message taken from the logs (`MaxContainerTerminationMessageLogLength`).
-pub const MAX_TERMINATION_MESSAGE_LOG_LENGTH: usize = 2048;
-/// Most log lines taken (`MaxContainerTerminationMessageLogLines`).
-pub const MAX_TERMINATION_MESSAGE_LOG_LINES: usize = 80;
+use super::log_tail::{MAX_TERMINATION_MESSAGE_LENGTH, last_log_text, read_at_most};
 
 /// A container's state as kubelet models it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -86,18 +80,72 @@ pub struct ContainerStatus {
     pub container_type: String,
     /// The runtime's log path.
     pub log_path: String,
-    /// Memory limit the runtime applied (bytes; 0 unknown).
-    pub memory_limit: i64,
-    /// CPU quota the runtime applied (µs; 0 unknown).
-    pub cpu_quota: i64,
-    /// CPU shares the runtime applied (0 unknown).
-    pub cpu_shares: i64,
+    /// The resources the runtime reports it applied (kubelet's
+    /// `toKubeContainerResources`), completed from the actuated record.
+    pub resources: Option<ContainerResources>,
+    /// The user the runtime runs the container's process as.
+    pub user: Option<api::LinuxContainerUser>,
+}
+
+/// CPU and memory a container runs with, in API units (kubelet's
+/// `kubecontainer.ContainerResources`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ContainerResources {
+    /// Millicores, from `cpu.shares`.
+    pub cpu_request: Option<i64>,
+    /// Millicores, from quota and period.
+    pub cpu_limit: Option<i64>,
+    /// Bytes (only from the actuated record: the runtime has no request).
+    pub memory_request: Option<i64>,
+    /// Bytes.
+    pub memory_limit: Option<i64>,
+}
+
+/// `SharesToMilliCPU`.
+pub fn shares_to_milli_cpu(shares: i64) -> i64 {
+    if shares >= 2 {
+        (shares * 1000 + 1023) / 1024
+    } else {
+        0
+    }
+}
+
+/// `QuotaToMilliCPU`.
+pub fn quota_to_milli_cpu(quota: i64, period: i64) -> i64 {
+    if quota == -1 || period == 0 {
+        0
+    } else {
+        quota * 1000 / period
+    }
+}
+
+/// `toKubeContainerResources`: what the runtime reports (`None` when it
+/// reports no cpu or memory figure).
+pub fn resources_from_cri(r: Option<&api::ContainerResources>) -> Option<ContainerResources> {
+    let l = r?.linux.as_ref()?;
+    let cpu_limit = (l.cpu_period > 0)
+        .then(|| quota_to_milli_cpu(l.cpu_quota, l.cpu_period))
+        .filter(|m| *m > 0);
+    let cpu_request = (l.cpu_shares > 0)
+        .then(|| shares_to_milli_cpu(l.cpu_shares))
+        .filter(|m| *m > 0);
+    let memory_limit = (l.memory_limit_in_bytes > 0).then_some(l.memory_limit_in_bytes);
+    (cpu_limit.is_some() || cpu_request.is_some() || memory_limit.is_some()).then_some(
+        ContainerResources {
+            cpu_request,
+            cpu_limit,
+            memory_request: None,
+            memory_limit,
+        },
+    )
 }
 
 impl ContainerStatus {
     /// Converts a CRI ContainerStatus; for an exited container the
     /// termination message (file, or logs for `FallbackToLogsOnError`) is
-    /// appended to the runtime's message.
+    /// appended to the runtime's message — bounded blocking reads, so
+    /// callers on the async runtime convert exited containers in
+    /// `spawn_blocking` ([`reads_files`]).
     pub fn from_cri(s: &api::ContainerStatus, sandbox_id: &str) -> Self {
         let labels = container_info_from_labels(&s.labels);
         let ann = container_info_from_annotations(&s.annotations);
@@ -113,7 +161,6 @@ impl ContainerStatus {
                 }
             })
             .unwrap_or_default();
-        let linux = s.resources.as_ref().and_then(|r| r.linux.as_ref());
         let mut out = ContainerStatus {
             id: s.id.clone(),
             name: if labels.container_name.is_empty() {
@@ -142,9 +189,8 @@ impl ContainerStatus {
             restart_count: ann.restart_count,
             container_type: ann.container_type.clone(),
             log_path: s.log_path.clone(),
-            memory_limit: linux.map(|l| l.memory_limit_in_bytes).unwrap_or(0),
-            cpu_quota: linux.map(|l| l.cpu_quota).unwrap_or(0),
-            cpu_shares: linux.map(|l| l.cpu_shares).unwrap_or(0),
+            resources: resources_from_cri(s.resources.as_ref()),
+            user: s.user.as_ref().and_then(|u| u.linux.clone()),
         };
         if state == ContainerState::Exited {
             out.reason = s.reason.clone();
@@ -176,7 +222,8 @@ impl ContainerStatus {
 }
 
 /// Reads the termination message file through the container's mount of
-/// `path`; says whether the logs should be read instead.
+/// `path` (at most 4 KiB, from its end); says whether the logs should be
+/// read instead. Blocking file I/O.
 fn termination_message(s: &api::ContainerStatus, path: &str, fallback: bool) -> (String, bool) {
     if path.is_empty() {
         return (String::new(), fallback);
@@ -185,10 +232,13 @@ fn termination_message(s: &api::ContainerStatus, path: &str, fallback: bool) -> 
         if m.container_path != path {
             continue;
         }
-        return match read_tail(Path::new(&m.host_path), MAX_TERMINATION_MESSAGE_LENGTH) {
+        return match read_at_most(Path::new(&m.host_path), MAX_TERMINATION_MESSAGE_LENGTH) {
             Ok(data) => {
                 let empty = data.is_empty();
-                (data, fallback && empty)
+                (
+                    String::from_utf8_lossy(&data).into_owned(),
+                    fallback && empty,
+                )
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), fallback),
             Err(e) => (
@@ -200,32 +250,10 @@ fn termination_message(s: &api::ContainerStatus, path: &str, fallback: bool) -> 
     (String::new(), fallback)
 }
 
-/// The last `max` bytes of a file, as text.
-fn read_tail(path: &Path, max: usize) -> std::io::Result<String> {
-    let data = std::fs::read(path)?;
-    let start = data.len().saturating_sub(max);
-    Ok(String::from_utf8_lossy(&data[start..]).into_owned())
-}
-
-/// The end of a CRI-format log (`<time> <stream> <P|F> <text>` per line):
-/// at most 80 lines and 2048 bytes of text, partial lines joined.
-pub fn last_log_text(path: &Path) -> String {
-    let Ok(data) = std::fs::read(path) else {
-        return String::new();
-    };
-    let messages = crate::node::logs::format::cri_messages(&data);
-    let start = messages
-        .len()
-        .saturating_sub(MAX_TERMINATION_MESSAGE_LOG_LINES);
-    let joined: String = messages[start..].concat();
-    let cut = joined
-        .len()
-        .saturating_sub(MAX_TERMINATION_MESSAGE_LOG_LENGTH);
-    let mut cut = cut;
-    while cut < joined.len() && !joined.is_char_boundary(cut) {
-        cut += 1;
-    }
-    joined[cut..].to_string()
+/// Whether converting this CRI status reads files (an exited container's
+/// termination message or log tail).
+pub fn reads_files(s: &api::ContainerStatus) -> bool {
+    ContainerState::from_cri(s.state) == ContainerState::Exited
 }
 
 /// A sandbox as the runtime reports it.
@@ -408,20 +436,6 @@ mod tests {
         assert_eq!(c.message, "bye");
         assert_eq!(c.exit_code, 3);
         assert_eq!(c.state, ContainerState::Exited);
-    }
-
-    #[test]
-    fn log_fallback_reads_the_cri_log_tail() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let log = dir.path().join("0.log");
-        std::fs::write(
-            &log,
-            "2024-01-01T00:00:00.000000001Z stdout F first\n\
-             2024-01-01T00:00:00.000000002Z stderr P part\n\
-             2024-01-01T00:00:00.000000003Z stderr F ial\n",
-        )
-        .expect("w");
-        assert_eq!(last_log_text(&log), "first\npartial\n");
     }
 
     #[test]

@@ -9,13 +9,15 @@ use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use keelson_cri::api;
 use keelson_probes::gofmt;
 
-use super::actions::{ProbeResults, compute_pod_actions};
+use super::actions::{ProbeResults, compute_pod_actions_with};
 use super::errors::{
     CONFIG_POD_SANDBOX_ERROR, CRASH_LOOP_BACK_OFF, CREATE_POD_SANDBOX_ERROR, StepError, grpc_text,
 };
 use super::hash::hash_label;
 use super::manager::RuntimeManager;
-use super::sandbox::{SandboxInputs, generate_sandbox_config, pod_logs_dir};
+use super::sandbox::{
+    SandboxInputs, check_dynamic_resources, generate_sandbox_config, pod_logs_dir,
+};
 use super::status::{ContainerState, RuntimePodStatus};
 use crate::events::EventType;
 use crate::node::pods::clock::from_nanos;
@@ -35,6 +37,8 @@ pub enum SyncAction {
     ConfigPodSandbox,
     /// Stop the sandbox.
     KillPodSandbox,
+    /// Resize running containers in place.
+    ResizePodInPlace,
 }
 
 impl SyncAction {
@@ -45,6 +49,7 @@ impl SyncAction {
             SyncAction::CreatePodSandbox => "CreatePodSandbox",
             SyncAction::ConfigPodSandbox => "ConfigPodSandbox",
             SyncAction::KillPodSandbox => "KillPodSandbox",
+            SyncAction::ResizePodInPlace => "ResizePodInPlace",
         }
     }
 }
@@ -71,6 +76,8 @@ pub struct PodSyncResult {
     pub created_sandbox: bool,
     /// Time spent pulling images in this sync.
     pub image_pull_time: std::time::Duration,
+    /// Resources were changed in place (the runtime must be read again).
+    pub resized: bool,
 }
 
 impl PodSyncResult {
@@ -203,7 +210,7 @@ impl RuntimeManager {
         probes: &dyn ProbeResults,
         active_pods: &[Pod],
     ) -> PodSyncResult {
-        let actions = compute_pod_actions(pod, status, probes);
+        let actions = compute_pod_actions_with(pod, status, probes, Some(&*self.actuated));
         tracing::debug!(pod = %podutil::key(pod), ?actions, "computed pod actions");
         let mut result = PodSyncResult::default();
         if actions.create_sandbox && !actions.sandbox_id.is_empty() {
@@ -259,6 +266,18 @@ impl RuntimeManager {
             quota: self.settings.quota,
         };
         if actions.create_sandbox {
+            // kubelet prepares DRA claims first and, when that fails, only
+            // records the event: the pod waits for the next sync.
+            if let Err(e) = check_dynamic_resources(pod) {
+                tracing::warn!(pod = %podutil::key(pod), error = %e, "failed to prepare dynamic resources");
+                self.events.pod(
+                    pod,
+                    EventType::Warning,
+                    reasons::FAILED_PREPARE_DYNAMIC_RESOURCES,
+                    format!("Failed to prepare dynamic resources: {e}"),
+                );
+                return result;
+            }
             self.metrics.started_pods_total.inc();
             match Box::pin(self.create_sandbox(pod, actions.attempt, &inputs, active_pods)).await {
                 Ok((id, ips)) => {
@@ -301,6 +320,19 @@ impl RuntimeManager {
         };
         let pod_ip = pod_ips.first().cloned().unwrap_or_default();
 
+        // Step 6 of kubelet's SyncPod starts ephemeral containers (`kubectl
+        // debug`); keelson does not run them, and says so on each one at
+        // every sync instead of leaving the debugger waiting in silence.
+        for e in podutil::spec(pod).ephemeral_containers.iter().flatten() {
+            self.events.container(
+                pod,
+                &e.name,
+                "",
+                EventType::Warning,
+                reasons::FAILED,
+                "Error: keelson does not run ephemeral containers",
+            );
+        }
         for &idx in &actions.init_containers_to_start {
             let Some(c) = podutil::init_containers(pod).get(idx) else {
                 continue;
@@ -321,6 +353,17 @@ impl RuntimeManager {
             if !ok && !is_restartable_init(c) {
                 return result;
             }
+        }
+        // Step 8: in-place resizes of running containers.
+        if actions.resize.needed() {
+            let r = Box::pin(self.do_pod_resize(pod, &sandbox_id, &actions.resize)).await;
+            result.resized = true;
+            result.push(
+                SyncAction::ResizePodInPlace,
+                &podutil::format_pod(pod),
+                r.err()
+                    .map(|e| StepError::new(super::errors::RESIZE_POD_IN_PLACE_ERROR, e)),
+            );
         }
         for &idx in &actions.containers_to_start {
             let Some(c) = podutil::containers(pod).get(idx) else {
@@ -391,25 +434,15 @@ impl RuntimeManager {
                     .started_containers_errors_total
                     .with_label_values(&[kind.metric_label(), e.reason])
                     .inc();
-                if e.reason == super::errors::IMAGE_PULL_BACK_OFF
-                    || e.reason == super::errors::ERR_IMAGE_PULL
-                {
-                    let image = c.image.as_deref().unwrap_or_default();
-                    let image = super::imageref::apply_default_tag(image).unwrap_or_default();
-                    if let Some(t) = self.images_backoff_until(pod, &image) {
-                        result.retry_no_later_than(t);
-                    }
-                }
+                // Unlike CrashLoopBackOff, a pull failure carries no
+                // backoff expiration (kubelet's `NewBackoffError` is only
+                // for restarts): the worker retries after its usual
+                // backoff period.
                 tracing::info!(pod = %podutil::key(pod), container = %c.name, reason = e.reason, message = %e.message, "container start failed");
                 result.push(SyncAction::StartContainer, &c.name, Some(e));
                 false
             }
         }
-    }
-
-    fn images_backoff_until(&self, pod: &Pod, image: &str) -> Option<SystemTime> {
-        self.images
-            .backoff_until(&format!("{}_{}", podutil::uid(pod), image))
     }
 
     /// Creates the sandbox (pod cgroup, log directory, RunPodSandbox) and
@@ -464,9 +497,23 @@ impl RuntimeManager {
                 gofmt::quote(&podutil::format_pod(pod))
             )));
         }
+        let runtime_class = podutil::spec(pod).runtime_class_name.as_deref();
+        let handler = match self.runtime_classes.lookup_handler(runtime_class) {
+            Ok(h) => h,
+            Err(e) => {
+                failed_event(&e);
+                return Err(fail(format!(
+                    "Failed to create sandbox for pod {}: {e}",
+                    gofmt::quote(&podutil::format_pod(pod))
+                )));
+            }
+        };
+        if !handler.is_empty() {
+            tracing::debug!(pod = %podutil::key(pod), runtime_handler = %handler, "running pod with runtime handler");
+        }
         let id = match self
             .metrics
-            .runtime_op("run_podsandbox", self.cri.run_pod_sandbox(config, ""))
+            .runtime_op("run_podsandbox", self.cri.run_pod_sandbox(config, &handler))
             .await
         {
             Ok(id) => id,

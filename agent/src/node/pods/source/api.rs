@@ -13,14 +13,21 @@ use tokio_util::sync::CancellationToken;
 use super::SourceEvent;
 use crate::node::pods::store::PodStore;
 
-/// Watches this node's pods into `store`, reporting each change on `tx`.
+/// Watches this node's pods into `store`, reporting each change on `tx`,
+/// once `node_synced` resolves (kubelet's `NewSourceApiserver` waits for
+/// its Node informer so that admission sees the Node).
 pub async fn run(
     client: kube::Client,
     node_name: String,
     store: PodStore,
     tx: mpsc::UnboundedSender<SourceEvent>,
     stop: CancellationToken,
+    node_synced: impl std::future::Future<Output = ()>,
 ) {
+    tokio::select! {
+        _ = stop.cancelled() => return,
+        _ = node_synced => {}
+    }
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
@@ -35,7 +42,12 @@ pub async fn run(
             Ok(Event::Init) => listing.clear(),
             Ok(Event::InitApply(p)) => listing.push(p),
             Ok(Event::InitDone) => {
-                let pods = std::mem::take(&mut listing);
+                let mut pods = std::mem::take(&mut listing);
+                // kubelet admits a batch oldest first (`PodsByCreationTime`).
+                pods.sort_by(|a, b| {
+                    let t = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                    t(a).cmp(&t(b))
+                });
                 let removed = store.replace_api_pods(pods.clone());
                 for p in removed {
                     let _ = tx.send(SourceEvent::Remove((*p).clone()));

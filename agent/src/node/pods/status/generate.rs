@@ -30,6 +30,8 @@ pub const KUBELET_CONDITIONS: &[&str] = &[
     "Ready",
     "Initialized",
     "ContainersReady",
+    "PodResizeInProgress",
+    "PodResizePending",
     "PodReadyToStartContainers",
 ];
 
@@ -77,6 +79,14 @@ pub struct StatusInputs<'a> {
     pub runtime_name: &'a str,
     /// Whether the pod is terminal (containers will not restart).
     pub pod_is_terminal: bool,
+    /// A pod sync handler asks for the pod to fail (reason, message):
+    /// kubelet's `ShouldEvict` (active deadline).
+    pub evicted: Option<(&'a str, &'a str)>,
+    /// `PodResizePending` / `PodResizeInProgress` as the allocation
+    /// manager keeps them.
+    pub resize_conditions: &'a [PodCondition],
+    /// The pod cgroup's settings (`None`: not readable).
+    pub pod_cgroup: Option<&'a crate::node::cgroups::ResourceConfig>,
 }
 
 fn waiting(reason: &str, message: &str) -> ApiState {
@@ -98,9 +108,28 @@ fn convert(
     cs: &ContainerStatus,
     old: Option<&ApiContainerStatus>,
     runtime: &str,
+    allocated: Option<&Container>,
 ) -> ApiContainerStatus {
     let cid = cs.api_id(runtime);
+    let resources =
+        allocated.map(|c| super::resources::container_status_resources(c, cs, &cid, old));
+    let allocated_resources =
+        allocated.and_then(|c| c.resources.as_ref().and_then(|r| r.requests.clone()));
+    let user = cs
+        .user
+        .as_ref()
+        .map(|u| k8s_openapi::api::core::v1::ContainerUser {
+            linux: Some(k8s_openapi::api::core::v1::LinuxContainerUser {
+                uid: u.uid,
+                gid: u.gid,
+                supplemental_groups: (!u.supplemental_groups.is_empty())
+                    .then(|| u.supplemental_groups.clone()),
+            }),
+        });
     let mut s = ApiContainerStatus {
+        resources,
+        allocated_resources,
+        user,
         name: cs.name.clone(),
         restart_count: cs.restart_count,
         image: cs.image.clone(),
@@ -272,7 +301,8 @@ pub fn convert_container_statuses(
         if *n >= 2 {
             continue;
         }
-        let converted = convert(cs, old.get(cs.name.as_str()).copied(), runtime);
+        let spec = containers.iter().find(|c| c.name == cs.name);
+        let converted = convert(cs, old.get(cs.name.as_str()).copied(), runtime, spec);
         if *n == 0 {
             statuses.insert(cs.name.clone(), converted);
         } else if let Some(s) = statuses.get_mut(&cs.name) {
@@ -344,36 +374,64 @@ pub fn has_any_regular_container_started(pod: &Pod, info: &[ApiContainerStatus])
     })
 }
 
-/// kubelet's `getPhase`.
-pub fn get_phase(pod: &Pod, info: &[ApiContainerStatus], pod_is_terminal: bool) -> &'static str {
-    let mut pending_init = 0;
-    let mut failed_init = 0;
+/// kubelet's `HasAnyActiveRegularContainerStarted`: a regular container
+/// exists in the newest sandbox, if that one is ready.
+pub fn has_any_active_regular_container(pod: &Pod, rt: &RuntimePodStatus) -> bool {
+    let Some(active) = rt.sandboxes.first().filter(|s| s.ready) else {
+        return false;
+    };
+    rt.containers.iter().any(|c| {
+        c.sandbox_id == active.id && podutil::containers(pod).iter().any(|s| s.name == c.name)
+    })
+}
+
+/// Whether a container that ended with `exit_code` will run again
+/// (ContainerRestartRules, on in v1.36).
+fn restartable(c: &k8s_openapi::api::core::v1::Container, pod: &Pod, exit_code: i32) -> bool {
+    podutil::container_should_restart(c, pod, exit_code)
+}
+
+/// kubelet's `getPhase` (v1.36, ContainerRestartRules on):
+/// `pod_has_initialized` is `has_any_active_regular_container`.
+pub fn get_phase(
+    pod: &Pod,
+    info: &[ApiContainerStatus],
+    pod_is_terminal: bool,
+    pod_has_initialized: bool,
+) -> &'static str {
+    let mut pending_restartable_init = 0;
+    let mut pending_regular_init = 0;
+    let mut failed_init_not_restartable = 0;
     for c in podutil::init_containers(pod) {
         if is_restartable_init(c) {
             continue;
         }
         let Some(s) = find(info, &c.name) else {
-            pending_init += 1;
+            pending_regular_init += 1;
             continue;
         };
         let st = state_of(s);
         if st.running.is_some() {
-            pending_init += 1;
+            pending_regular_init += 1;
         } else if let Some(t) = &st.terminated {
-            if t.exit_code != 0 {
-                failed_init += 1;
+            if t.exit_code != 0 && !restartable(c, pod, t.exit_code) {
+                failed_init_not_restartable += 1;
             }
         } else if st.waiting.is_some() {
             match last_terminated(s) {
-                Some(t) if t.exit_code != 0 => failed_init += 1,
-                Some(_) => {}
-                None => pending_init += 1,
+                Some(t) => {
+                    if t.exit_code != 0 && !restartable(c, pod, t.exit_code) {
+                        failed_init_not_restartable += 1;
+                    }
+                }
+                None => pending_regular_init += 1,
             }
         } else {
-            pending_init += 1;
+            pending_regular_init += 1;
         }
     }
-    let (mut unknown, mut running, mut waiting_n, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    let (mut unknown, mut running, mut waiting_n) = (0, 0, 0);
+    let (mut stopped, mut stopped_not_restartable, mut succeeded) = (0, 0, 0);
     for c in podutil::init_containers(pod) {
         if !is_restartable_init(c) {
             continue;
@@ -385,17 +443,18 @@ pub fn get_phase(pod: &Pod, info: &[ApiContainerStatus], pod_is_terminal: bool) 
         let st = state_of(s);
         if st.running.is_some() {
             if s.started != Some(true) {
-                pending_init += 1;
+                pending_restartable_init += 1;
             }
             running += 1;
         } else if st.terminated.is_some() {
+            // A stopped sidecar does not count for the phase.
         } else if st.waiting.is_some() {
             if last_terminated(s).is_none() {
-                pending_init += 1;
+                pending_restartable_init += 1;
                 waiting_n += 1;
             }
         } else {
-            pending_init += 1;
+            pending_restartable_init += 1;
             unknown += 1;
         }
     }
@@ -409,24 +468,33 @@ pub fn get_phase(pod: &Pod, info: &[ApiContainerStatus], pod_is_terminal: bool) 
             running += 1;
         } else if let Some(t) = &st.terminated {
             stopped += 1;
+            if !restartable(c, pod, t.exit_code) {
+                stopped_not_restartable += 1;
+            }
             if t.exit_code == 0 {
                 succeeded += 1;
             }
         } else if st.waiting.is_some() {
-            if last_terminated(s).is_some() {
-                stopped += 1;
-            } else {
-                waiting_n += 1;
+            match last_terminated(s) {
+                Some(t) => {
+                    stopped += 1;
+                    if !restartable(c, pod, t.exit_code) {
+                        stopped_not_restartable += 1;
+                    }
+                }
+                None => waiting_n += 1,
             }
         } else {
             unknown += 1;
         }
     }
-    let policy = podutil::restart_policy(pod);
-    if failed_init > 0 && policy == "Never" {
+    if failed_init_not_restartable > 0 {
         return "Failed";
     }
-    if (pending_init > 0 && !has_any_regular_container_started(pod, info)) || waiting_n > 0 {
+    if pending_regular_init > 0
+        || (pending_restartable_init > 0 && !pod_has_initialized)
+        || waiting_n > 0
+    {
         return "Pending";
     }
     if running > 0 && unknown == 0 {
@@ -440,16 +508,15 @@ pub fn get_phase(pod: &Pod, info: &[ApiContainerStatus], pod_is_terminal: bool) 
                 "Failed"
             };
         }
-        if policy == "Always" {
+        if stopped != stopped_not_restartable {
+            // At least one container is restarting.
             return "Running";
         }
-        if stopped == succeeded {
-            return "Succeeded";
-        }
-        if policy == "Never" {
-            return "Failed";
-        }
-        return "Running";
+        return if stopped == succeeded {
+            "Succeeded"
+        } else {
+            "Failed"
+        };
     }
     "Pending"
 }
@@ -733,7 +800,12 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
     );
     // As upstream, the phase is computed before probe results are applied.
     let all: Vec<ApiContainerStatus> = containers.iter().chain(inits.iter()).cloned().collect();
-    let mut phase = get_phase(pod, &all, inp.pod_is_terminal);
+    let mut phase = get_phase(
+        pod,
+        &all,
+        inp.pod_is_terminal,
+        has_any_active_regular_container(pod, rt),
+    );
     apply_probe_results(pod, &mut containers, false, inp.readiness);
     apply_probe_results(pod, &mut inits, true, inp.readiness);
     if phase != "Failed" && phase != "Succeeded" {
@@ -748,6 +820,13 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
         s.reason = old.reason.clone().or_else(|| api.reason.clone());
         s.message = old.message.clone().or_else(|| api.message.clone());
     }
+    if let Some((reason, message)) = inp.evicted {
+        s.phase = Some("Failed".into());
+        s.reason = Some(reason.to_string());
+        s.message = Some(message.to_string());
+    }
+    let phase = s.phase.clone().unwrap_or_default();
+    let phase = phase.as_str();
     if podutil::is_terminal_phase(api.phase.as_deref().unwrap_or_default())
         && api.phase.as_deref() != Some(phase)
     {
@@ -763,6 +842,9 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
         .filter(|c| !KUBELET_CONDITIONS.contains(&c.type_.as_str()))
         .cloned()
         .collect();
+    if !inp.pod_is_terminal {
+        conditions.extend(inp.resize_conditions.iter().cloned());
+    }
     if let Some(d) = old
         .conditions
         .iter()
@@ -809,6 +891,12 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
     }
     s.container_statuses = Some(containers);
     s.init_container_statuses = (!inits.is_empty()).then_some(inits);
+    s.resources = Some(super::resources::pod_status_resources(
+        pod,
+        old,
+        inp.pod_cgroup,
+    ));
+    s.allocated_resources = super::resources::pod_allocated_resources(pod);
     s.observed_generation = pod.metadata.generation;
     s.start_time = old.start_time.clone();
     s

@@ -117,7 +117,8 @@ fn is_terminated(s: &k8s_openapi::api::core::v1::ContainerStatus) -> bool {
 }
 
 /// `checkContainerStateTransition`: a container that will not restart
-/// cannot leave the terminated state.
+/// (by the pod's policy, or its own rules and policy) cannot leave the
+/// terminated state.
 fn check_transition(old: &PodStatus, new: &PodStatus, pod: &Pod) -> Result<(), String> {
     let policy = podutil::restart_policy(pod);
     if policy == "Always" {
@@ -145,6 +146,19 @@ fn check_transition(old: &PodStatus, new: &PodStatus, pod: &Pod) -> Result<(), S
                 .map(|t| t.exit_code)
                 .unwrap_or(0);
             if policy == "OnFailure" && code != 0 {
+                continue;
+            }
+            // ContainerRestartRules: the container's rules and policy may
+            // restart it.
+            let spec = if init {
+                podutil::init_containers(pod)
+            } else {
+                podutil::containers(pod)
+            };
+            if spec
+                .iter()
+                .any(|c| c.name == o.name && podutil::container_should_restart(c, pod, code))
+            {
                 continue;
             }
             for n in news.into_iter().flatten() {
@@ -179,7 +193,8 @@ fn set_transition_times(
         .map(|c| (c.type_.clone(), c.clone()))
         .collect();
     for c in new.conditions.iter_mut().flatten() {
-        if !kubelet_owned(c) {
+        // Resize conditions carry their own times.
+        if !kubelet_owned(c) || c.type_.starts_with("PodResize") {
             continue;
         }
         c.last_transition_time = match olds.get(&c.type_) {
@@ -402,6 +417,7 @@ impl StatusManager {
             tracing::error!(pod = %podutil::key(pod), error = %e, "status update on pod aborted");
             return;
         }
+        super::normalize::normalize(pod, &mut status);
         set_transition_times(&mut status, &old, &now);
         match &old.start_time {
             Some(t) => status.start_time = Some(t.clone()),

@@ -3,7 +3,9 @@
 
 pub mod generate;
 pub mod manager;
+pub mod normalize;
 pub mod patch;
+pub mod resources;
 
 pub use generate::{
     ContainerReadiness, NoReadinessProbes, StartFailure, StatusInputs, generate_pod_status,

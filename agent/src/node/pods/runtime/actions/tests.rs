@@ -65,9 +65,8 @@ fn container(
         restart_count: 0,
         container_type: String::new(),
         log_path: String::new(),
-        memory_limit: 0,
-        cpu_quota: 0,
-        cpu_shares: 0,
+        resources: None,
+        user: None,
     }
 }
 
@@ -305,4 +304,140 @@ fn sandbox_without_ip_or_with_wrong_network_mode_is_replaced() {
     assert!(changed);
     assert_eq!(attempt, 1);
     assert!(id.is_empty());
+}
+
+fn with_container_policy(pod_policy: &str, container: serde_json::Value) -> Pod {
+    let mut c = container;
+    c["name"] = "app".into();
+    c["image"] = "busybox".into();
+    pod(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"restartPolicy": pod_policy, "containers": [c]}
+    }))
+}
+
+#[test]
+fn container_restart_policy_and_rules_before_the_pods() {
+    // ContainerRestartRules (beta, on in v1.36): rules in order, then the
+    // container's policy, then the pod's.
+    let rules = serde_json::json!({
+        "restartPolicy": "Never",
+        "restartPolicyRules": [
+            {"action": "Restart", "exitCodes": {"operator": "In", "values": [42, 43]}},
+        ]
+    });
+    let not_in = serde_json::json!({
+        "restartPolicy": "Never",
+        "restartPolicyRules": [
+            {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [0]}},
+        ]
+    });
+    for (pod_policy, spec, code, restart) in [
+        ("Always", rules.clone(), 42, true),
+        ("Always", rules.clone(), 1, false),
+        ("Always", rules.clone(), 0, false),
+        (
+            "Never",
+            serde_json::json!({"restartPolicy": "Always"}),
+            0,
+            true,
+        ),
+        (
+            "Never",
+            serde_json::json!({"restartPolicy": "OnFailure"}),
+            3,
+            true,
+        ),
+        (
+            "Never",
+            serde_json::json!({"restartPolicy": "OnFailure"}),
+            0,
+            false,
+        ),
+        (
+            "Always",
+            serde_json::json!({"restartPolicy": "Never"}),
+            1,
+            false,
+        ),
+        ("Never", not_in.clone(), 7, true),
+        ("Never", not_in, 0, false),
+        ("OnFailure", serde_json::json!({}), 0, false),
+    ] {
+        let p = with_container_policy(pod_policy, spec.clone());
+        let s = status(
+            vec![sandbox(true)],
+            vec![container(&p, "app", ContainerState::Exited, code, 5)],
+        );
+        let a = compute_pod_actions(&p, &s, &NoProbes);
+        assert_eq!(
+            a.containers_to_start == vec![0],
+            restart,
+            "pod {pod_policy}, container {spec}, exit {code}"
+        );
+    }
+}
+
+#[test]
+fn a_new_sandbox_skips_succeeded_containers_that_run_once() {
+    // Pod Always, container OnFailure: a succeeded container stays done
+    // when the sandbox is recreated.
+    let p = with_container_policy("Always", serde_json::json!({"restartPolicy": "OnFailure"}));
+    let s = status(
+        vec![sandbox(false)],
+        vec![container(&p, "app", ContainerState::Exited, 0, 5)],
+    );
+    let a = compute_pod_actions(&p, &s, &NoProbes);
+    assert!(a.containers_to_start.is_empty());
+    assert!(!a.create_sandbox, "nothing to start: no new sandbox");
+}
+
+#[test]
+fn a_probe_kill_follows_the_containers_policy() {
+    let p = with_container_policy("Always", serde_json::json!({"restartPolicy": "Never"}));
+    let c = container(&p, "app", ContainerState::Running, 0, 5);
+    let s = status(vec![sandbox(true)], vec![c.clone()]);
+    let live = Probes(HashMap::from([(
+        c.id.clone(),
+        (Some(ProbeState::Failure), None),
+    )]));
+    let a = compute_pod_actions(&p, &s, &live);
+    assert_eq!(
+        a.containers_to_kill[0].message,
+        "Container app failed liveness probe"
+    );
+    assert!(a.containers_to_start.is_empty());
+    let p = with_container_policy("Never", serde_json::json!({"restartPolicy": "Always"}));
+    let a = compute_pod_actions(&p, &s, &live);
+    assert_eq!(a.containers_to_start, vec![0]);
+}
+
+#[test]
+fn a_failed_init_container_follows_its_own_policy() {
+    let p = pod(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"restartPolicy": "Always",
+                 "initContainers": [{"name": "i1", "image": "b", "restartPolicy": "Never"}],
+                 "containers": [{"name": "app", "image": "busybox"}]}
+    }));
+    let failed = status(
+        vec![sandbox(true)],
+        vec![container(&p, "i1", ContainerState::Exited, 1, 5)],
+    );
+    let a = compute_pod_actions(&p, &failed, &NoProbes);
+    assert!(a.kill_pod && a.init_containers_to_start.is_empty());
+    let p = pod(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"restartPolicy": "Never",
+                 "initContainers": [{"name": "i1", "image": "b", "restartPolicy": "OnFailure"}],
+                 "containers": [{"name": "app", "image": "busybox"}]}
+    }));
+    let failed = status(
+        vec![sandbox(true)],
+        vec![container(&p, "i1", ContainerState::Exited, 1, 5)],
+    );
+    assert_eq!(
+        compute_pod_actions(&p, &failed, &NoProbes).init_containers_to_start,
+        vec![0]
+    );
 }

@@ -45,9 +45,8 @@ fn running(p: &Pod, name: &str, restarts: i32) -> ContainerStatus {
         restart_count: restarts,
         container_type: String::new(),
         log_path: String::new(),
-        memory_limit: 0,
-        cpu_quota: 0,
-        cpu_shares: 0,
+        resources: None,
+        user: None,
     }
 }
 
@@ -82,6 +81,9 @@ fn generate(
             host_ips: &["192.168.1.10".to_string()],
             runtime_name: "containerd",
             pod_is_terminal: terminal,
+            evicted: None,
+            resize_conditions: &[],
+            pod_cgroup: None,
         },
     )
 }
@@ -355,9 +357,92 @@ fn probe_results_set_started_and_ready() {
             host_ips: &[],
             runtime_name: "containerd",
             pod_is_terminal: false,
+            evicted: None,
+            resize_conditions: &[],
+            pod_cgroup: None,
         },
     );
     let cs = &s.container_statuses.as_ref().expect("cs")[0];
     assert_eq!((cs.started, cs.ready), (Some(true), false));
     assert_eq!(cond(&s, "ContainersReady").status, "False");
+}
+
+fn phase_of(p: &Pod, containers: Vec<ContainerStatus>) -> String {
+    let rt = RuntimePodStatus::new("u", "p", "ns", vec![sandbox()], containers);
+    generate(p, &rt, &HashMap::new(), false)
+        .phase
+        .unwrap_or_default()
+}
+
+#[test]
+fn phase_with_container_restart_policies() {
+    // ContainerRestartRules (on in v1.36): a container that will run again
+    // keeps the pod Running; one that will not, with every other stopped,
+    // ends it.
+    let p = pod(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"restartPolicy": "Never", "containers": [
+            {"name": "app", "image": "busybox", "restartPolicy": "Always"}]}
+    }));
+    assert_eq!(phase_of(&p, vec![exited(&p, "app", 0, 0)]), "Running");
+    let p = pod(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"restartPolicy": "Always", "containers": [
+            {"name": "app", "image": "busybox", "restartPolicy": "Never"}]}
+    }));
+    assert_eq!(phase_of(&p, vec![exited(&p, "app", 0, 1)]), "Failed");
+    assert_eq!(phase_of(&p, vec![exited(&p, "app", 0, 0)]), "Succeeded");
+    let p = pod(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"restartPolicy": "Always", "containers": [
+            {"name": "app", "image": "busybox", "restartPolicy": "Never",
+             "restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}]}
+    }));
+    assert_eq!(phase_of(&p, vec![exited(&p, "app", 0, 42)]), "Running");
+    assert_eq!(phase_of(&p, vec![exited(&p, "app", 0, 1)]), "Failed");
+}
+
+#[test]
+fn phase_with_an_init_container_policy() {
+    // Pod Never, init container OnFailure: a failed init container is
+    // retried, the pod stays Pending.
+    let p = pod(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"restartPolicy": "Never",
+                 "initContainers": [{"name": "i1", "image": "b", "restartPolicy": "OnFailure"}],
+                 "containers": [{"name": "app", "image": "busybox"}]}
+    }));
+    assert_eq!(phase_of(&p, vec![exited(&p, "i1", 0, 1)]), "Pending");
+    // Pod Always, init container Never: a failure ends the pod.
+    let p = pod(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"restartPolicy": "Always",
+                 "initContainers": [{"name": "i1", "image": "b", "restartPolicy": "Never"}],
+                 "containers": [{"name": "app", "image": "busybox"}]}
+    }));
+    assert_eq!(phase_of(&p, vec![exited(&p, "i1", 0, 1)]), "Failed");
+}
+
+#[test]
+fn a_pod_re_running_init_containers_in_a_new_sandbox_is_pending() {
+    // v1.36 getPhase: a regular init container still to run means Pending,
+    // even after the app ran in an earlier sandbox.
+    let p = pod(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"restartPolicy": "Always",
+                 "initContainers": [{"name": "i1", "image": "b"}],
+                 "containers": [{"name": "app", "image": "busybox"}]}
+    }));
+    let mut old_app = exited(&p, "app", 0, 137);
+    old_app.sandbox_id = "old".into();
+    let mut old_sb = sandbox();
+    old_sb.id = "old".into();
+    old_sb.ready = false;
+    old_sb.created_at = 0;
+    let mut init = running(&p, "i1", 1);
+    init.created_at = 500;
+    let rt = RuntimePodStatus::new("u", "p", "ns", vec![sandbox(), old_sb], vec![init, old_app]);
+    assert!(!has_any_active_regular_container(&p, &rt));
+    let s = generate(&p, &rt, &HashMap::new(), false);
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
 }

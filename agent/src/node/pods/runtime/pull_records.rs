@@ -1,0 +1,620 @@
+//! kubelet's image pull manager (KubeletEnsureSecretPulledImages, beta and
+//! on in v1.36; `pkg/kubelet/images/pullmanager/`): which images the node
+//! pulled, and with which credentials, so that a pod may use an image
+//! already on the node only with credentials that could pull it.
+//!
+//! Records live under `<rootDir>/image_manager/` as kubelet writes them:
+//! `pulling/` holds an `ImagePullIntent` while a pull runs, `pulled/` an
+//! `ImagePulledRecord` per image id with the credentials each image name
+//! was pulled with (the secrets' coordinates and a hash of the
+//! credentials, or `nodePodsAccessible` for a pull without credentials).
+//! Files are named `sha256-<hex of the image or image id>` and written
+//! atomically. An image on the node without a record was not pulled by
+//! the node (preloaded) and, under the default policy
+//! `NeverVerifyPreloadedImages`, any pod may use it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use prometheus::IntCounterVec;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+const FILE_PREFIX: &str = "sha256-";
+const TMP_SUFFIX: &str = ".tmp";
+/// kubelet's `writeRecordWhileMatchingLimit`.
+const WRITE_WHILE_MATCHING_LIMIT: usize = 100;
+
+/// `imagePullCredentialsVerificationPolicy`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VerificationPolicy {
+    /// Any image on the node may be used by any pod.
+    NeverVerify,
+    /// Images the node did not pull may be used by any pod (the default).
+    NeverVerifyPreloadedImages,
+    /// Images matching the allowlist may be used by any pod.
+    NeverVerifyAllowlistedImages(Allowlist),
+    /// Every image needs credentials that pulled it (or a pull).
+    AlwaysVerify,
+}
+
+impl VerificationPolicy {
+    /// The policy named in the configuration; the allowlist is used by
+    /// `NeverVerifyAllowlistedImages` only.
+    pub fn parse(name: &str, allowlist: &[String]) -> Result<Self, String> {
+        Ok(match name {
+            "NeverVerify" => Self::NeverVerify,
+            "NeverVerifyPreloadedImages" => Self::NeverVerifyPreloadedImages,
+            "NeverVerifyAllowlistedImages" => {
+                Self::NeverVerifyAllowlistedImages(Allowlist::new(allowlist)?)
+            }
+            "AlwaysVerify" => Self::AlwaysVerify,
+            other => {
+                return Err(format!(
+                    "option {other:?} specified for imagePullCredentialsVerificationPolicy. Valid options are \"NeverVerify\", \"NeverVerifyPreloadedImages\", \"NeverVerifyAllowlistedImages\" or \"AlwaysVerify\""
+                ));
+            }
+        })
+    }
+
+    /// `RequireCredentialVerificationForImage`.
+    fn require_verification(&self, image: &str, pulled_by_node: bool) -> bool {
+        match self {
+            Self::NeverVerify => false,
+            Self::NeverVerifyPreloadedImages => pulled_by_node,
+            Self::NeverVerifyAllowlistedImages(list) => !list.matches(image),
+            Self::AlwaysVerify => true,
+        }
+    }
+}
+
+/// `preloadedImagesVerificationAllowlist`: image names without tag or
+/// digest, or `registry/path/*` prefixes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Allowlist {
+    names: HashSet<String>,
+    prefixes: Vec<String>,
+}
+
+impl Allowlist {
+    /// Validates the patterns as kubelet's `getAllowlistImagePattern`.
+    pub fn new(patterns: &[String]) -> Result<Self, String> {
+        let mut list = Allowlist::default();
+        for p in patterns {
+            if p.trim() != p {
+                return Err(format!("leading/trailing spaces are not allowed: {p}"));
+            }
+            let (trimmed, wildcard) = match p.strip_suffix("/*") {
+                Some(t) => (format!("{t}/"), true),
+                None => (p.clone(), false),
+            };
+            if trimmed.is_empty() {
+                return Err(format!("the supplied pattern is too short: {p}"));
+            }
+            if trimmed.contains('*') {
+                return Err(format!(
+                    "not a valid wildcard pattern, only patterns ending with '/*' are allowed: {p}"
+                ));
+            }
+            if wildcard {
+                if trimmed.len() == 1 {
+                    return Err("at least registry hostname is required".to_string());
+                }
+                list.prefixes.push(trimmed);
+            } else {
+                let name = trim_tag_digest(&trimmed)
+                    .map_err(|e| format!("failed to parse as an image name: {e}"))?;
+                if name != trimmed {
+                    return Err(format!(
+                        "neither tag nor digest is accepted in an image reference: {p}"
+                    ));
+                }
+                list.names.insert(name);
+            }
+        }
+        Ok(list)
+    }
+
+    fn matches(&self, image: &str) -> bool {
+        let name = trim_tag_digest(image).unwrap_or_else(|_| image.to_string());
+        self.names.contains(&name) || self.prefixes.iter().any(|p| name.starts_with(p))
+    }
+}
+
+/// kubelet's `trimImageTagDigest`: the image as written without its tag
+/// and digest (`docker.io/library/busybox:1` → `docker.io/library/busybox`,
+/// `busybox` stays `busybox`).
+pub fn trim_tag_digest(image: &str) -> Result<String, String> {
+    if image.is_empty() || image.chars().any(|c| c.is_whitespace() || c.is_uppercase()) {
+        return Err(format!("invalid reference format: {image:?}"));
+    }
+    let (named, digest) = match image.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (image, None),
+    };
+    if let Some(d) = digest
+        && !d.contains(':')
+    {
+        return Err(format!("invalid digest {d:?} in {image:?}"));
+    }
+    // A tag follows the last ':' after the last '/'.
+    let name = match named.rfind(':') {
+        Some(i) if !named[i..].contains('/') => &named[..i],
+        _ => named,
+    };
+    if name.is_empty() || name.ends_with('/') {
+        return Err(format!("invalid reference format: {image:?}"));
+    }
+    Ok(name.to_string())
+}
+
+/// A Secret that pulled an image (`ImagePullSecret`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullSecret {
+    /// The Secret's UID.
+    pub uid: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// SHA-256 of the credentials it held (kubelet's `hashAuthConfig`).
+    pub credential_hash: String,
+}
+
+/// A ServiceAccount whose token pulled an image (credential provider
+/// plugins; kept when read, never written by keelson).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullServiceAccount {
+    /// UID.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+/// The credentials an image name was pulled with (`ImagePullCredentials`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullCredentials {
+    /// Secrets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kubernetes_secrets: Vec<PullSecret>,
+    /// ServiceAccounts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kubernetes_service_accounts: Vec<PullServiceAccount>,
+    /// Pulled without credentials: every pod on the node may use it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub node_pods_accessible: bool,
+}
+
+impl PullCredentials {
+    /// What a pull recorded: the Secret whose credentials worked, or no
+    /// credentials at all (`trackedToImagePullCreds`).
+    pub fn used(secret: Option<PullSecret>) -> Self {
+        match secret {
+            Some(s) => PullCredentials {
+                kubernetes_secrets: vec![s],
+                ..Default::default()
+            },
+            None => PullCredentials {
+                node_pods_accessible: true,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PullIntent {
+    api_version: String,
+    kind: String,
+    image: String,
+}
+
+/// `ImagePulledRecord`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PulledRecord {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    last_updated_time: Time,
+    image_ref: String,
+    #[serde(default)]
+    credential_mapping: BTreeMap<String, PullCredentials>,
+}
+
+impl PulledRecord {
+    fn new(image_ref: &str) -> Self {
+        PulledRecord {
+            api_version: API_VERSION.to_string(),
+            kind: "ImagePulledRecord".to_string(),
+            last_updated_time: Time(jiff::Timestamp::now()),
+            image_ref: image_ref.to_string(),
+            credential_mapping: BTreeMap::new(),
+        }
+    }
+}
+
+/// The pull manager.
+#[derive(Debug)]
+pub struct PullManager {
+    pulling: PathBuf,
+    pulled: PathBuf,
+    policy: VerificationPolicy,
+    /// Pulls in flight per image (`intentCounters`); the lock also
+    /// serializes every read-decide-write of the record files.
+    intents: Mutex<HashMap<String, u32>>,
+    checks: Option<IntCounterVec>,
+}
+
+fn file_name(key: &str) -> String {
+    format!("{FILE_PREFIX}{:x}", Sha256::digest(key.as_bytes()))
+}
+
+/// Writes through a temporary file and a rename (kubelet's `writeFile`).
+fn write_atomic(dir: &Path, name: &str, content: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(dir)?;
+    let target = dir.join(name);
+    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        std::io::Write::write_all(&mut f, content)?;
+        std::fs::rename(&tmp, &target)
+    };
+    write().inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+fn remove(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// The record files of a directory (no temporaries, nothing foreign).
+fn record_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with(FILE_PREFIX) && !n.ends_with(TMP_SUFFIX)
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Merges `new` into the credentials recorded for one image name
+/// (`pulledRecordMergeNewCreds`); `None` when nothing changed.
+fn merge_credentials(
+    old: Option<&PullCredentials>,
+    new: &PullCredentials,
+) -> Option<PullCredentials> {
+    if !new.node_pods_accessible
+        && new.kubernetes_secrets.is_empty()
+        && new.kubernetes_service_accounts.is_empty()
+    {
+        return None;
+    }
+    let Some(old) = old else {
+        return Some(new.clone());
+    };
+    if old.node_pods_accessible {
+        return None;
+    }
+    if new.node_pods_accessible {
+        return Some(PullCredentials {
+            node_pods_accessible: true,
+            ..Default::default()
+        });
+    }
+    let mut merged = old.clone();
+    if !new.kubernetes_secrets.is_empty() {
+        // Unique per (namespace, name, uid); the new hash wins.
+        let mut by_coords: BTreeMap<(String, String, String), String> = old
+            .kubernetes_secrets
+            .iter()
+            .map(|s| {
+                (
+                    (s.namespace.clone(), s.name.clone(), s.uid.clone()),
+                    s.credential_hash.clone(),
+                )
+            })
+            .collect();
+        let mut changed = false;
+        for s in &new.kubernetes_secrets {
+            let key = (s.namespace.clone(), s.name.clone(), s.uid.clone());
+            if by_coords.get(&key) != Some(&s.credential_hash) {
+                by_coords.insert(key, s.credential_hash.clone());
+                changed = true;
+            }
+        }
+        if !changed {
+            return None;
+        }
+        merged.kubernetes_secrets = by_coords
+            .into_iter()
+            .map(|((namespace, name, uid), credential_hash)| PullSecret {
+                uid,
+                namespace,
+                name,
+                credential_hash,
+            })
+            .collect();
+    } else {
+        let mut set: std::collections::BTreeSet<PullServiceAccount> =
+            old.kubernetes_service_accounts.iter().cloned().collect();
+        let before = set.len();
+        set.extend(new.kubernetes_service_accounts.iter().cloned());
+        if set.len() == before {
+            return None;
+        }
+        merged.kubernetes_service_accounts = set.into_iter().collect();
+    }
+    Some(merged)
+}
+
+impl PullManager {
+    /// A pull manager keeping its records under `<root_dir>/image_manager`;
+    /// `checks` counts `MustAttemptImagePull` results.
+    pub fn new(root_dir: &Path, policy: VerificationPolicy, checks: Option<IntCounterVec>) -> Self {
+        let base = root_dir.join("image_manager");
+        let m = PullManager {
+            pulling: base.join("pulling"),
+            pulled: base.join("pulled"),
+            policy,
+            intents: Mutex::new(HashMap::new()),
+            checks,
+        };
+        for d in [&m.pulling, &m.pulled] {
+            if let Err(e) = std::fs::create_dir_all(d) {
+                tracing::warn!(dir = %d.display(), error = %e, "cannot create the image pull records directory");
+            }
+        }
+        m
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, u32>> {
+        self.intents.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn count(&self, result: &str) {
+        if let Some(c) = &self.checks {
+            c.with_label_values(&[result]).inc();
+        }
+    }
+
+    /// Images with a pull intent left by an earlier run (`initialize`).
+    pub fn leftover_intents(&self) -> Vec<String> {
+        record_files(&self.pulling)
+            .into_iter()
+            .filter_map(|p| std::fs::read(&p).ok())
+            .filter_map(|b| serde_json::from_slice::<PullIntent>(&b).ok())
+            .map(|i| i.image)
+            .collect()
+    }
+
+    /// `initialize`: an intent left by an earlier run whose image is now on
+    /// the node (`images`: image id → its tags and digests) becomes a
+    /// pulled record without credentials (so a pod must show credentials),
+    /// and the intent goes.
+    pub fn initialize(&self, images: &[(String, Vec<String>)]) {
+        let intents: HashSet<String> = self.leftover_intents().into_iter().collect();
+        if intents.is_empty() {
+            return;
+        }
+        let _g = self.lock();
+        for (id, names) in images {
+            for name in names.iter().filter(|n| intents.contains(*n)) {
+                if let Err(e) = self.write_pulled_if_changed(name, id, None) {
+                    tracing::warn!(image = %name, error = %e, "cannot write an image pulled record");
+                    continue;
+                }
+                let _ = remove(&self.pulling.join(file_name(name)));
+            }
+        }
+    }
+
+    /// `RecordPullIntent`: a pull of `image` starts.
+    pub fn record_pull_intent(&self, image: &str) -> Result<(), String> {
+        let mut intents = self.lock();
+        let intent = PullIntent {
+            api_version: API_VERSION.to_string(),
+            kind: "ImagePullIntent".to_string(),
+            image: image.to_string(),
+        };
+        let bytes = serde_json::to_vec(&intent).map_err(|e| e.to_string())?;
+        write_atomic(&self.pulling, &file_name(image), &bytes)
+            .map_err(|e| format!("failed to record image pull intent: {e}"))?;
+        *intents.entry(image.to_string()).or_default() += 1;
+        Ok(())
+    }
+
+    /// `RecordImagePulled`: the pull of `image` gave `image_ref` with
+    /// `credentials`.
+    pub fn record_image_pulled(&self, image: &str, image_ref: &str, credentials: &PullCredentials) {
+        let mut intents = self.lock();
+        if let Err(e) = self.write_pulled_if_changed(image, image_ref, Some(credentials)) {
+            // The intent stays: the next start turns it into a record.
+            tracing::warn!(image_ref, error = %e, "failed to write image pulled record");
+            return;
+        }
+        self.decrement_intent(&mut intents, image);
+    }
+
+    /// `RecordImagePullFailed`.
+    pub fn record_image_pull_failed(&self, image: &str) {
+        let mut intents = self.lock();
+        self.decrement_intent(&mut intents, image);
+    }
+
+    fn decrement_intent(&self, intents: &mut HashMap<String, u32>, image: &str) {
+        let n = intents.get(image).copied().unwrap_or(0);
+        if n <= 1 {
+            if let Err(e) = remove(&self.pulling.join(file_name(image))) {
+                tracing::warn!(image, error = %e, "failed to remove image pull intent");
+                return;
+            }
+            intents.remove(image);
+        } else {
+            intents.insert(image.to_string(), n - 1);
+        }
+    }
+
+    fn read_pulled(&self, image_ref: &str) -> Result<Option<PulledRecord>, String> {
+        let path = self.pulled.join(file_name(image_ref));
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let rec: PulledRecord = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("failed to decode ImagePulledRecord {}: {e}", path.display()))?;
+        Ok((rec.image_ref == image_ref).then_some(rec))
+    }
+
+    /// `writePulledRecordIfChanged` (the caller holds the lock). `None`
+    /// credentials: the image is known as pulled by the node, with nothing
+    /// that lets a pod use it unverified.
+    fn write_pulled_if_changed(
+        &self,
+        image: &str,
+        image_ref: &str,
+        credentials: Option<&PullCredentials>,
+    ) -> Result<(), String> {
+        let name =
+            trim_tag_digest(image).map_err(|e| format!("invalid image name {image:?}: {e}"))?;
+        let existing = self.read_pulled(image_ref).unwrap_or_else(|e| {
+            tracing::info!(image, error = %e, "failed to retrieve an ImagePulledRecord");
+            None
+        });
+        let record = match existing {
+            None => {
+                let mut r = PulledRecord::new(image_ref);
+                if let Some(c) = credentials {
+                    r.credential_mapping.insert(name, c.clone());
+                }
+                r
+            }
+            Some(mut r) => {
+                let Some(c) = credentials else { return Ok(()) };
+                let Some(merged) = merge_credentials(r.credential_mapping.get(&name), c) else {
+                    return Ok(());
+                };
+                r.credential_mapping.insert(name, merged);
+                r.last_updated_time = Time(jiff::Timestamp::now());
+                r.api_version = API_VERSION.to_string();
+                r.kind = "ImagePulledRecord".to_string();
+                r
+            }
+        };
+        let bytes = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
+        write_atomic(&self.pulled, &file_name(image_ref), &bytes)
+            .map_err(|e| format!("failed to write ImagePulledRecord: {e}"))
+    }
+
+    /// `MustAttemptImagePull`: whether a pod holding `pod_secrets` (the
+    /// Secrets with credentials for `image`'s registry) must pull `image`
+    /// although `image_ref` is on the node.
+    pub fn must_attempt_pull(
+        &self,
+        image: &str,
+        image_ref: &str,
+        pod_secrets: &[PullSecret],
+    ) -> bool {
+        if image_ref.is_empty() {
+            return true;
+        }
+        let intents = self.lock();
+        let (record, pulled_by_node) = match self.read_pulled(image_ref) {
+            Ok(Some(r)) => (Some(r), true),
+            Ok(None) => (None, self.intent_exists(&intents, image)),
+            Err(e) => {
+                tracing::warn!(error = %e, "unable to access cache records about image pulls");
+                self.count("error");
+                return true;
+            }
+        };
+        if !self.policy.require_verification(image, pulled_by_node) {
+            self.count("credentialPolicyAllowed");
+            return false;
+        }
+        let Some(record) = record else {
+            self.count("mustAuthenticate");
+            return true;
+        };
+        let Ok(name) = trim_tag_digest(image) else {
+            self.count("error");
+            return true;
+        };
+        let Some(cached) = record.credential_mapping.get(&name) else {
+            self.count("mustAuthenticate");
+            return true;
+        };
+        if cached.node_pods_accessible {
+            self.count("credentialRecordFound");
+            return false;
+        }
+        for pod_secret in pod_secrets {
+            for cached_secret in &cached.kubernetes_secrets {
+                let hashes = !cached_secret.credential_hash.is_empty()
+                    && pod_secret.credential_hash == cached_secret.credential_hash;
+                let coords = pod_secret.uid == cached_secret.uid
+                    && pod_secret.namespace == cached_secret.namespace
+                    && pod_secret.name == cached_secret.name;
+                if hashes || coords {
+                    // The same credentials under another Secret, or the same
+                    // Secret with new credentials: remembered for next time.
+                    if (hashes != coords)
+                        && cached.kubernetes_secrets.len() < WRITE_WHILE_MATCHING_LIMIT
+                        && let Err(e) = self.write_pulled_if_changed(
+                            image,
+                            image_ref,
+                            Some(&PullCredentials::used(Some(pod_secret.clone()))),
+                        )
+                    {
+                        tracing::warn!(image, error = %e, "failed to write an image pulled record");
+                    }
+                    self.count("credentialRecordFound");
+                    return false;
+                }
+            }
+        }
+        self.count("mustAuthenticate");
+        true
+    }
+
+    /// Whether a pull of `image` is in flight or was left by an earlier
+    /// run.
+    fn intent_exists(&self, intents: &HashMap<String, u32>, image: &str) -> bool {
+        intents.get(image).copied().unwrap_or(0) > 0
+            || std::fs::read(self.pulling.join(file_name(image)))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<PullIntent>(&b).ok())
+                .is_some_and(|i| i.image == image)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;
