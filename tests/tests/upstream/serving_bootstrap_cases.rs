@@ -19,7 +19,8 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use crate::support::{busybox_pod, create_pod, namespace, wait_pod};
+use crate::node_api_cases::running;
+use crate::support::{busybox_pod, create_pod, namespace};
 
 pub const CASES: &[Case] = &[Case {
     name: "node_api_server_tls_bootstrap",
@@ -112,19 +113,7 @@ async fn node_api_server_tls_bootstrap(env: Arc<Env>, agents: Agents) -> anyhow:
         busybox_pod("talker", &node.name, "echo bootstrapped; sleep 3600"),
     )
     .await?;
-    wait_pod(&env.admin, &ns, "talker", "talker running", T, |p| {
-        let phase = p
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.clone())
-            .unwrap_or_default();
-        if phase == "Running" {
-            Ok(())
-        } else {
-            Err(phase)
-        }
-    })
-    .await?;
+    running(&env, &ns, "talker").await?;
     let logs = || async {
         kubectl(
             env.cp.admin_kubeconfig(),
