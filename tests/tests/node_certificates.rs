@@ -463,7 +463,11 @@ async fn serving_certificates_are_a_second_use_of_the_manager() {
             signer: KUBELET_SERVING_SIGNER.into(),
             template: Box::new(move || {
                 let ip = *template_ip.lock().expect("lock");
-                Template::node_serving("node-s", vec!["node-s".into()], vec![ip])
+                Some(Template::node_serving(
+                    "node-s",
+                    vec!["node-s".into()],
+                    vec![ip],
+                ))
             }),
             store: store.clone(),
             rotate: true,
@@ -583,4 +587,234 @@ async fn serve_once(
         .clone();
     let _ = srv.await;
     parse_leaf(leaf.as_ref()).expect("leaf")
+}
+
+/// A TLS client of the node API that trusts only the test cluster's CA and
+/// checks the certificate against the node's IP.
+fn node_api_tls(ca_pem: &str) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.expect("CA PEM")).expect("root");
+    }
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(client))
+}
+
+type NodeApiConn = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+/// Connects to the node API at `addr`, verifying its certificate for the
+/// IP; returns the connection and the DER of the certificate it presented.
+async fn node_api_connect(
+    tls: &tokio_rustls::TlsConnector,
+    addr: std::net::SocketAddr,
+) -> Result<(NodeApiConn, Vec<u8>), String> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    let conn = tls
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS handshake: {e}"))?;
+    let der = conn
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.as_ref().to_vec())
+        .ok_or("no server certificate")?;
+    Ok((conn, der))
+}
+
+/// One HTTP/1.1 request on an open connection; returns the status line.
+async fn status_line(conn: &mut NodeApiConn, path: &str, host: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    conn.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await
+        .expect("write on the open connection");
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(30), conn.read(&mut buf))
+        .await
+        .expect("an answer in time")
+        .expect("read on the open connection");
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `serverTLSBootstrap` end to end in the node role: no certificate and no
+/// TLS until someone approves the `kubernetes.io/kubelet-serving` request
+/// (whose fields are kubelet's), then the issued certificate on :10250
+/// (verified against the cluster CA for the node IP), stored as
+/// `kubelet-server-current.pem`; renewed before it expires (20 s lifetime)
+/// and served from the next connection on, while a connection opened
+/// before the rotation keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_api_serves_a_bootstrapped_serving_certificate_and_rotates_it() {
+    let Some(node_ip) = keelson_tests::node_harness::host_ipv4() else {
+        keelson_tests::support::skip(
+            "the_node_api_serves_a_bootstrapped_serving_certificate_and_rotates_it",
+            "this host has no non-loopback IPv4 address for the node IP",
+        );
+        return;
+    };
+    let api = TestApiOptions {
+        csr_signing_duration: Duration::from_secs(20),
+        csr_signing_backdate: Duration::ZERO,
+        ..api_options()
+    };
+    let node = InProcessNode::start(NodeHarnessOptions {
+        api,
+        configure: Some(Arc::new(|c| c.node.server_tls_bootstrap = true)),
+        ..NodeHarnessOptions::default()
+    })
+    .await
+    .expect("node");
+    let port = u16::try_from(node.config.node.port).expect("port");
+    let addr = std::net::SocketAddr::new(node_ip, port);
+    let tls = node_api_tls(node.api.ca_pem());
+    let pki = node.config.node.root_dir.join("pki");
+
+    // The request, with kubelet's fields; nobody approves it on its own.
+    let csr = pending_csr(&node.admin).await;
+    let spec = &csr.spec;
+    assert_eq!(spec.signer_name, "kubernetes.io/kubelet-serving");
+    assert_eq!(
+        spec.usages.as_deref(),
+        Some(&["digital signature".to_string(), "server auth".to_string()][..])
+    );
+    assert_eq!(spec.expiration_seconds, None);
+    let request = String::from_utf8(spec.request.0.clone()).expect("PEM");
+    let params =
+        rcgen::CertificateSigningRequestParams::from_pem(&request).expect("a PKCS#10 request");
+    let dn: Vec<(rcgen::DnType, String)> = params
+        .params
+        .distinguished_name
+        .iter()
+        .map(|(t, v)| {
+            let v = match v {
+                rcgen::DnValue::Utf8String(s) => s.clone(),
+                rcgen::DnValue::PrintableString(s) => s.as_str().to_string(),
+                other => format!("{other:?}"),
+            };
+            (t.clone(), v)
+        })
+        .collect();
+    assert!(
+        dn.contains(&(
+            rcgen::DnType::CommonName,
+            format!("system:node:{}", node.node_name)
+        )),
+        "{dn:?}"
+    );
+    assert!(
+        dn.contains(&(rcgen::DnType::OrganizationName, "system:nodes".to_string())),
+        "{dn:?}"
+    );
+    let sans = &params.params.subject_alt_names;
+    assert!(
+        sans.contains(&rcgen::SanType::IpAddress(node_ip)),
+        "{sans:?}"
+    );
+    assert!(
+        sans.iter()
+            .any(|s| matches!(s, rcgen::SanType::DnsName(n) if n.as_str() == node.node_name)),
+        "{sans:?}"
+    );
+
+    // Until it is approved, :10250 completes no handshake and the TTL is +Inf.
+    assert!(node_api_connect(&tls, addr).await.is_err());
+    let ttl = node
+        .metrics_text()
+        .lines()
+        .find_map(|l| l.strip_prefix("kubelet_certificate_manager_server_ttl_seconds "))
+        .map(|v| v.parse::<f64>().expect("a number"));
+    assert!(ttl.is_some_and(|v| v.is_infinite() && v > 0.0), "{ttl:?}");
+    assert!(!pki.join("kubelet-server-current.pem").exists());
+    decide(
+        &node.admin,
+        &csr.metadata.name.clone().expect("name"),
+        "Approved",
+        "KubectlApprove",
+    )
+    .await;
+    let (mut old_conn, first) = wait_for(
+        "the node API serving the issued certificate",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || node_api_connect(&tls, addr),
+    )
+    .await
+    .expect("served");
+    let first_leaf = parse_leaf(&first).expect("leaf");
+    assert_eq!(
+        first_leaf.common_name,
+        format!("system:node:{}", node.node_name)
+    );
+    assert!(first_leaf.ip_addresses.contains(&node_ip));
+    let current = pki.join("kubelet-server-current.pem");
+    let target = std::fs::read_link(&current).expect("kubelet-server-current.pem is a link");
+    assert!(
+        target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("kubelet-server-") && n != "kubelet-server-current.pem"),
+        "{target:?}"
+    );
+    assert_eq!(leaf_not_after(&current), first_leaf.not_after);
+    let host = addr.to_string();
+    let before = status_line(&mut old_conn, "/healthz", &host).await;
+    assert!(before.starts_with("HTTP/1.1 "), "{before}");
+
+    // Renewal at 70–90 % of 20 s: a new request, approved by the test again.
+    let renewal = pending_csr(&node.admin).await;
+    assert_eq!(renewal.spec.signer_name, "kubernetes.io/kubelet-serving");
+    decide(
+        &node.admin,
+        &renewal.metadata.name.clone().expect("name"),
+        "Approved",
+        "KubectlApprove",
+    )
+    .await;
+    let (_new_conn, second) = wait_for(
+        "the node API serving the renewed certificate",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async {
+            let (c, der) = node_api_connect(&tls, addr).await?;
+            if der == first {
+                Err("still the first certificate".to_string())
+            } else {
+                Ok((c, der))
+            }
+        },
+    )
+    .await
+    .expect("rotated");
+    let second_leaf = parse_leaf(&second).expect("leaf");
+    assert!(second_leaf.not_after > first_leaf.not_after);
+    assert_ne!(
+        std::fs::read_link(&current).expect("link"),
+        target,
+        "a new dated file"
+    );
+    // The connection opened with the first certificate still answers.
+    let after = status_line(&mut old_conn, "/healthz", &host).await;
+    assert!(after.starts_with("HTTP/1.1 "), "{after}");
+    assert!(
+        node.metrics_text()
+            .contains("kubelet_certificate_manager_server_rotation_seconds_count 1"),
+        "{}",
+        node.metrics_text()
+    );
 }

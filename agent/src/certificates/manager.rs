@@ -152,8 +152,11 @@ pub struct ManagerConfig {
     pub name: &'static str,
     /// The signer asked for.
     pub signer: String,
-    /// The current template (may change, e.g. the node's addresses).
-    pub template: Box<dyn Fn() -> Template + Send + Sync>,
+    /// The current template (may change, e.g. the node's addresses);
+    /// `None` while there is nothing to request for (a serving certificate
+    /// before the node has an address): requests fail, with back-off, as
+    /// client-go's "no template available".
+    pub template: Box<dyn Fn() -> Option<Template> + Send + Sync>,
     /// Where certificates are stored.
     pub store: FileStore,
     /// Renew before expiry (`rotateCertificates` / `serverTLSBootstrap`);
@@ -246,7 +249,7 @@ impl CertificateManager {
             let now = SystemTime::now();
             let wait = match self.current.get() {
                 None => None,
-                Some(p) if !satisfies(&p, &(self.cfg.template)()) => {
+                Some(p) if (self.cfg.template)().is_some_and(|t| !satisfies(&p, &t)) => {
                     tracing::info!(
                         certificate = self.cfg.name,
                         "certificate does not match the requested names, requesting a new one"
@@ -317,7 +320,9 @@ impl CertificateManager {
         clients: &dyn RequestClients,
         shutdown: &CancellationToken,
     ) -> Result<(), CertError> {
-        let template = (self.cfg.template)();
+        let template = (self.cfg.template)().ok_or_else(|| {
+            CertError::Csr("unable to create a csr, no template available".to_string())
+        })?;
         let request = csr::generate(&template)?;
         let usages = csr::usages(&self.cfg.signer);
         let have_valid = self.current.get().is_some();
@@ -458,7 +463,7 @@ mod tests {
             ManagerConfig {
                 name: "client",
                 signer: csr::KUBELET_CLIENT_SIGNER.into(),
-                template: Box::new(|| Template::node_client("n1")),
+                template: Box::new(|| Some(Template::node_client("n1"))),
                 store: store.clone(),
                 rotate: true,
                 requested_lifetime: None,

@@ -174,7 +174,7 @@ pub async fn start(
         ManagerConfig {
             name: "client",
             signer: KUBELET_CLIENT_SIGNER.to_string(),
-            template: Box::new(move || Template::node_client(&name)),
+            template: Box::new(move || Some(Template::node_client(&name))),
             store,
             rotate: node.rotate_certificates,
             requested_lifetime: None,

@@ -203,6 +203,12 @@ pub struct NodeConfig {
     /// Renew the node's client certificate before it expires and use the new
     /// one without a restart (`rotateCertificates`).
     pub rotate_certificates: bool,
+    /// Request the node API's serving certificate from the cluster (a
+    /// `kubernetes.io/kubelet-serving` CSR someone else approves), renew it
+    /// at 70–90 % of its lifetime and serve the new one without a restart
+    /// (`serverTLSBootstrap`).
+    #[serde(rename = "serverTLSBootstrap")]
+    pub server_tls_bootstrap: bool,
     /// OOM score adjustment of keelson's own process, -1000..=1000
     /// (`oomScoreAdj`). Lowering it needs CAP_SYS_RESOURCE; a refused write
     /// is logged.
@@ -286,6 +292,7 @@ impl Default for NodeConfig {
             container_log_monitor_interval: KubeDuration::from_secs(10),
             bootstrap_kubeconfig: None,
             rotate_certificates: true,
+            server_tls_bootstrap: false,
             oom_score_adj: -999,
             fail_swap_on: true,
             fail_cgroup_v1: false,

@@ -260,6 +260,7 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
                 pods: pods_slot.clone(),
                 stats: stats.clone(),
                 node_ips,
+                status: status_handle.clone(),
             },
             &mut tasks,
         )

@@ -13,6 +13,7 @@ mod node_cases;
 mod pod_cases;
 mod podspec_cases;
 mod service_cases;
+mod serving_bootstrap_cases;
 mod support;
 
 use keelson_tests::upstream::Case;
@@ -27,6 +28,7 @@ fn main() -> std::process::ExitCode {
         node_api_cases::CASES,
         diagnose_cases::CASES,
         config_cases::CASES,
+        serving_bootstrap_cases::CASES,
     ]
     .concat();
     runner::main(&cases)

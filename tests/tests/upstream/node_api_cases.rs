@@ -56,7 +56,7 @@ async fn k(
         .map_err(|e| anyhow!(e))
 }
 
-async fn running(env: &Env, ns: &str, name: &str) -> anyhow::Result<()> {
+pub(crate) async fn running(env: &Env, ns: &str, name: &str) -> anyhow::Result<()> {
     wait_pod(&env.admin, ns, name, &format!("{name} running"), T, |p| {
         let phase = p
             .status

@@ -53,7 +53,6 @@ const KUBELET_API_FIELDS: &[&str] = &[
     "tlsCipherSuites",
     "tlsCurvePreferences",
     "tlsMinVersion",
-    "serverTLSBootstrap",
     "authentication",
     "authorization",
     "enableDebuggingHandlers",
@@ -112,6 +111,9 @@ pub fn apply(cfg: &mut Config, doc: Value, dir: &Path, report: &mut Report) {
         "no read-only port",
         report,
     );
+    if let Some(b) = o.flag("serverTLSBootstrap", report) {
+        n.server_tls_bootstrap = b;
+    }
     if let Some(b) = o.flag("rotateCertificates", report) {
         n.rotate_certificates = b;
     } else {

@@ -258,6 +258,10 @@ fn kubelet_defaulting_rules() {
     assert_eq!(c.node.eviction_hard.len(), 1);
     // rotateCertificates is false unless asked for (v1beta1's zero value).
     assert!(!c.node.rotate_certificates);
+    // serverTLSBootstrap likewise, and is honoured when set.
+    assert!(!c.node.server_tls_bootstrap);
+    let c = kubelet("serverTLSBootstrap: true\n").expect("valid").config;
+    assert!(c.node.server_tls_bootstrap);
 }
 
 #[test]

@@ -4,8 +4,10 @@
 //! metrics-server's scrapes to (`pkg/kubelet/server/server.go`).
 //!
 //! - [`serving_cert`]: the swappable serving certificate (files, or a
-//!   self-signed one under `rootDir/pki/`; the certificate manager sets
-//!   CSR-issued ones through [`ServingCertificate::set_pem`]);
+//!   self-signed one under `rootDir/pki/`);
+//! - [`serving_bootstrap`]: `serverTLSBootstrap`, the certificate manager
+//!   requesting and renewing it through `kubernetes.io/kubelet-serving`
+//!   CSRs;
 //! - [`listener`]: TLS (tlsMinVersion, tlsCipherSuites, client
 //!   certificates requested), HTTP/1.1 with upgrades and HTTP/2;
 //! - [`authn`], [`authz`]: kubelet's delegating authentication and
@@ -26,6 +28,7 @@ pub mod listener;
 pub mod metrics;
 pub mod retry;
 pub mod routes;
+pub mod serving_bootstrap;
 pub mod serving_cert;
 pub mod stats_routes;
 pub mod streaming;
@@ -115,8 +118,11 @@ pub struct ServerDeps {
     pub pods: PodsSlot,
     /// Statistics.
     pub stats: Arc<StatsProvider>,
-    /// The node's addresses (serving certificate SANs).
+    /// The node's addresses (self-signed serving certificate SANs).
     pub node_ips: Vec<IpAddr>,
+    /// The node status (its `status.addresses`: the SANs requested with
+    /// `serverTLSBootstrap`).
+    pub status: crate::node::status::NodeStatusHandle,
 }
 
 /// How often certificate and CA files are re-read.
@@ -141,15 +147,17 @@ pub async fn start(
             names.push(h);
         }
     }
-    let (cert_file, key_file) = serving_cert::load_configured(
-        &serving,
-        n.tls_cert_file.as_deref(),
-        n.tls_private_key_file.as_deref(),
-        &n.root_dir,
-        &names,
-        &deps.node_ips,
-    )?;
-    {
+    if n.server_tls_bootstrap {
+        serving_bootstrap::start(&deps.ctx, deps.status.clone(), &serving, tasks)?;
+    } else {
+        let (cert_file, key_file) = serving_cert::load_configured(
+            &serving,
+            n.tls_cert_file.as_deref(),
+            n.tls_private_key_file.as_deref(),
+            &n.root_dir,
+            &names,
+            &deps.node_ips,
+        )?;
         let (serving, stop) = (serving.clone(), deps.ctx.shutdown.clone());
         tasks.spawn(async move {
             serving_cert::reload_files(serving, cert_file, key_file, FILE_RELOAD_PERIOD, stop)

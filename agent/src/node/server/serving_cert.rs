@@ -32,6 +32,10 @@ use super::ServerError;
 #[derive(Default)]
 pub struct ServingCertificate {
     current: RwLock<Option<Arc<CertifiedKey>>>,
+    /// With `serverTLSBootstrap`: the certificate manager's slot, read at
+    /// every handshake (an expired certificate is not served, as
+    /// client-go's `Current()` returns none).
+    managed: RwLock<Option<Arc<crate::certificates::CurrentCert>>>,
 }
 
 impl std::fmt::Debug for ServingCertificate {
@@ -61,8 +65,22 @@ impl ServingCertificate {
         Ok(())
     }
 
+    /// Serves whatever the certificate manager holds in `slot` from now on
+    /// (`serverTLSBootstrap`); [`ServingCertificate::set`] no longer applies.
+    pub fn follow(&self, slot: Arc<crate::certificates::CurrentCert>) {
+        *self.managed.write().unwrap_or_else(|p| p.into_inner()) = Some(slot);
+    }
+
     /// The certificate served now.
     pub fn current(&self) -> Option<Arc<CertifiedKey>> {
+        if let Some(slot) = self
+            .managed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            return slot.get().map(|p| p.certified);
+        }
         self.current
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -72,7 +90,15 @@ impl ServingCertificate {
 
 impl ResolvesServerCert for ServingCertificate {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.current()
+        let key = self.current();
+        if key.is_none() {
+            // Go's server logs each such handshake ("http: TLS handshake
+            // error ...: no serving certificate available for the kubelet").
+            tracing::warn!(
+                "node API: TLS handshake refused: no serving certificate available for the kubelet"
+            );
+        }
+        key
     }
 }
 
