@@ -671,7 +671,20 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
     );
 
     // --- keelson stopped: CRI, the kernel and the API are read directly.
+    // Stopped while the crasher waits in its back-off (not in the few
+    // milliseconds it runs), so the status keelson last wrote says so.
     // Killed, not dropped: its config and kubeconfig stay for diagnose.
+    w.wait_pod("crasher", "crasher back in CrashLoopBackOff", T, |p| {
+        let reason = container_status(p, "app")
+            .and_then(|s| s.state.as_ref()?.waiting.as_ref()?.reason.clone())
+            .unwrap_or_default();
+        if reason == "CrashLoopBackOff" {
+            Ok(())
+        } else {
+            Err(reason)
+        }
+    })
+    .await;
     let stopped = w.node.as_mut().unwrap().stop(Duration::ZERO);
     let (code, r) = d.report("daemon-down", &["pod", "default/crasher"]).await;
     assert!(!r.daemon.running, "{stopped}\n{:?}", r.daemon);

@@ -224,14 +224,46 @@ fn lease_shape(l: &Lease) -> BTreeSet<String> {
     }
 }
 
+/// The Node once it is Ready and carries no `node.kubernetes.io/not-ready`
+/// taint.
+async fn wait_settled(nodes: &Api<Node>, name: &str) -> anyhow::Result<Node> {
+    Ok(wait_for(
+        &format!("node {name} Ready without the not-ready taint"),
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || async move {
+            let node = nodes.get(name).await.map_err(|e| e.to_string())?;
+            let ready = node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                .is_some_and(|c| c.status == "True");
+            let tainted = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| t.iter().any(|t| t.key == "node.kubernetes.io/not-ready"));
+            if ready && !tainted {
+                Ok(node)
+            } else {
+                Err(format!("ready: {ready}, not-ready taint: {tainted}"))
+            }
+        },
+    )
+    .await?)
+}
+
 /// keelson's Node has the fields kubelet's Node has on the same machine,
 /// and no others.
 async fn node_status_has_kubelets_shape(env: Arc<Env>) -> anyhow::Result<()> {
     let keelson = env.node(Agents::Keelson).await?;
     let kube = env.node(Agents::Upstream).await?;
     let nodes: Api<Node> = Api::all(env.admin.clone());
-    let mine_node = nodes.get(&keelson.name).await?;
-    let theirs_node = nodes.get(&kube.name).await?;
+    // Compared once each Node is Ready and kube-controller-manager's node
+    // lifecycle controller has taken the not-ready taint off it.
+    let mine_node = wait_settled(&nodes, &keelson.name).await?;
+    let theirs_node = wait_settled(&nodes, &kube.name).await?;
     let declared = |n: &Node| -> BTreeSet<String> {
         n.status
             .as_ref()

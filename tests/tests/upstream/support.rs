@@ -15,7 +15,11 @@ use kube::api::{ListParams, PostParams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Creates a namespace with a unique name starting with `prefix`, and
-/// waits for its `default` ServiceAccount (pods are refused before it).
+/// waits for its `default` ServiceAccount (pods are refused before it) and
+/// for the `kube-root-ca.crt` ConfigMap kube-controller-manager publishes
+/// into it (a pod's service account token volume fails to mount, with a
+/// FailedMount event, until it exists: which agent sees that depends only
+/// on timing).
 pub async fn namespace(client: &kube::Client, prefix: &str) -> anyhow::Result<String> {
     let name = format!("{prefix}-{}", keelson_tests::netns::unique_suffix());
     let ns: Namespace = serde_json::from_value(serde_json::json!({
@@ -35,6 +39,23 @@ pub async fn namespace(client: &kube::Client, prefix: &str) -> anyhow::Result<St
             let sas = sas.clone();
             async move {
                 sas.get_opt("default")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map(drop)
+                    .ok_or_else(|| "not yet".to_string())
+            }
+        },
+    )
+    .await?;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &name);
+    wait_for(
+        "the namespace's kube-root-ca.crt ConfigMap",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            let cms = cms.clone();
+            async move {
+                cms.get_opt("kube-root-ca.crt")
                     .await
                     .map_err(|e| e.to_string())?
                     .map(drop)

@@ -30,6 +30,7 @@ use super::common::{apply_logging, check_type_meta};
 use super::reader::{CONTENT_TYPES, Default, Object, Report};
 use crate::config::duration::KubeDuration;
 use crate::config::eviction::default_eviction_hard;
+use crate::config::kubelet_api::AuthorizationMode;
 use crate::config::node::TaintConfig;
 use crate::config::{CgroupDriver, Config};
 
@@ -40,27 +41,6 @@ pub const KIND: &str = "KubeletConfiguration";
 
 /// Upstream's `DefaultVolumePluginDir`.
 const DEFAULT_VOLUME_PLUGIN_DIR: &str = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/";
-
-/// The kubelet HTTPS API (`:10250`) settings. keelson does not serve that
-/// API yet; with nothing listening, these settings protect nothing and are
-/// accepted as they are (listed in the warning).
-const KUBELET_API_FIELDS: &[&str] = &[
-    "enableServer",
-    "address",
-    "port",
-    "tlsCertFile",
-    "tlsPrivateKeyFile",
-    "tlsCipherSuites",
-    "tlsCurvePreferences",
-    "tlsMinVersion",
-    "authentication",
-    "authorization",
-    "enableDebuggingHandlers",
-    "streamingConnectionIdleTimeout",
-    "enableSystemLogHandler",
-    "enableProfilingHandler",
-    "enableDebugFlagsHandler",
-];
 
 /// Applies a KubeletConfiguration document to `cfg`. `dir` is the file's
 /// directory (relative paths are resolved against it).
@@ -73,9 +53,7 @@ pub fn apply(cfg: &mut Config, doc: Value, dir: &Path, report: &mut Report) {
         if p.is_absolute() { p } else { dir.join(p) }
     };
 
-    for key in KUBELET_API_FIELDS {
-        o.accept_any(key, report);
-    }
+    node_api(&mut o, n, &abs, report);
     if let Some(p) = o.string("staticPodPath", report) {
         n.static_pod_path = Some(abs(p));
     }
@@ -105,12 +83,10 @@ pub fn apply(cfg: &mut Config, doc: Value, dir: &Path, report: &mut Report) {
         "no static pods from a URL",
         report,
     );
-    o.unimplemented(
-        "readOnlyPort",
-        Default::IntExact(0),
-        "no read-only port",
-        report,
-    );
+    // v1beta1 leaves readOnlyPort unset, so 0 (disabled) is its default.
+    if let Some(p) = o.get::<i32>("readOnlyPort", report) {
+        n.read_only_port = p;
+    }
     if let Some(b) = o.flag("serverTLSBootstrap", report) {
         n.server_tls_bootstrap = b;
     }
@@ -648,6 +624,115 @@ fn apply_eviction(n: &mut crate::config::NodeConfig, o: &mut Object, report: &mu
             }
         }
         n.eviction_hard = hard;
+    }
+}
+
+/// The node API (kubelet's HTTPS server on `:10250`): `address`, `port`,
+/// TLS, `authentication`, `authorization` and the handlers, with v1beta1's
+/// defaulting (`pkg/kubelet/apis/config/v1beta1/defaults.go`): zero
+/// durations and empty strings mean the default; the `*bool`s
+/// `authentication.webhook.enabled`, `authentication.anonymous.enabled` and
+/// `enableDebuggingHandlers` keep an explicit `false`.
+fn node_api(
+    o: &mut Object,
+    n: &mut crate::config::node::NodeConfig,
+    abs: &dyn Fn(String) -> PathBuf,
+    report: &mut Report,
+) {
+    o.unimplemented(
+        "enableServer",
+        Default::Bool(true),
+        "the node API is always served",
+        report,
+    );
+    if let Some(a) = o.string("address", report) {
+        n.address = a;
+    }
+    if let Some(p) = o.int("port", report) {
+        n.port = clamp_i32(p);
+    }
+    if let Some(p) = o.string("tlsCertFile", report) {
+        n.tls_cert_file = Some(abs(p));
+    }
+    if let Some(p) = o.string("tlsPrivateKeyFile", report) {
+        n.tls_private_key_file = Some(abs(p));
+    }
+    if let Some(list) = o.get::<Vec<String>>("tlsCipherSuites", report) {
+        n.tls_cipher_suites = list;
+    }
+    o.unimplemented(
+        "tlsCurvePreferences",
+        Default::Empty,
+        "the TLS library's key exchange groups are used",
+        report,
+    );
+    if let Some(v) = o.string("tlsMinVersion", report) {
+        n.tls_min_version = v;
+    }
+
+    let mut authn = o.object("authentication", report);
+    let mut x509 = authn.object("x509", report);
+    if let Some(p) = x509.string("clientCAFile", report) {
+        n.authentication.x509.client_ca_file = Some(abs(p));
+    }
+    x509.finish(report);
+    let mut webhook = authn.object("webhook", report);
+    if let Some(b) = webhook.flag("enabled", report) {
+        n.authentication.webhook.enabled = b;
+    }
+    set(
+        &mut n.authentication.webhook.cache_ttl,
+        webhook.duration("cacheTTL", report),
+    );
+    webhook.finish(report);
+    let mut anonymous = authn.object("anonymous", report);
+    if let Some(b) = anonymous.flag("enabled", report) {
+        n.authentication.anonymous.enabled = b;
+    }
+    anonymous.finish(report);
+    authn.finish(report);
+
+    let mut authz = o.object("authorization", report);
+    if let Some(mode) = authz.string("mode", report) {
+        match mode.as_str() {
+            "Webhook" => n.authorization.mode = AuthorizationMode::Webhook,
+            "AlwaysAllow" => n.authorization.mode = AuthorizationMode::AlwaysAllow,
+            other => report.error(
+                authz.path("mode"),
+                format!("{other:?}: must be Webhook or AlwaysAllow"),
+            ),
+        }
+    }
+    let mut webhook = authz.object("webhook", report);
+    set(
+        &mut n.authorization.webhook.cache_authorized_ttl,
+        webhook.duration("cacheAuthorizedTTL", report),
+    );
+    set(
+        &mut n.authorization.webhook.cache_unauthorized_ttl,
+        webhook.duration("cacheUnauthorizedTTL", report),
+    );
+    webhook.finish(report);
+    authz.finish(report);
+
+    if let Some(b) = o.flag("enableDebuggingHandlers", report) {
+        n.enable_debugging_handlers = b;
+    }
+    set(
+        &mut n.streaming_connection_idle_timeout,
+        o.duration("streamingConnectionIdleTimeout", report),
+    );
+    // keelson serves no `/logs/`, `/debug/pprof` or `/debug/flags/v`:
+    // `false` is honoured as it is; an explicit `true` (upstream's default)
+    // is listed in the warning of fields keelson does not implement.
+    for key in [
+        "enableSystemLogHandler",
+        "enableProfilingHandler",
+        "enableDebugFlagsHandler",
+    ] {
+        if o.flag(key, report) == Some(true) {
+            report.ignored.push(o.path(key));
+        }
     }
 }
 

@@ -125,9 +125,40 @@ fn kubeadm_kubelet_file_runs_with_upstream_defaults() {
     // Upstream's v1beta1 default: refuse cgroup v1 hosts.
     assert!(n.fail_cgroup_v1);
     assert!(!loaded.config.proxy.enabled);
+    // The kubelet API fields set the node API, zero values defaulted.
+    assert_eq!(
+        n.authentication.x509.client_ca_file,
+        Some(PathBuf::from("/etc/kubernetes/pki/ca.crt"))
+    );
+    assert!(n.authentication.webhook.enabled);
+    assert!(!n.authentication.anonymous.enabled);
+    assert_eq!(
+        n.authentication.webhook.cache_ttl,
+        KubeDuration::from_secs(120)
+    );
+    assert_eq!(
+        n.authorization.mode,
+        crate::config::kubelet_api::AuthorizationMode::Webhook
+    );
+    assert_eq!(
+        n.authorization.webhook.cache_authorized_ttl,
+        KubeDuration::from_secs(300)
+    );
+    assert_eq!(
+        n.authorization.webhook.cache_unauthorized_ttl,
+        KubeDuration::from_secs(30)
+    );
+    assert_eq!(
+        n.streaming_connection_idle_timeout,
+        KubeDuration::from_secs(4 * 3600)
+    );
+    assert!(
+        !loaded.ignored.iter().any(|i| i.contains("authentication")),
+        "authentication is read, not ignored: {:?}",
+        loaded.ignored
+    );
     for f in [
         "httpCheckFrequency",
-        "authentication",
         "volumeStatsAggPeriod",
         "memorySwap.swapBehavior",
     ] {
@@ -455,4 +486,54 @@ fn keelson_configuration_below_upstream_files() {
         PathBuf::from("/var/lib/keelson-x")
     );
     assert_eq!(loaded.config.proxy.mode, ProxyMode::Ebpf);
+}
+
+#[test]
+fn kubelet_api_fields_set_the_node_api() {
+    let loaded = kubelet(
+        "address: 10.0.0.5\nport: 10260\nreadOnlyPort: 10255\ntlsCertFile: pki/serving.crt\ntlsPrivateKeyFile: pki/serving.key\ntlsMinVersion: VersionTLS13\nenableDebuggingHandlers: false\nstreamingConnectionIdleTimeout: 5m\nauthentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: false\n    cacheTTL: 10s\nauthorization:\n  mode: AlwaysAllow\n",
+    )
+    .expect("valid");
+    let n = &loaded.config.node;
+    assert_eq!(n.address, "10.0.0.5");
+    assert_eq!(n.port, 10260);
+    assert_eq!(n.read_only_port, 10255);
+    // Relative paths are relative to the file's directory.
+    let cert = n.tls_cert_file.as_ref().expect("tlsCertFile");
+    assert!(
+        cert.is_absolute() && cert.ends_with("pki/serving.crt"),
+        "{cert:?}"
+    );
+    assert_eq!(n.tls_min_version, "VersionTLS13");
+    assert!(!n.enable_debugging_handlers);
+    assert_eq!(
+        n.streaming_connection_idle_timeout,
+        KubeDuration::from_secs(300)
+    );
+    assert!(n.authentication.anonymous.enabled);
+    assert!(!n.authentication.webhook.enabled);
+    assert_eq!(
+        n.authentication.webhook.cache_ttl,
+        KubeDuration::from_secs(10)
+    );
+    assert_eq!(
+        n.authorization.mode,
+        crate::config::kubelet_api::AuthorizationMode::AlwaysAllow
+    );
+
+    // What keelson cannot honour is refused with its path.
+    let err =
+        kubelet("enableServer: false\nauthorization:\n  mode: Node\n  webhook:\n    bogus: 1\n")
+            .expect_err("refused");
+    let paths = err.field_paths();
+    for want in [
+        "enableServer",
+        "authorization.mode",
+        "authorization.webhook.bogus",
+    ] {
+        assert!(
+            paths.iter().any(|p| p == want),
+            "missing {want} in {paths:?}\n{err}"
+        );
+    }
 }
