@@ -106,15 +106,27 @@ impl Diagnose {
         (code, report)
     }
 
-    /// The report once diagnose names `id` as the first failure, or the
-    /// last one after 30 s. A pod between two states (a crash-looping
-    /// container runs for milliseconds between its back-offs) is reported
-    /// as it is at that instant; asking again shows the steady state.
-    async fn report_broken_at(&self, scenario: &str, args: &[&str], id: &str) -> (i32, Report) {
+    /// The report once diagnose names `id` as the first failure with every
+    /// one of `needles` in that link, or the last one after 30 s. A pod
+    /// between two states (a crash-looping container runs, then is
+    /// terminated, for a moment between its back-offs) is reported as it is
+    /// at that instant; asking again shows the steady state.
+    async fn report_broken_at(
+        &self,
+        scenario: &str,
+        args: &[&str],
+        id: &str,
+        needles: &[&str],
+    ) -> (i32, Report) {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             let (code, r) = self.report(scenario, args).await;
-            if r.first_failure.as_deref() == Some(id) || std::time::Instant::now() > deadline {
+            let settled = r.first_failure.as_deref() == Some(id)
+                && r.link(id).is_some_and(|l| {
+                    let text = text_of(l);
+                    needles.iter().all(|n| text.contains(n))
+                });
+            if settled || std::time::Instant::now() > deadline {
                 return (code, r);
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -450,27 +462,23 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
         }
     })
     .await;
+    let needles = [
+        "CrashLoopBackOff",
+        "Exit Code: 3",
+        "| fatal: /etc/app/config.yaml not found",
+        "| starting",
+        "next start",
+        "back-off",
+    ];
     let (code, r) = d
         .report_broken_at(
             "crash-loop",
             &["pod", "default/crasher", "--since", "10m"],
             "containers",
+            &needles,
         )
         .await;
-    assert_broken_at(
-        "crash loop",
-        code,
-        &r,
-        "containers",
-        &[
-            "CrashLoopBackOff",
-            "Exit Code: 3",
-            "| fatal: /etc/app/config.yaml not found",
-            "| starting",
-            "next start",
-            "back-off",
-        ],
-    );
+    assert_broken_at("crash loop", code, &r, "containers", &needles);
     let next = link(&r, "containers").next.clone().unwrap_or_default();
     assert_eq!(next, "kubectl logs -n default crasher -c app --previous");
     let timeline = r.timeline.clone().expect("timeline with --since");
@@ -499,16 +507,11 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
         }
     })
     .await;
+    let needles = ["OOMKilled", "Exit Code: 137", "memory limit (16Mi)"];
     let (code, r) = d
-        .report_broken_at("oom-kill", &["pod", "default/oom"], "containers")
+        .report_broken_at("oom-kill", &["pod", "default/oom"], "containers", &needles)
         .await;
-    assert_broken_at(
-        "OOM kill",
-        code,
-        &r,
-        "containers",
-        &["OOMKilled", "Exit Code: 137", "memory limit (16Mi)"],
-    );
+    assert_broken_at("OOM kill", code, &r, "containers", &needles);
 
     // --- A failing readiness probe.
     w.wait_pod(
