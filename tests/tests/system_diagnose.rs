@@ -134,6 +134,21 @@ impl Diagnose {
     }
 }
 
+/// Waits until the crasher's container waits in CrashLoopBackOff.
+async fn wait_crash_loop_back_off(w: &SysWorld, what: &str) {
+    w.wait_pod("crasher", what, T, |p| {
+        let reason = container_status(p, "app")
+            .and_then(|s| s.state.as_ref()?.waiting.as_ref()?.reason.clone())
+            .unwrap_or_default();
+        if reason == "CrashLoopBackOff" {
+            Ok(())
+        } else {
+            Err(reason)
+        }
+    })
+    .await;
+}
+
 fn link<'a>(r: &'a Report, id: &str) -> &'a Link {
     r.link(id).unwrap_or_else(|| {
         panic!(
@@ -451,17 +466,7 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
     );
 
     // --- A crash loop.
-    w.wait_pod("crasher", "crasher CrashLoopBackOff", T, |p| {
-        let reason = container_status(p, "app")
-            .and_then(|s| s.state.as_ref()?.waiting.as_ref()?.reason.clone())
-            .unwrap_or_default();
-        if reason == "CrashLoopBackOff" {
-            Ok(())
-        } else {
-            Err(reason)
-        }
-    })
-    .await;
+    wait_crash_loop_back_off(&w, "crasher CrashLoopBackOff").await;
     let needles = [
         "CrashLoopBackOff",
         "Exit Code: 3",
@@ -701,17 +706,7 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
     // Stopped while the crasher waits in its back-off (not in the few
     // milliseconds it runs), so the status keelson last wrote says so.
     // Killed, not dropped: its config and kubeconfig stay for diagnose.
-    w.wait_pod("crasher", "crasher back in CrashLoopBackOff", T, |p| {
-        let reason = container_status(p, "app")
-            .and_then(|s| s.state.as_ref()?.waiting.as_ref()?.reason.clone())
-            .unwrap_or_default();
-        if reason == "CrashLoopBackOff" {
-            Ok(())
-        } else {
-            Err(reason)
-        }
-    })
-    .await;
+    wait_crash_loop_back_off(&w, "crasher back in CrashLoopBackOff").await;
     let stopped = w.node.as_mut().unwrap().stop(Duration::ZERO);
     let (code, r) = d.report("daemon-down", &["pod", "default/crasher"]).await;
     assert!(!r.daemon.running, "{stopped}\n{:?}", r.daemon);

@@ -62,41 +62,6 @@ impl std::fmt::Debug for KubeletClient {
     }
 }
 
-#[derive(Debug)]
-struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 impl KubeletClient {
     /// From a client certificate and key (PEM).
     pub fn new(cert_pem: &str, key_pem: &str) -> Result<KubeletClient, String> {
@@ -132,7 +97,7 @@ impl KubeletClient {
             }
             None => builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(NoVerify(provider))),
+                .with_custom_certificate_verifier(Arc::new(crate::node_api::AnyServer(provider))),
         };
         let key = PrivateKeyDer::try_from(self.key_der.clone()).map_err(|e| e.to_string())?;
         let mut cfg = builder
