@@ -288,6 +288,88 @@ async fn restart_container_policy_restarts_with_the_new_memory() {
     );
 }
 
+/// PLEG relists so far.
+fn relists(w: &World) -> u64 {
+    w.metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix("kubelet_pleg_relist_duration_seconds_count "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// Running instances of container `name` in the runtime.
+fn running_instances(w: &World, name: &str) -> usize {
+    w.fake
+        .containers()
+        .into_iter()
+        .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
+        .filter(|c| c.state == keelson_cri::api::ContainerState::ContainerRunning as i32)
+        .count()
+}
+
+/// A runtime read that began before the sync that restarts the container
+/// and ended after it must not pass for newer than that sync (kubelet's
+/// cache entries carry the time their read began): otherwise the next
+/// sync, seeing the old instance still running with the old memory,
+/// restarts it again and leaves two running instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_read_spanning_the_restart_does_not_restart_it_twice() {
+    let w = World::new().await;
+    let mut spec = app(json!({"requests": {"memory": "64Mi"}, "limits": {"memory": "64Mi"}}));
+    spec["containers"][0]["resizePolicy"] = json!([
+        {"resourceName": "memory", "restartPolicy": "RestartContainer"}]);
+    w.create_pod("db", spec).await;
+    w.wait_phase("db", "Running", T).await;
+    // Creating the new instance takes a second after the old one is
+    // killed, so a PLEG relist (every second) sees the old one exited
+    // before the new one exists; reading each container's status takes
+    // longer still, so that PLEG read ends after the resize sync.
+    w.fake
+        .set_latency("CreateContainer", Duration::from_millis(1000));
+    w.fake
+        .set_latency("ContainerStatus", Duration::from_millis(1500));
+    resize(
+        &w,
+        "db",
+        "app",
+        json!({"requests": {"memory": "96Mi"}, "limits": {"memory": "96Mi"}}),
+    )
+    .await;
+    w.wait_pod("db", "restarted once with the new memory", T, |p| {
+        let cs = container_status(p, "app").unwrap();
+        if cs.restart_count >= 1 && cs.state.as_ref().unwrap().running.is_some() {
+            Ok(())
+        } else {
+            Err(format!("{cs:?}"))
+        }
+    })
+    .await;
+    // Several relists later (each one reads the pod anew), still one
+    // restart and one running instance.
+    let from = relists(&w);
+    let deadline = std::time::Instant::now() + T;
+    while relists(&w) < from + 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no PLEG relist in {T:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(running_instances(&w, "app"), 1, "{:?}", w.fake.containers());
+    // Two creations in all: the first instance and its one restart. (A
+    // sync acting on the stale read creates a third; the fake, like
+    // containerd, refuses its name when it reuses an attempt number.)
+    let creates = w.fake.calls_to("CreateContainer");
+    assert_eq!(creates.len(), 2, "{creates:?}");
+    let p = w.get("db").await.unwrap();
+    let cs = container_status(&p, "app").unwrap();
+    assert_eq!(cs.restart_count, 1, "{cs:?}");
+    assert!(
+        cs.last_state.as_ref().is_none_or(|s| s.running.is_none()),
+        "{cs:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_limit_below_usage_is_refused() {
     let w = World::new().await;

@@ -62,6 +62,9 @@ pub struct RuntimeSettings {
     pub quota: CpuQuota,
     /// Node memory capacity in bytes (for OOM score adjustments).
     pub memory_capacity: i64,
+    /// The host facts container resources depend on (cgroup version,
+    /// swap controller, huge page sizes, `singleProcessOOMKill`).
+    pub linux_host: super::linux_host::LinuxHost,
     /// Seccomp settings.
     pub seccomp: SeccompSettings,
     /// DNS settings.
@@ -186,6 +189,13 @@ impl RuntimeManager {
         name: &str,
         namespace: &str,
     ) -> Result<RuntimePodStatus, CriError> {
+        // Stamped before the first read, as the generic PLEG stamps its
+        // cache entries (pkg/kubelet/pleg/generic.go `updateCache`): a read
+        // that began before a sync's kills and starts and ended after them
+        // must not pass for newer than that sync (the pod worker's
+        // `GetNewerThan(lastSyncTime)`), or the next sync acts on a view
+        // without the container it just started and starts another.
+        let taken = self.clock.now();
         let labels = std::collections::HashMap::from([(POD_UID.to_string(), uid.to_string())]);
         let sandboxes = self
             .metrics
@@ -301,7 +311,7 @@ impl RuntimeManager {
             }
         }
         let mut status = RuntimePodStatus::new(uid, name, namespace, sb_statuses, statuses);
-        status.timestamp = self.clock.now();
+        status.timestamp = taken;
         Ok(status)
     }
 }
