@@ -134,16 +134,25 @@ impl Diagnose {
     }
 }
 
-/// Waits until the crasher's container waits in CrashLoopBackOff.
-async fn wait_crash_loop_back_off(w: &SysWorld, what: &str) {
+/// Waits until the crasher has crashed at least `restarts + 1` times and
+/// sits in a restart back-off. As kubelet, keelson writes `terminated`
+/// through a back-off and `waiting: CrashLoopBackOff` only at the sync that
+/// ends it, a moment before the restart: either shows the loop.
+async fn wait_crash_loop_back_off(w: &SysWorld, what: &str, restarts: i32) {
     w.wait_pod("crasher", what, T, |p| {
-        let reason = container_status(p, "app")
-            .and_then(|s| s.state.as_ref()?.waiting.as_ref()?.reason.clone())
-            .unwrap_or_default();
-        if reason == "CrashLoopBackOff" {
+        let Some(s) = container_status(p, "app") else {
+            return Err("no status".to_string());
+        };
+        let state = s.state.clone().unwrap_or_default();
+        let backing_off = state
+            .waiting
+            .as_ref()
+            .is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff"))
+            || state.terminated.as_ref().is_some_and(|t| t.exit_code == 3);
+        if backing_off && s.restart_count >= restarts {
             Ok(())
         } else {
-            Err(reason)
+            Err(format!("restartCount {}, state {state:?}", s.restart_count))
         }
     })
     .await;
@@ -466,7 +475,7 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
     );
 
     // --- A crash loop.
-    wait_crash_loop_back_off(&w, "crasher CrashLoopBackOff").await;
+    wait_crash_loop_back_off(&w, "crasher CrashLoopBackOff", 1).await;
     let needles = [
         "CrashLoopBackOff",
         "Exit Code: 3",
@@ -485,7 +494,20 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
         .await;
     assert_broken_at("crash loop", code, &r, "containers", &needles);
     let next = link(&r, "containers").next.clone().unwrap_or_default();
-    assert_eq!(next, "kubectl logs -n default crasher -c app --previous");
+    // `--previous` once the API shows the waiting container; while it
+    // shows the crashed instance as terminated, that instance is read as is.
+    let waiting = link(&r, "containers")
+        .summary
+        .contains("Waiting: CrashLoopBackOff");
+    assert_eq!(
+        next,
+        format!(
+            "kubectl logs -n default crasher -c app{}",
+            if waiting { " --previous" } else { "" }
+        ),
+        "{}",
+        text_of(link(&r, "containers"))
+    );
     let timeline = r.timeline.clone().expect("timeline with --since");
     assert!(
         timeline.iter().any(|t| t.reason == "BackOff"
@@ -706,7 +728,8 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
     // Stopped while the crasher waits in its back-off (not in the few
     // milliseconds it runs), so the status keelson last wrote says so.
     // Killed, not dropped: its config and kubeconfig stay for diagnose.
-    wait_crash_loop_back_off(&w, "crasher back in CrashLoopBackOff").await;
+    // Two restarts or more: the back-off in force lasts 20 s at least.
+    wait_crash_loop_back_off(&w, "crasher back in CrashLoopBackOff", 2).await;
     let stopped = w.node.as_mut().unwrap().stop(Duration::ZERO);
     let (code, r) = d.report("daemon-down", &["pod", "default/crasher"]).await;
     assert!(!r.daemon.running, "{stopped}\n{:?}", r.daemon);

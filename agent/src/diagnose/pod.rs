@@ -647,16 +647,7 @@ fn container_part(f: &Facts<'_>, c: &Container) -> Part {
         }
         match reason.as_str() {
             "CrashLoopBackOff" => {
-                if let Some(b) = f
-                    .daemon_container(&c.name)
-                    .and_then(|d| d.restart_backoff.as_ref())
-                {
-                    evidence.push(format!(
-                        "next start {} (back-off {}s, doubling to 5m0s)",
-                        b.until.as_deref().map(when).unwrap_or_default(),
-                        b.delay_seconds
-                    ));
-                }
+                evidence.extend(next_start(f, c));
                 evidence.extend(previous_log(f, c, s));
                 let why = if oom.is_some() {
                     ", last exit OOMKilled"
@@ -683,11 +674,37 @@ fn container_part(f: &Facts<'_>, c: &Container) -> Part {
             r => (Mark::Failed, format!("Waiting: {r}")),
         }
     } else if let Some(t) = &state.terminated {
-        if t.exit_code == 0 {
+        let reason = t.reason.clone().unwrap_or_else(|| "Error".into());
+        if let Some(next) = next_start(f, c) {
+            // kubelet (and keelson) write `terminated` through a restart
+            // back-off and `waiting: CrashLoopBackOff` only at the sync that
+            // ends it (pkg/kubelet/pod_workers.go requeues a back-off at its
+            // expiry; the reason cache of kubelet.go fills the waiting
+            // reason at the next sync): the node knows the loop sooner.
+            evidence.insert(
+                0,
+                format!(
+                    "State: Terminated, Reason: {reason}, Exit Code: {}",
+                    t.exit_code
+                ),
+            );
+            evidence.push(next);
+            evidence.extend(previous_log_of_terminated(f, c));
+            let why = if oom.is_some() {
+                ", last exit OOMKilled"
+            } else {
+                ""
+            };
+            (
+                Mark::Failed,
+                format!(
+                    "CrashLoopBackOff (the API shows Terminated until the back-off ends), Restart Count: {restarts}{why}"
+                ),
+            )
+        } else if t.exit_code == 0 {
             (Mark::Ok, words::describe_state(&state))
         } else {
             evidence.extend(previous_log_of_terminated(f, c));
-            let reason = t.reason.clone().unwrap_or_else(|| "Error".into());
             (
                 Mark::Failed,
                 format!("Terminated: {reason}, Exit Code: {}", t.exit_code),
@@ -707,6 +724,17 @@ fn container_part(f: &Facts<'_>, c: &Container) -> Part {
         summary,
         evidence,
     }
+}
+
+/// "next start ..." while the running daemon holds the container in its
+/// restart back-off.
+fn next_start(f: &Facts<'_>, c: &Container) -> Option<String> {
+    let b = f.daemon_container(&c.name)?.restart_backoff.as_ref()?;
+    Some(format!(
+        "next start {} (back-off {}s, doubling to 5m0s)",
+        b.until.as_deref().map(when).unwrap_or_default(),
+        b.delay_seconds
+    ))
 }
 
 /// The log of a container that ended for good (its newest instance).
