@@ -214,7 +214,18 @@ pub struct NodeConfig {
     /// is logged.
     pub oom_score_adj: i32,
     /// Refuse to start while swap is enabled on the node (`failSwapOn`).
+    /// Containers get no swap either way (`memorySwap.swapBehavior:
+    /// NoSwap`, the only behaviour keelson implements).
     pub fail_swap_on: bool,
+    /// Let the kernel's OOM killer take a single process of a container
+    /// (`singleProcessOOMKill`). Unset: true on cgroup v1, false on v2,
+    /// where a container then gets `memory.oom.group=1` and an OOM kill
+    /// takes all of its processes.
+    #[serde(
+        rename = "singleProcessOOMKill",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub single_process_oom_kill: Option<bool>,
     /// Refuse to start on a host with cgroup v1 (`failCgroupV1`). keelson
     /// supports cgroup v1, so its own default is false; a KubeletConfiguration
     /// file gets upstream's default (true).
@@ -295,6 +306,7 @@ impl Default for NodeConfig {
             server_tls_bootstrap: false,
             oom_score_adj: -999,
             fail_swap_on: true,
+            single_process_oom_kill: None,
             fail_cgroup_v1: false,
         }
     }

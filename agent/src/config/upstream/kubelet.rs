@@ -220,12 +220,9 @@ pub fn apply(cfg: &mut Config, doc: Value, dir: &Path, report: &mut Report) {
         "no CPU manager",
         report,
     );
-    o.unimplemented(
-        "singleProcessOOMKill",
-        Default::Bool(false),
-        "containers are OOM-killed as the kernel decides",
-        report,
-    );
+    if let Some(b) = o.get::<bool>("singleProcessOOMKill", report) {
+        n.single_process_oom_kill = Some(b);
+    }
     o.unimplemented(
         "cpuManagerPolicyOptions",
         Default::Empty,

@@ -390,6 +390,9 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         None => cgroups::open_host()?,
     };
     let fs = cgroups::for_driver(cfg.cgroup_driver, fs, deps.systemd_bus.as_deref())?;
+    let linux_host =
+        runtime::linux_host::LinuxHost::detect(fs.version() == "v2", cfg.single_process_oom_kill);
+    tracing::debug!(?linux_host, "container resources follow the host");
     let (allocatable_cg, memory_capacity) = kubepods_allocatable(cfg);
     let qos_cgroups = cfg
         .cgroups_per_qos
@@ -478,6 +481,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
                 period_us: i64::try_from(period_us).unwrap_or(100_000),
             },
             memory_capacity,
+            linux_host,
             seccomp: SeccompSettings {
                 profile_root: cfg.root_dir.join("seccomp").display().to_string(),
                 default_runtime: false,

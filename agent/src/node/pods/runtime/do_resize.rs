@@ -53,7 +53,13 @@ impl RuntimeManager {
         c: &Container,
         id: &str,
     ) -> Result<(), String> {
-        let linux = container_resources(pod, c, self.settings.quota, self.settings.memory_capacity);
+        let linux = container_resources(
+            pod,
+            c,
+            self.settings.quota,
+            self.settings.memory_capacity,
+            &self.settings.linux_host,
+        );
         self.metrics
             .runtime_op(
                 "update_container",

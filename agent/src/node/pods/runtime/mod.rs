@@ -16,6 +16,7 @@ pub mod images;
 pub mod keyring;
 pub mod kill;
 pub mod labels;
+pub mod linux_host;
 pub mod linux_resources;
 pub mod log_tail;
 pub mod manager;

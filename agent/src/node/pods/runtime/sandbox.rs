@@ -78,6 +78,8 @@ pub struct SandboxInputs<'a> {
     pub cgroup_parent: &'a str,
     /// CFS quota settings.
     pub quota: CpuQuota,
+    /// The host facts resources depend on.
+    pub host: &'a super::linux_host::LinuxHost,
 }
 
 /// What keelson answers for a pod asking for its own user namespace.
@@ -156,7 +158,7 @@ pub fn generate_sandbox_config(
                 .collect()
         })
         .unwrap_or_default();
-    let (resources, overhead) = sandbox_resources(pod, inp.quota);
+    let (resources, overhead) = sandbox_resources(pod, inp.quota, inp.host);
     let config = api::PodSandboxConfig {
         metadata: Some(api::PodSandboxMetadata {
             name: podutil::name(pod).to_string(),
@@ -223,6 +225,7 @@ mod tests {
                     enforce: true,
                     period_us: 100_000,
                 },
+                host: &super::super::linux_host::LinuxHost::default(),
             },
         )
         .expect("config");
@@ -295,6 +298,7 @@ mod tests {
             .expect("pod")
         };
         let dns = DnsSettings::default();
+        let host = super::super::linux_host::LinuxHost::default();
         let inputs = SandboxInputs {
             dns: &dns,
             pod_logs_root: Path::new("/var/log/pods"),
@@ -303,6 +307,7 @@ mod tests {
                 enforce: true,
                 period_us: 100_000,
             },
+            host: &host,
         };
         let err = generate_sandbox_config(&pod(serde_json::json!(false)), 0, &inputs)
             .expect_err("hostUsers: false is refused");

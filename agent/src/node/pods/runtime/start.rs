@@ -310,8 +310,13 @@ impl RuntimeManager {
             }
         }
 
-        let resources =
-            container_resources(pod, c, self.settings.quota, self.settings.memory_capacity);
+        let resources = container_resources(
+            pod,
+            c,
+            self.settings.quota,
+            self.settings.memory_capacity,
+            &self.settings.linux_host,
+        );
         Ok(api::ContainerConfig {
             metadata: Some(api::ContainerMetadata {
                 name: c.name.clone(),

@@ -264,6 +264,7 @@ impl RuntimeManager {
             pod_logs_root: &self.settings.pod_logs_root,
             cgroup_parent: &cgroup_parent,
             quota: self.settings.quota,
+            host: &self.settings.linux_host,
         };
         if actions.create_sandbox {
             // kubelet prepares DRA claims first and, when that fails, only
