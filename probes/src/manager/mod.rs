@@ -214,6 +214,8 @@ struct PodEntry {
     meta: Arc<PodMeta>,
     containers: HashMap<String, Arc<ContainerProbes>>,
     running: HashMap<String, RunningContainer>,
+    /// The pod is terminating: its liveness and startup probes stopped.
+    terminating: bool,
 }
 
 /// The pod a worker probes, for labels and events.
@@ -326,6 +328,7 @@ impl ProbeManager {
                         meta,
                         containers,
                         running: HashMap::new(),
+                        terminating: false,
                     },
                 );
             }
@@ -405,10 +408,14 @@ impl ProbeManager {
         state.results.remove_container(container_id);
     }
 
-    /// The pod is terminating: stop its liveness and startup probes (results
-    /// stay as they are); readiness keeps running until the containers stop.
+    /// The pod is terminating (upstream `StopLivenessAndStartup`): stop its
+    /// liveness and startup probes and forget their results, as an upstream
+    /// worker does when it stops (pkg/kubelet/prober/worker.go). A running
+    /// container then counts as started, and no liveness failure is left
+    /// to act on; readiness keeps running until the containers stop.
     pub fn stop_liveness_and_startup(&self, pod_uid: &str) {
-        let mut state = lock(&self.inner.state);
+        let mut guard = lock(&self.inner.state);
+        let state = &mut *guard;
         state.workers.retain(|key, slot| {
             let stop = key.pod_uid == pod_uid && key.kind != ProbeKind::Readiness;
             if stop {
@@ -416,6 +423,14 @@ impl ProbeManager {
             }
             !stop
         });
+        if let Some(pod) = state.pods.get_mut(pod_uid) {
+            pod.terminating = true;
+            for running in pod.running.values() {
+                for kind in [ProbeKind::Liveness, ProbeKind::Startup] {
+                    state.results.remove(&running.container_id, kind);
+                }
+            }
+        }
     }
 
     /// The pod is gone: stop all its workers, forget its results and delete
@@ -559,6 +574,10 @@ fn probes_of<'a>(
 }
 
 fn is_started_locked(state: &State, pod_uid: &str, container: &str, container_id: &str) -> bool {
+    if state.pods.get(pod_uid).is_some_and(|p| p.terminating) {
+        // No startup worker and no result left: started.
+        return true;
+    }
     match probes_of(state, pod_uid, container) {
         Some(probes) if probes.startup.is_some() => {
             state.results.get(container_id, ProbeKind::Startup) == Some(ProbeState::Success)

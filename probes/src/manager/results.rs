@@ -59,6 +59,13 @@ impl Results {
         slots[slot(kind)].replace(state) != Some(state)
     }
 
+    /// Forgets one result of a container instance.
+    pub(crate) fn remove(&mut self, container_id: &str, kind: ProbeKind) {
+        if let Some(slots) = self.map.get_mut(container_id) {
+            slots[slot(kind)] = None;
+        }
+    }
+
     /// Forgets every result of a container instance.
     pub(crate) fn remove_container(&mut self, container_id: &str) {
         self.map.remove(container_id);

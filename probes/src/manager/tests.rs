@@ -611,9 +611,29 @@ async fn stop_liveness_and_startup_keeps_readiness() {
     );
     assert_eq!(
         h.manager.liveness("c1"),
-        Some(ProbeState::Success),
-        "liveness no longer probed"
+        None,
+        "liveness no longer probed, its result forgotten"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_terminating_pod_counts_its_running_containers_started() {
+    let mut h = Harness::new();
+    h.add(vec![Container {
+        startup_probe: Some(exec_probe(0, 1, 1, 1)),
+        ..container("app")
+    }]);
+    h.start("app", "c1", Duration::ZERO);
+    h.reply("c1", Reply::Exit(1));
+    let update = h.next_update().await;
+    assert_eq!(
+        (update.kind, update.state),
+        (ProbeKind::Startup, ProbeState::Failure)
+    );
+    assert!(!h.manager.is_started(UID, "app", "c1"));
+    h.manager.stop_liveness_and_startup(UID);
+    assert!(h.manager.is_started(UID, "app", "c1"));
+    assert_eq!(h.manager.worker_count(), 0);
 }
 
 #[tokio::test(start_paused = true)]
