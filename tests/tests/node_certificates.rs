@@ -168,12 +168,18 @@ async fn a_node_joins_through_a_bootstrap_csr() {
         "{dn}"
     );
 
-    // While nobody approves: no Node, and /healthz says what keelson waits for.
-    let waiting = health_check(&node).expect_err("not healthy while waiting");
-    assert!(
-        waiting.contains(&name) && waiting.contains("approved and issued"),
-        "{waiting}"
-    );
+    // While nobody approves: no Node, and /healthz says what keelson waits
+    // for (from the moment the request is created, which the API shows a
+    // moment earlier).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting = health_check(&node).expect_err("not healthy while waiting");
+        if waiting.contains(&name) && waiting.contains("approved and issued") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{waiting}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(node.node().await.expect("read").is_none());
     assert!(!dir.join("kubelet.conf").exists());
 

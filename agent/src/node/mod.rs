@@ -168,6 +168,11 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
             .runtime_down_after
             .unwrap_or(status::runtime::MAX_WAIT_FOR_CONTAINER_RUNTIME),
     );
+    // kubelet registers the PLEG check when it is built, before the runtime
+    // is up (pkg/kubelet/kubelet.go `addHealthCheck("PLEG", ...)`): the node
+    // is not Ready until the PLEG has relisted once. The pod lifecycle
+    // replaces this with its PLEG's own check when it starts.
+    runtime.add_health_check("PLEG", || Err(pods::pleg::NOT_YET_SUCCESSFUL.to_string()));
     let host: Arc<dyn Host> = overrides
         .host
         .clone()

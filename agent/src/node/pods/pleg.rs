@@ -163,7 +163,7 @@ impl PlegHealth {
     /// when the last relist is older than the threshold.
     pub fn check(&self) -> Result<(), String> {
         let Some(last) = self.lock().last_relist else {
-            return Err("pleg has yet to be successful".to_string());
+            return Err(NOT_YET_SUCCESSFUL.to_string());
         };
         let elapsed = last.elapsed();
         if elapsed > RELIST_THRESHOLD {
@@ -189,6 +189,9 @@ impl PlegHealth {
         self.lock().last_relist = Some(at);
     }
 }
+
+/// kubelet's PLEG health error before the first relist.
+pub const NOT_YET_SUCCESSFUL: &str = "pleg has yet to be successful";
 
 /// The PLEG.
 pub struct Pleg {
