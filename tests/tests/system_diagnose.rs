@@ -919,7 +919,7 @@ async fn diagnose_reads_the_socket_lb_maps_back_and_probes_udp() {
         .stderr(std::process::Stdio::inherit())
         .spawn()
         .expect("keelson runs");
-    let _keelson = Process(child);
+    let keelson = Process(child);
 
     let d = Diagnose {
         netns: lab.node_path(),
@@ -1065,5 +1065,27 @@ async fn diagnose_reads_the_socket_lb_maps_back_and_probes_udp() {
     assert!(
         !bpftool("lookup").status.success(),
         "diagnose must not repair the maps"
+    );
+
+    // --- keelson stopped: the pinned links keep the programs on the
+    // pinned maps, and diagnose still reads them.
+    drop(keelson);
+    let (code, r) = d
+        .report("daemon-down-maps", &["service", "default/echo"])
+        .await;
+    assert!(!r.daemon.running, "{:?}", r.daemon);
+    assert_broken_at(
+        "daemon down, tampered maps",
+        code,
+        &r,
+        "dataPlane",
+        &[
+            &format!("{vip}:53/UDP missing from map kl_services"),
+            "no running keelson proxy keeps these tables and maps",
+        ],
+    );
+    assert_eq!(
+        part(&r, "dataPlane", "http 80/TCP (IPv4) socket LB").status,
+        Mark::Ok
     );
 }
