@@ -8,8 +8,11 @@
 //! Each scenario checks that diagnose names the broken link and shows the
 //! evidence; every request diagnose sends to the API server is a GET (it is
 //! read-only), and the tampered nftables table is still tampered after it
-//! ran. With `KEELSON_DIAGNOSE_DOCS=DIR` the text output of each scenario
-//! is written to `DIR/<scenario>.txt` (docs/diagnose.md shows them).
+//! ran. A second test does the same for the eBPF data plane (the socket
+//! LB's maps read back, one deleted behind keelson's back) and UDP probes,
+//! on the proxy lab with `keelson run --proxy-only`. With
+//! `KEELSON_DIAGNOSE_DOCS=DIR` the text output of each scenario is written
+//! to `DIR/<scenario>.txt` (docs/diagnose.md shows them).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -43,11 +46,25 @@ struct Diagnose {
     bin: PathBuf,
     config: PathBuf,
     docs: Option<PathBuf>,
+    /// A cgroup v2 directory diagnose runs in (where the socket LB
+    /// translates its sockets, as on a node whose root cgroup it serves).
+    cgroup: Option<PathBuf>,
 }
 
 impl Diagnose {
     async fn raw(&self, args: &[&str]) -> (i32, String, String) {
-        let mut cmd = std::process::Command::new("nsenter");
+        let mut cmd = match &self.cgroup {
+            // The shell moves itself into the cgroup, then becomes nsenter.
+            Some(cg) => {
+                let mut c = std::process::Command::new("sh");
+                c.arg("-c")
+                    .arg("echo $$ > \"$0\" && exec \"$@\"")
+                    .arg(cg.join("cgroup.procs"))
+                    .arg("nsenter");
+                c
+            }
+            None => std::process::Command::new("nsenter"),
+        };
         cmd.arg(format!("--net={}", self.netns.display()))
             .arg("--")
             .arg(&self.bin)
@@ -266,6 +283,7 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
         bin: keelson_bin().unwrap(),
         config: node.dir().join("config.yaml"),
         docs: std::env::var_os("KEELSON_DIAGNOSE_DOCS").map(PathBuf::from),
+        cgroup: None,
     };
     let nodes: Api<Node> = Api::all(w.admin.clone());
     wait_for(
@@ -767,5 +785,330 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
             "missing from table ip keelson",
             "no running keelson proxy keeps this table",
         ],
+    );
+}
+
+/// Kills the keelson process (by PID) when the test ends, also on failure.
+struct Process(std::process::Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `bpftool map ... key hex` words of a `kl_services` key (the layout of
+/// `ebpf/src/sock_lb.h`: address in 16 bytes, port in network order,
+/// protocol, family).
+fn svc_key_hex(vip: std::net::Ipv4Addr, port: u16, proto: u8) -> Vec<String> {
+    let mut key = [0u8; 20];
+    key[..4].copy_from_slice(&vip.octets());
+    key[16..18].copy_from_slice(&port.to_be_bytes());
+    key[18] = proto;
+    key[19] = 2;
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The eBPF data plane (`proxy.mode: ebpf`): the real `keelson run
+/// --proxy-only` in the proxy lab's node namespace, socket LB attached to a
+/// cgroup the test creates (diagnose runs in it, as every process of a node
+/// does in the default root cgroup), pins on a private bpffs. Diagnose reads
+/// the maps back: healthy, then with an entry deleted behind keelson's back.
+/// `--probe` sends UDP datagrams to a Service whose endpoints answer (the
+/// lab's pods) and to one whose endpoint reads nothing (no reply: a warning,
+/// not a failure).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diagnose_reads_the_socket_lb_maps_back_and_probes_udp() {
+    use keelson_netplane::fixtures::ServiceBuilder;
+    use keelson_tests::ebpf_env::{TestBpffs, TestCgroup};
+    use keelson_tests::proxy_cases::{
+        CLUSTER_CIDR, Lab, NODE_IP, NODE_NAME, OTHER_NODE, TCP_PORT, UDP_PORT, pod_ip,
+    };
+    use keelson_tests::testapi::{TestApiOptions, TestApiServer};
+
+    if !require_root("diagnose_reads_the_socket_lb_maps_back_and_probes_udp") {
+        return;
+    }
+    let cgroup = TestCgroup::new("diag-ebpf");
+    let bpffs = TestBpffs::new(&cgroup.path);
+    let lab = Lab::new(2).await.expect("lab");
+    // Pod 0 also has a UDP socket that reads nothing.
+    let quiet_port = 5454;
+    let _quiet = lab.pods[0]
+        .ns
+        .udp_socket(format!("0.0.0.0:{quiet_port}").parse().unwrap())
+        .expect("quiet socket");
+    let api = TestApiServer::start(TestApiOptions {
+        service_cidr: "10.96.0.0/16".into(),
+        ..TestApiOptions::default()
+    })
+    .await
+    .expect("test API server");
+    let listener = lab
+        .node
+        .tcp_listener("127.0.0.1:6443".parse().unwrap())
+        .expect("listener in node netns");
+    api.serve_listener(listener);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig_with_server(&kubeconfig, "http://127.0.0.1:6443", None)
+        .expect("kubeconfig");
+    let config = dir.path().join("keelson.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: keelson.dev/v1alpha1\nkind: KeelsonConfiguration\nnodeName: {NODE_NAME}\n\
+             healthzBindAddress: 127.0.0.1:10248\nmetricsBindAddress: 127.0.0.1:10249\n\
+             diagnoseSocket: {}\n\
+             proxy:\n  mode: ebpf\n  clusterCIDR: {CLUSTER_CIDR}\n  minSyncPeriod: 0s\n\
+             \x20 syncPeriod: 1h\n  healthzBindAddress: 0.0.0.0:10256\n\
+             \x20 clientConnection:\n    kubeconfig: {}\n\
+             \x20 ebpf:\n    cgroupPath: {}\n    bpffsPath: {}\n",
+            dir.path().join("diagnose.sock").display(),
+            kubeconfig.display(),
+            cgroup.path.display(),
+            bpffs.config.bpffs_path.display(),
+        ),
+    )
+    .expect("config");
+
+    let client = api.client().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes
+        .create(
+            &PostParams::default(),
+            &Node {
+                metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: Some(NODE_NAME.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("node");
+    let mut with_status = node.clone();
+    with_status.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+        addresses: Some(vec![k8s_openapi::api::core::v1::NodeAddress {
+            type_: "InternalIP".into(),
+            address: NODE_IP.into(),
+        }]),
+        ..Default::default()
+    });
+    nodes
+        .replace_status(NODE_NAME, &PostParams::default(), &with_status)
+        .await
+        .expect("node status");
+    let vip = std::net::Ipv4Addr::new(10, 96, 0, 53);
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+    services
+        .create(
+            &PostParams::default(),
+            &ServiceBuilder::new("default", "echo")
+                .cluster_ip(&vip.to_string())
+                .port("http", Protocol::Tcp, 80)
+                .port("dns", Protocol::Udp, 53)
+                .port("quiet", Protocol::Udp, 54)
+                .build(),
+        )
+        .await
+        .expect("service");
+    let mut answering = SliceBuilder::new("default", "echo", "echo-1", "IPv4")
+        .port("http", Protocol::Tcp, TCP_PORT)
+        .port("dns", Protocol::Udp, UDP_PORT);
+    for i in 0..2 {
+        answering =
+            answering.endpoint(EndpointSpec::ready(&pod_ip(i).to_string()).node(OTHER_NODE));
+    }
+    let quiet = SliceBuilder::new("default", "echo", "echo-2", "IPv4")
+        .port("quiet", Protocol::Udp, quiet_port)
+        .endpoint(EndpointSpec::ready(&pod_ip(0).to_string()).node(OTHER_NODE));
+    for s in [answering.build(), quiet.build()] {
+        slices
+            .create(&PostParams::default(), &s)
+            .await
+            .expect("slice");
+    }
+
+    let bin = keelson_bin().expect("keelson binary");
+    let child = lab
+        .node
+        .command(&bin.to_string_lossy())
+        .args(["run", "--proxy-only", "--config"])
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("keelson runs");
+    let keelson = Process(child);
+
+    let d = Diagnose {
+        netns: lab.node_path(),
+        knobs: api.knobs().clone(),
+        bin,
+        config,
+        docs: std::env::var_os("KEELSON_DIAGNOSE_DOCS").map(PathBuf::from),
+        cgroup: Some(cgroup.path.clone()),
+    };
+    // --- Healthy: every map entry as the model renders it; the ClusterIP
+    // and the endpoints answer TCP and UDP; the quiet port gets no reply.
+    let part = |r: &Report, id: &str, name: &str| {
+        link(r, id)
+            .parts
+            .iter()
+            .find(|p| p.name == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no part {name} in {id}: {:?}", link(r, id)))
+    };
+    let healthy = wait_for(
+        "echo programmed in the socket LB",
+        T,
+        Duration::from_millis(500),
+        || async {
+            let (code, r) = d
+                .report(
+                    "service-ebpf-probe",
+                    &["service", "default/echo", "--probe"],
+                )
+                .await;
+            if code == 0
+                && link(&r, "dataPlane").status == Mark::Ok
+                && link(&r, "probe").parts.iter().any(|p| p.status == Mark::Ok)
+            {
+                Ok(r)
+            } else {
+                Err(serde_json::to_string(&r).unwrap())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let dump = serde_json::to_string_pretty(&healthy).unwrap();
+    let plane = link(&healthy, "dataPlane");
+    assert!(
+        plane.evidence.iter().any(|e| e == "proxy mode: ebpf"),
+        "{dump}"
+    );
+    for (name, entries) in [
+        ("http 80/TCP (IPv4) socket LB", "5 map entries"),
+        ("dns 53/UDP (IPv4) socket LB", "5 map entries"),
+        ("quiet 54/UDP (IPv4) socket LB", "3 map entries"),
+    ] {
+        let p = part(&healthy, "dataPlane", name);
+        assert_eq!(p.status, Mark::Ok, "{dump}");
+        assert!(p.summary.contains(entries), "{name}: {}\n{dump}", p.summary);
+    }
+    assert_eq!(
+        part(&healthy, "dataPlane", "ClusterIP socket LB").summary,
+        format!("kl_services holds no other port of {vip}")
+    );
+    let dns = part(&healthy, "probe", "dns 53/UDP (IPv4)");
+    assert_eq!(dns.status, Mark::Ok, "{dump}");
+    assert!(
+        dns.summary
+            .starts_with(&format!("ClusterIP {vip}:53: replied in")),
+        "{dump}"
+    );
+    for i in 0..2 {
+        let line = format!("endpoint {}:{UDP_PORT}: replied in", pod_ip(i));
+        assert!(dns.evidence.iter().any(|e| e.starts_with(&line)), "{dump}");
+    }
+    let http = part(&healthy, "probe", "http 80/TCP (IPv4)");
+    assert_eq!(http.status, Mark::Ok, "{dump}");
+    assert!(http.summary.contains("connected in"), "{dump}");
+    let quiet = part(&healthy, "probe", "quiet 54/UDP (IPv4)");
+    assert_eq!(quiet.status, Mark::Warning, "{dump}");
+    assert!(
+        quiet.summary.contains("no reply within 3s")
+            && quiet.summary.contains("not a verdict on the data plane"),
+        "{dump}"
+    );
+    assert_eq!(link(&healthy, "probe").status, Mark::Warning, "{dump}");
+    // The ClusterIP probes were translated by socket LB (diagnose runs in
+    // the attached cgroup), not by nftables.
+    let revnat = keelson_netplane::ebpf::pinned_revnat_entries(&bpffs.config).expect("kl_revnat");
+    for port in [80, 53] {
+        let service = std::net::SocketAddr::from((vip, port));
+        assert!(
+            revnat.iter().any(|e| e.service == service),
+            "{service} not translated by socket LB: {revnat:?}"
+        );
+    }
+
+    // --- A tampered map: the dns port's service entry is deleted behind
+    // keelson's back (its periodic verification is an hour away).
+    let pin = bpffs.config.bpffs_path.join("maps/kl_services");
+    let key = svc_key_hex(vip, 53, 17);
+    let bpftool = |verb: &str| {
+        let mut args = vec!["map", verb, "pinned"];
+        let pin = pin.to_string_lossy().into_owned();
+        args.push(&pin);
+        args.push("key");
+        args.push("hex");
+        args.extend(key.iter().map(String::as_str));
+        std::process::Command::new("bpftool")
+            .args(&args)
+            .output()
+            .expect("bpftool runs")
+    };
+    assert!(bpftool("lookup").status.success(), "the entry is there");
+    let deleted = bpftool("delete");
+    assert!(
+        deleted.status.success(),
+        "bpftool delete: {}",
+        String::from_utf8_lossy(&deleted.stderr)
+    );
+    let (code, r) = d
+        .report("tampered-maps", &["service", "default/echo"])
+        .await;
+    assert_broken_at(
+        "tampered maps",
+        code,
+        &r,
+        "dataPlane",
+        &[
+            &format!(
+                "{vip}:53/UDP missing from map kl_services (the model wants 2 backend(s), no affinity)"
+            ),
+            "the kernel's rules or socket-LB maps differ from the model",
+            "something changed keelson's tables or maps",
+        ],
+    );
+    let dns = part(&r, "dataPlane", "dns 53/UDP (IPv4) socket LB");
+    assert_eq!(dns.status, Mark::Failed);
+    assert_eq!(
+        part(&r, "dataPlane", "http 80/TCP (IPv4) socket LB").status,
+        Mark::Ok
+    );
+    // The nftables part of the data plane is untouched.
+    assert_eq!(part(&r, "dataPlane", "dns 53/UDP (IPv4)").status, Mark::Ok);
+    // Diagnose changed nothing: the entry is still gone.
+    assert!(
+        !bpftool("lookup").status.success(),
+        "diagnose must not repair the maps"
+    );
+
+    // --- keelson stopped: the pinned links keep the programs on the
+    // pinned maps, and diagnose still reads them.
+    drop(keelson);
+    let (code, r) = d
+        .report("daemon-down-maps", &["service", "default/echo"])
+        .await;
+    assert!(!r.daemon.running, "{:?}", r.daemon);
+    assert_broken_at(
+        "daemon down, tampered maps",
+        code,
+        &r,
+        "dataPlane",
+        &[
+            &format!("{vip}:53/UDP missing from map kl_services"),
+            "no running keelson proxy keeps these tables and maps",
+        ],
+    );
+    assert_eq!(
+        part(&r, "dataPlane", "http 80/TCP (IPv4) socket LB").status,
+        Mark::Ok
     );
 }

@@ -7,14 +7,16 @@
 //! - `keelson diagnose node`: runtime, CNI, pressure, API server, Lease,
 //!   client certificate, clock, cgroup driver, Ready ([`node`]);
 //! - `keelson diagnose service NS/NAME[:PORT]`: the Service, its
-//!   endpoints, this node's choice, the kernel's rules against the model,
-//!   conntrack, and with `--probe` real connections ([`service`]).
+//!   endpoints, this node's choice, the kernel's rules (and in eBPF mode
+//!   the socket LB's maps, [`socket_lb`]) against the model, conntrack,
+//!   and with `--probe` real connections and UDP datagrams ([`service`],
+//!   [`probe`]).
 //!
 //! Sources: the API server (get and list only, [`api`]), the running
 //! daemon's state on its Unix socket when it answers ([`daemon`]; the
 //! daemon side is [`crate::introspection`]), the container runtime (CRI
 //! List/Status calls, [`runtime`]), the kernel (nftables and conntrack
-//! over netlink, reads only). Output: text ([`render`]) or the JSON of
+//! over netlink, the socket LB's pinned BPF maps; reads only). Output: text ([`render`]) or the JSON of
 //! [`report`] (`-o json`, documented in docs/diagnose.md).
 
 pub mod api;
@@ -25,10 +27,12 @@ pub mod history;
 pub mod logs;
 pub mod node;
 pub mod pod;
+pub mod probe;
 pub mod render;
 pub mod report;
 pub mod runtime;
 pub mod service;
+pub mod socket_lb;
 pub mod thresholds;
 pub mod words;
 
@@ -70,8 +74,10 @@ pub enum What {
     Service {
         /// NAMESPACE/NAME, optionally `:PORT` (a port name or number).
         name: String,
-        /// Also connect from this node to the ClusterIP and to each
-        /// endpoint (TCP; one connection each, at most 16 endpoints).
+        /// Also probe from this node the ClusterIP and each endpoint
+        /// (at most 16): a TCP connection, or for UDP one datagram and its
+        /// reply (silence shows as "no reply", not as a failure); SCTP
+        /// is not probed.
         #[arg(long)]
         probe: bool,
     },

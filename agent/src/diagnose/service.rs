@@ -4,13 +4,14 @@
 //! node's policy picks and why the others are left out (kube-proxy's
 //! `CategorizeEndpoints`, the same code the proxy role runs), whether the
 //! kernel holds exactly what the model renders (nftables objects read back
-//! over netlink), the conntrack entries of its addresses and, with
-//! `--probe`, real connections from this node.
+//! over netlink; in `proxy.mode: ebpf` also the socket LB's map entries,
+//! [`super::socket_lb`]), the conntrack entries of its addresses and, with
+//! `--probe`, real connections and datagrams from this node
+//! ([`super::probe`]).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -28,11 +29,6 @@ use super::context::Context;
 use super::history::{self, Subject};
 use super::report::{Link, Mark, Part, Report, Target, cut_after_failure};
 use crate::introspection::types::ServiceState;
-
-/// Endpoints probed at most with `--probe`.
-pub const MAX_PROBED_ENDPOINTS: usize = 16;
-/// Connect timeout of a probe.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// One service port of one family, with everything this node decides for it.
 struct PortModel {
@@ -200,10 +196,15 @@ pub async fn diagnose(
             &node_ips,
             &families,
             daemon.as_ref(),
+            port.is_none(),
         ));
         links.push(conntrack_link(&models));
         if ctx.probe {
-            links.push(probe_link(&models).await);
+            let ports: Vec<(String, &ServicePortState)> = models
+                .iter()
+                .map(|m| (port_label(&m.state), &m.state))
+                .collect();
+            links.push(super::probe::link(&ports).await);
         }
     }
     cut_after_failure(&mut links, &["conntrack", "probe"]);
@@ -630,6 +631,7 @@ fn data_plane_link(
     node_ips: &BTreeMap<IpFamily, IpAddr>,
     families: &[IpFamily],
     daemon: Option<&ServiceState>,
+    whole_service: bool,
 ) -> Link {
     const T: &str = "Data plane";
     let cfg = &ctx.config.proxy;
@@ -709,30 +711,60 @@ fn data_plane_link(
             }),
         }
     }
+    let ebpf = (mode == "ebpf").then(|| crate::proxy::ebpf_config(cfg));
+    let mut entries = 0;
+    if let Some(ebpf) = &ebpf {
+        let ports: Vec<(String, &ServicePortState)> = models
+            .iter()
+            .map(|m| (port_label(&m.state), &m.state))
+            .collect();
+        let (lb_parts, n) = super::socket_lb::parts(ebpf, &ports, whole_service);
+        parts.extend(lb_parts);
+        entries = n;
+    }
     let worst = Link::worst_part(&parts);
     let mut link = Link::new(
         "dataPlane",
         T,
         worst,
         match worst {
+            Mark::Ok if ebpf.is_some() => format!(
+                "nftables table {} holds the {objects} object(s) and the socket-LB maps the {entries} entries the model renders",
+                nft.table
+            ),
             Mark::Ok => format!(
                 "nftables table {} holds the {objects} object(s) the model renders",
                 nft.table
             ),
+            Mark::Failed if ebpf.is_some() => {
+                "the kernel's rules or socket-LB maps differ from the model".to_string()
+            }
             Mark::Failed => "the kernel's rules differ from the model".to_string(),
             _ => "the kernel's rules could not be compared".to_string(),
         },
     );
     link.evidence.push(format!("proxy mode: {mode}"));
-    if mode == "ebpf" {
-        link.evidence.push(
-            "eBPF mode: the nftables rules (north-south traffic, and ClusterIP traffic not seen by socket LB) are compared; the socket LB maps are not".to_string(),
-        );
+    if let Some(ebpf) = &ebpf {
+        link.evidence.push(super::socket_lb::mode_evidence(ebpf));
     }
     if worst == Mark::Failed {
+        let what = if ebpf.is_some() {
+            "keelson's tables or maps"
+        } else {
+            "keelson's tables"
+        };
+        let owner = if ebpf.is_some() {
+            "these tables and maps"
+        } else {
+            "this table"
+        };
         link.next = Some(match daemon.filter(|d| d.proxy_role) {
-            Some(_) => "something changed keelson's tables: the next periodic sync (proxy.syncPeriod) rewrites them, or restart keelson".to_string(),
-            None => "no running keelson proxy keeps this table: start keelson (or the proxy that owns this node)".to_string(),
+            Some(_) => format!(
+                "something changed {what}: the next periodic sync (proxy.syncPeriod) rewrites them, or restart keelson"
+            ),
+            None => format!(
+                "no running keelson proxy keeps {owner}: start keelson (or the proxy that owns this node)"
+            ),
         });
     }
     link.parts = parts;
@@ -836,74 +868,6 @@ fn conntrack_link(models: &[PortModel]) -> Link {
             format!("{total} port(s), no stale UDP entries")
         } else {
             "stale UDP entries".to_string()
-        },
-    );
-    link.parts = parts;
-    link
-}
-
-async fn connect(addr: SocketAddr) -> Result<Duration, String> {
-    let start = Instant::now();
-    match tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(addr)).await {
-        Ok(Ok(_)) => Ok(start.elapsed()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
-    }
-}
-
-async fn probe_link(models: &[PortModel]) -> Link {
-    const T: &str = "Connections";
-    let mut parts = Vec::new();
-    for m in models {
-        let s = &m.state;
-        if s.info.protocol != Protocol::Tcp {
-            parts.push(Part {
-                name: port_label(s),
-                status: Mark::NotReached,
-                summary: format!("{} has no handshake to probe", s.info.protocol.as_k8s()),
-                evidence: Vec::new(),
-            });
-            continue;
-        }
-        let vip = SocketAddr::new(s.info.cluster_ip, s.info.port);
-        let mut evidence = Vec::new();
-        let vip_result = connect(vip).await;
-        for e in s.endpoints.iter().take(MAX_PROBED_ENDPOINTS) {
-            let r = connect(e.addr()).await;
-            evidence.push(match r {
-                Ok(d) => format!(
-                    "endpoint {}: connected in {:.1} ms",
-                    e.addr(),
-                    d.as_secs_f64() * 1000.0
-                ),
-                Err(err) => format!("endpoint {}: {err}", e.addr()),
-            });
-        }
-        let (status, summary) = match vip_result {
-            Ok(d) => (
-                Mark::Ok,
-                format!(
-                    "ClusterIP {vip}: connected in {:.1} ms",
-                    d.as_secs_f64() * 1000.0
-                ),
-            ),
-            Err(err) => (Mark::Failed, format!("ClusterIP {vip}: {err}")),
-        };
-        parts.push(Part {
-            name: port_label(s),
-            status,
-            summary,
-            evidence,
-        });
-    }
-    let worst = Link::worst_part(&parts);
-    let mut link = Link::new(
-        "probe",
-        T,
-        worst,
-        match parts.iter().find(|p| p.status == Mark::Failed) {
-            Some(p) => p.summary.clone(),
-            None => "the ClusterIP answers from this node".to_string(),
         },
     );
     link.parts = parts;

@@ -88,6 +88,15 @@ pub(crate) fn nftables_config(
     })
 }
 
+/// The socket LB's settings from `proxy.ebpf` (where it attaches and pins;
+/// also where `keelson diagnose` reads its maps).
+pub(crate) fn ebpf_config(cfg: &ProxyConfig) -> NetplaneEbpfConfig {
+    NetplaneEbpfConfig {
+        cgroup_path: cfg.ebpf.cgroup_path.clone(),
+        bpffs_path: cfg.ebpf.bpffs_path.clone(),
+    }
+}
+
 fn open_backend(cfg: &ProxyConfig, nft: NftablesConfig) -> Result<Box<dyn Backend>, ProxyError> {
     let nftables = |nft| -> Result<Box<dyn Backend>, ProxyError> {
         NftablesBackend::new(nft)
@@ -100,10 +109,7 @@ fn open_backend(cfg: &ProxyConfig, nft: NftablesConfig) -> Result<Box<dyn Backen
     match cfg.mode {
         ProxyMode::Nftables => nftables(nft),
         ProxyMode::Ebpf => {
-            let ebpf = NetplaneEbpfConfig {
-                cgroup_path: cfg.ebpf.cgroup_path.clone(),
-                bpffs_path: cfg.ebpf.bpffs_path.clone(),
-            };
+            let ebpf = ebpf_config(cfg);
             if let Err(e) = check_support(&ebpf) {
                 if cfg.ebpf.fallback_to_nftables {
                     tracing::warn!(error = %e, "eBPF socket LB unsupported here; using the nftables data plane (proxy.ebpf.fallbackToNftables)");
@@ -145,11 +151,7 @@ pub fn cleanup(cfg: &ProxyConfig) -> Result<(), ProxyError> {
     };
     let mut backend = NftablesBackend::new(nft).map_err(nft_err)?;
     backend.cleanup().map_err(nft_err)?;
-    keelson_netplane::ebpf::cleanup(&NetplaneEbpfConfig {
-        cgroup_path: cfg.ebpf.cgroup_path.clone(),
-        bpffs_path: cfg.ebpf.bpffs_path.clone(),
-    })
-    .map_err(|e| ProxyError::DataPlane {
+    keelson_netplane::ebpf::cleanup(&ebpf_config(cfg)).map_err(|e| ProxyError::DataPlane {
         mode: "ebpf",
         message: format!("removing the pinned programs and maps: {e}"),
     })

@@ -665,6 +665,29 @@ pub fn pinned_revnat_entries(config: &EbpfConfig) -> Result<Vec<RevNatEntry>, Eb
         .collect())
 }
 
+/// The Service maps (`kl_services`, `kl_backends`, `kl_members`) pinned
+/// under `<bpffs_path>/maps`, opened for reading what the programs use
+/// (diagnosis, see [`super::inspect`]; works while keelson is stopped,
+/// since the pinned links keep the programs on these maps). Nothing is
+/// written through it by diagnose.
+pub fn pinned_service_maps(config: &EbpfConfig) -> Result<KernelMaps, EbpfError> {
+    let open = |name: &str| {
+        let path = config.maps_dir().join(name);
+        MapData::from_pin(&path)
+            .map_err(|e| EbpfError::bpf(format!("opening {}", path.display()), e))
+    };
+    Ok(KernelMaps::new(
+        open("kl_services")?,
+        open("kl_backends")?,
+        open("kl_members")?,
+    )?)
+}
+
+/// Where the Service maps of `config` are pinned (for messages).
+pub fn service_maps_dir(config: &EbpfConfig) -> PathBuf {
+    config.maps_dir()
+}
+
 /// Ids of every BPF link that exists in the kernel now (a detached and
 /// released link disappears from it).
 pub fn live_link_ids() -> BTreeSet<u32> {

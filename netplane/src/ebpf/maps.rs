@@ -67,6 +67,8 @@ pub trait LbMaps {
     fn delete(&mut self, map: LbMap, key: &[u8]) -> Result<(), MapsError>;
     /// Every entry of the map (used at start and after an error only).
     fn dump(&self, map: LbMap) -> Result<RawEntries, MapsError>;
+    /// One entry's value; `None` when the key is not in the map.
+    fn get(&self, map: LbMap, key: &[u8]) -> Result<Option<Vec<u8>>, MapsError>;
 }
 
 /// The pinned kernel maps, opened through aya.
@@ -184,6 +186,28 @@ impl LbMaps for KernelMaps {
             LbMap::Members => collect(map, &self.members, |v| vec![*v]),
         }
     }
+
+    fn get(&self, map: LbMap, key: &[u8]) -> Result<Option<Vec<u8>>, MapsError> {
+        let r = match map {
+            LbMap::Services => self
+                .services
+                .get(&fixed(map, "get", key)?, 0)
+                .map(|v| v.to_vec()),
+            LbMap::Backends => self
+                .backends
+                .get(&fixed(map, "get", key)?, 0)
+                .map(|v| v.to_vec()),
+            LbMap::Members => self
+                .members
+                .get(&fixed(map, "get", key)?, 0)
+                .map(|v| vec![v]),
+        };
+        match r {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(kernel_err(map, "get", &e)),
+        }
+    }
 }
 
 /// In-memory maps for unit tests; counts operations and fails on demand.
@@ -251,5 +275,9 @@ impl LbMaps for FakeMaps {
             .get(&map)
             .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
             .unwrap_or_default())
+    }
+
+    fn get(&self, map: LbMap, key: &[u8]) -> Result<Option<Vec<u8>>, MapsError> {
+        Ok(self.entries.get(&map).and_then(|m| m.get(key)).cloned())
     }
 }

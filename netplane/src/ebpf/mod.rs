@@ -16,6 +16,9 @@
 //!   LB + the nftables backend for north-south).
 //! - [`SocketLb`]: the socket LB alone (start, apply, diagnostics).
 //! - [`cleanup`]: detach and unpin everything (`keelson` uninstall).
+//! - [`inspect`]: read one service port's entries back and compare them
+//!   with the model (`keelson diagnose service`), from
+//!   [`pinned_service_maps`].
 //!
 //! Which path serves what is written down in DESIGN.md ("eBPF data plane").
 
@@ -24,6 +27,7 @@
 mod backend;
 mod error;
 mod fs;
+pub mod inspect;
 mod layout;
 mod lb;
 mod maps;
@@ -41,9 +45,9 @@ pub use layout::{
 };
 pub use lb::{
     EbpfConfig, MIN_KERNEL, PinnedLinkInfo, SocketLb, check_support, cleanup, live_link_ids,
-    pinned_links, pinned_revnat_entries, pins_in_use,
+    pinned_links, pinned_revnat_entries, pinned_service_maps, pins_in_use, service_maps_dir,
 };
-pub use maps::{FakeMaps, LbMap, LbMaps, MapsError};
+pub use maps::{FakeMaps, KernelMaps, LbMap, LbMaps, MapsError};
 pub use pinlock::PIN_LOCK_WAIT;
 pub use render::{changes_of, desired_of, frontend_of, service_of};
 pub use sizes::{MIN_SIZES, MapSizes};
