@@ -270,28 +270,39 @@ async fn kubectl_logs_and_stats_through_the_api_server() {
         "{out:?}"
     );
 
-    // Stats and resource metrics through nodes/proxy.
+    // Stats and resource metrics through nodes/proxy. The summary is the
+    // last housekeeping round's: the pod is in it once a round has run
+    // after it started.
     let path = format!("/api/v1/nodes/{}/proxy/stats/summary", node.node_name);
-    let out = kubectl(&kc, &["get", "--raw", &path], None, T)
-        .await
-        .unwrap();
-    assert!(
-        out.ok,
-        "{out:?} {:?}",
-        node.api
-            .knobs()
-            .requests()
-            .iter()
-            .filter(|r| r.path.contains("proxy"))
-            .map(|r| (r.path.clone(), r.status))
-            .collect::<Vec<_>>()
-    );
-    let s: Value = serde_json::from_str(&out.stdout).unwrap();
-    let pods_stats = s["pods"].as_array().unwrap();
-    assert!(
-        pods_stats.iter().any(|p| p["podRef"]["name"] == "talker"),
-        "{s}"
-    );
+    wait_for(
+        "talker in the stats summary",
+        T,
+        Duration::from_millis(500),
+        || async {
+            let out = kubectl(&kc, &["get", "--raw", &path], None, T)
+                .await
+                .map_err(|e| e.to_string())?;
+            if !out.ok {
+                return Err(format!(
+                    "{out:?} {:?}",
+                    node.api
+                        .knobs()
+                        .requests()
+                        .iter()
+                        .filter(|r| r.path.contains("proxy"))
+                        .map(|r| (r.path.clone(), r.status))
+                        .collect::<Vec<_>>()
+                ));
+            }
+            let s: Value = serde_json::from_str(&out.stdout).map_err(|e| e.to_string())?;
+            let found = s["pods"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["podRef"]["name"] == "talker"));
+            if found { Ok(()) } else { Err(s.to_string()) }
+        },
+    )
+    .await
+    .unwrap();
     let path = format!("/api/v1/nodes/{}/proxy/metrics/resource", node.node_name);
     let out = kubectl(&kc, &["get", "--raw", &path], None, T)
         .await

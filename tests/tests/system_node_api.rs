@@ -342,21 +342,43 @@ async fn system_kubectl_exec_attach_port_forward_and_stats() {
             .parse()
             .unwrap()
     };
+    // The summary serves the last housekeeping round: wait for a round
+    // whose pod CPU sample (`time`, whole seconds) is later than the
+    // second `before` was read in, so it was read after `before`.
     let before = read_cpu();
+    let before_second = jiff::Timestamp::now().as_second();
     let path = format!("/api/v1/nodes/{}/proxy/stats/summary", w.node_name);
-    let out = kubectl(&kc, &["get", "--raw", &path], None, T)
-        .await
-        .unwrap();
+    let (s, web) = wait_for(
+        "a stats round sampled after the cgroup was read",
+        T,
+        Duration::from_millis(500),
+        || async {
+            let out = kubectl(&kc, &["get", "--raw", &path], None, T)
+                .await
+                .map_err(|e| e.to_string())?;
+            if !out.ok {
+                return Err(format!("{out:?}"));
+            }
+            let s: Value = serde_json::from_str(&out.stdout).map_err(|e| e.to_string())?;
+            let web = s["pods"]
+                .as_array()
+                .and_then(|p| p.iter().find(|p| p["podRef"]["name"] == "web"))
+                .cloned()
+                .ok_or_else(|| s.to_string())?;
+            let sampled = web["cpu"]["time"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .ok_or_else(|| web.to_string())?;
+            if sampled.as_second() > before_second {
+                Ok((s, web))
+            } else {
+                Err(format!("sampled at {sampled}"))
+            }
+        },
+    )
+    .await
+    .unwrap();
     let after = read_cpu();
-    assert!(out.ok, "{out:?}");
-    let s: Value = serde_json::from_str(&out.stdout).unwrap();
-    let web = s["pods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["podRef"]["name"] == "web")
-        .unwrap_or_else(|| panic!("{s}"))
-        .clone();
     let cpu = web["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap();
     assert!(
         before <= cpu && cpu <= after,

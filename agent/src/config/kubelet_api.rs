@@ -260,6 +260,12 @@ pub fn validate(n: &super::NodeConfig, errs: &mut Vec<FieldError>) {
             "must be a positive time duration greater than or equal to 3s",
         ));
     }
+    if n.housekeeping_interval.get() < crate::node::stats::cpu_rate::MIN_RATE_WINDOW {
+        errs.push(FieldError::new(
+            "node.housekeepingInterval",
+            "must be at least 1s (CPU rates are taken between samples at least 1s apart)",
+        ));
+    }
     match crate::quantity::Quantity::parse(&n.container_log_max_size) {
         Ok(q) if i64::try_from(q.value()).is_err() => errs.push(FieldError::new(
             "node.containerLogMaxSize",

@@ -196,6 +196,11 @@ pub struct NodeConfig {
     pub container_log_max_workers: i32,
     /// How often container log sizes are checked (`containerLogMonitorInterval`).
     pub container_log_monitor_interval: KubeDuration,
+    /// How often the node API's statistics are sampled: `/stats/summary`
+    /// and the resource metrics serve the latest sample (kubelet's
+    /// `--housekeeping-interval`, cAdvisor's housekeeping; no
+    /// KubeletConfiguration field).
+    pub housekeeping_interval: KubeDuration,
     /// Kubeconfig used to request the node's client certificate when
     /// `kubeconfig` is missing or its certificate expired (kubelet
     /// `--bootstrap-kubeconfig`). Empty: no TLS bootstrap.
@@ -301,6 +306,7 @@ impl Default for NodeConfig {
             container_log_max_files: 5,
             container_log_max_workers: 1,
             container_log_monitor_interval: KubeDuration::from_secs(10),
+            housekeeping_interval: KubeDuration::from_secs(10),
             bootstrap_kubeconfig: None,
             rotate_certificates: true,
             server_tls_bootstrap: false,

@@ -207,3 +207,18 @@ fn proxy_only_leaves_kubelets_health_port_alone() {
     let disabled = parse("healthzBindAddress: \"\"\n").expect("valid");
     assert_eq!(disabled.effective_healthz_bind_address(), Some(""));
 }
+
+#[test]
+fn housekeeping_interval_defaults_to_ten_seconds_and_is_at_least_one() {
+    assert_eq!(
+        Config::default().node.housekeeping_interval,
+        KubeDuration::from_secs(10)
+    );
+    let cfg = parse("node:\n  housekeepingInterval: 2s\n").expect("valid");
+    assert_eq!(cfg.node.housekeeping_interval, KubeDuration::from_secs(2));
+    let err = parse("node:\n  housekeepingInterval: 500ms\n").expect_err("too short");
+    assert_eq!(
+        err.field_paths(),
+        vec!["node.housekeepingInterval".to_string()]
+    );
+}

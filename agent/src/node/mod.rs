@@ -245,7 +245,7 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
     // The node API (kubelet's :10250), its statistics and log rotation.
     let pods_slot: server::PodsSlot = Default::default();
     {
-        let stats = stats::StatsProvider::new(
+        let provider = stats::StatsProvider::new(
             stats::StatsConfig {
                 node_name: ctx.node_name.clone(),
                 root_dir: n.root_dir.clone(),
@@ -256,6 +256,7 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
             },
             cri.clone(),
         );
+        let stats = stats::StatsCache::new(provider);
         let node_ips: Vec<std::net::IpAddr> =
             crate::node_ip::resolve(n.node_ip).into_iter().collect();
         server::start(
@@ -271,9 +272,10 @@ pub async fn run_with(ctx: RoleContext, overrides: NodeOverrides) -> Result<(), 
         )
         .await?;
         let stop = shutdown.clone();
+        let housekeeping = n.housekeeping_interval.get();
         tasks.spawn(async move {
-            stats.sample(stop).await;
-            "stats-sampler"
+            stats.run(housekeeping, stop).await;
+            "stats-housekeeping"
         });
         let rotation = logs::rotation::LogRotation::new(
             cri.clone(),

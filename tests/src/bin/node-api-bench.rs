@@ -272,9 +272,19 @@ async fn main() -> Result<()> {
     }
     wait_running(&pods, &names, Duration::from_secs(900)).await?;
     let mut s = node_conn(&ns, addr, &creds).await?;
-    // Warm the per-minute disk usage caches, as a scraper's first call does.
-    let r = get(&mut s, "/stats/summary").await?;
-    let _ = r.into_body().collect().await?;
+    // The summary is the last housekeeping round's: wait (at most a
+    // minute) for a round that saw every pod.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = get(&mut s, "/stats/summary").await?;
+        let b = r.into_body().collect().await?.to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&b)?;
+        let seen = v["pods"].as_array().map(Vec::len).unwrap_or(0);
+        if seen >= n_pods || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let mut times = Vec::new();
     let mut pods_seen = 0;
     for _ in 0..200 {

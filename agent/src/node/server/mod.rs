@@ -46,7 +46,7 @@ pub use serving_cert::ServingCertificate;
 
 use crate::config::kubelet_api::AuthorizationMode;
 use crate::node::pods::PodsHandle;
-use crate::node::stats::StatsProvider;
+use crate::node::stats::StatsCache;
 use crate::role::RoleContext;
 
 /// Why the node API could not start.
@@ -87,7 +87,7 @@ pub struct NodeApi {
     /// The pod lifecycle, once started.
     pub pods: PodsSlot,
     /// Node and pod statistics.
-    pub stats: Arc<StatsProvider>,
+    pub stats: Arc<StatsCache>,
     /// Request metrics.
     pub metrics: metrics::ServerMetrics,
     /// Authentication (`None` on the read-only port).
@@ -117,7 +117,7 @@ pub struct ServerDeps {
     /// The pod lifecycle slot.
     pub pods: PodsSlot,
     /// Statistics.
-    pub stats: Arc<StatsProvider>,
+    pub stats: Arc<StatsCache>,
     /// The node's addresses (self-signed serving certificate SANs).
     pub node_ips: Vec<IpAddr>,
     /// The node status (its `status.addresses`: the SANs requested with

@@ -24,8 +24,10 @@ pub async fn summary(api: &NodeApi, req: Request<Incoming>) -> Response<Body> {
         .map(|(_, v)| v)
         .collect();
     let only_cpu_and_memory = only.len() == 1 && only[0] == "true";
-    match api.stats.summary(only_cpu_and_memory).await {
-        Ok(s) => body::json(&s),
+    let snapshot = api.stats.current().await;
+    match &snapshot.summary {
+        Ok(s) if only_cpu_and_memory => body::json(&s.cpu_and_memory()),
+        Ok(s) => body::json(s),
         Err(e) => {
             tracing::error!(error = %e, request = "/stats/summary", "HTTP InternalServerError serving");
             body::text(
@@ -66,15 +68,15 @@ pub async fn metrics(api: &NodeApi, path: &str) -> Response<Body> {
             body::prometheus(render_families(&families))
         }
         "/metrics/resource" => {
-            let s = api.stats.summary(true).await;
-            if let Err(e) = &s {
+            let snapshot = api.stats.current().await;
+            if let Err(e) = &snapshot.summary {
                 tracing::error!(error = %e, "error getting summary for resourceMetric prometheus endpoint");
             }
-            body::prometheus(exposition::resource_metrics(s.as_ref().ok()))
+            body::prometheus(exposition::resource_metrics(snapshot.summary.as_ref().ok()))
         }
-        "/metrics/cadvisor" => match api.stats.summary(false).await {
-            Ok(s) => body::prometheus(exposition::cadvisor_metrics(&s)),
-            Err(e) => body::text(StatusCode::INTERNAL_SERVER_ERROR, e),
+        "/metrics/cadvisor" => match &api.stats.current().await.summary {
+            Ok(s) => body::prometheus(exposition::cadvisor_metrics(s)),
+            Err(e) => body::text(StatusCode::INTERNAL_SERVER_ERROR, e.clone()),
         },
         _ => body::not_found(),
     }

@@ -1,11 +1,15 @@
 //! Node and pod statistics for the node API: the Summary API
 //! (`/stats/summary`), `/metrics/resource` and `/metrics/cadvisor`, from
-//! cgroups, procfs, statvfs and CRI ([`provider`]), in kubelet's shapes
-//! ([`types`], [`exposition`]).
+//! cgroups, procfs, statvfs and CRI ([`provider`]), sampled every
+//! housekeeping interval into [`cache`] (requests read its snapshot), in
+//! kubelet's shapes ([`types`], [`exposition`]).
 
+pub mod cache;
 pub mod cgroup;
+pub mod cpu_rate;
 pub mod exposition;
 pub mod provider;
 pub mod types;
 
+pub use cache::StatsCache;
 pub use provider::{StatsConfig, StatsProvider};

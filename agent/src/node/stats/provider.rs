@@ -11,14 +11,17 @@
 //!   system container `pods`: the `kubepods` cgroup;
 //! - each pod with a ready sandbox (CRI): its pod cgroup
 //!   (`kubepods[/<qos>]/pod<uid>`), each running container's cgroup below
-//!   it (`<pod cgroup>/<container id>`, containerd's cgroupfs layout; CRI
-//!   ContainerStats when absent), the pod's network namespace through its
+//!   it (`<pod cgroup>/<container id>`, containerd's cgroupfs layout; the
+//!   runtime's ListContainerStats figures when absent), the pod's network namespace through its
 //!   first process, writable layers (CRI), log and volume usage (walked
 //!   like `du`, cached for a minute as kubelet's volume stats are).
 //!
-//! `usageNanoCores` is the rate between the two most recent samples (at
-//! least a second apart) of the cumulative usage, as cAdvisor computes it
-//! between housekeeping rounds; [`StatsProvider::sample`] runs every 10 s.
+//! [`StatsProvider::sample`] takes one sample of everything: the runtime's
+//! lists and figures over CRI first, then every file read (cgroups, procfs,
+//! statvfs, disk usage walks) on a blocking thread. The node API never calls
+//! it: [`super::cache::StatsCache`] does, once per housekeeping interval,
+//! and requests read its snapshot. `usageNanoCores` is the rate between two
+//! consecutive samples ([`super::cpu_rate`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::MetadataExt;
@@ -26,10 +29,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use futures::future::BoxFuture;
 use keelson_cri::{RuntimeClient, api};
 use tokio::time::Instant;
 
+use super::cache::Collect;
 use super::cgroup::{CgroupUsage, Layout, net_dev};
+use super::cpu_rate::CpuRates;
 use super::types::*;
 use crate::node::cgroups::{CgroupName, literal_name};
 use crate::node::eviction::host_stats::{du, loadavg_tasks, stat_value};
@@ -55,33 +61,14 @@ pub struct StatsConfig {
 
 /// How long walked disk usage is reused (kubelet's volume stats period).
 const DU_TTL: Duration = Duration::from_secs(60);
-/// How long the runtime's writable-layer and image filesystem figures and
-/// the pods' network counters are reused (cAdvisor's housekeeping period;
-/// kubelet serves its cached figures too). CPU and memory are read live.
-const SLOW_TTL: Duration = Duration::from_secs(10);
 
-/// Figures that cost a runtime round trip or a procfs walk per pod.
-#[derive(Default)]
-struct SlowFigures {
-    runtime: Option<(Instant, Arc<RuntimeFigures>)>,
-    network: HashMap<String, (Instant, Option<NetworkStats>)>,
-}
-
-/// Writable layers by container ID, and the image and container filesystems.
+/// What one round asks the runtime: writable layers and CPU/memory by
+/// container ID (ListContainerStats), and its filesystems (ImageFsInfo).
 #[derive(Default)]
 struct RuntimeFigures {
     writable: HashMap<String, DiskUsage>,
-    image_fs: Option<FsStats>,
-    container_fs: Option<FsStats>,
-}
-/// Shortest window for a CPU rate.
-const MIN_RATE_WINDOW: Duration = Duration::from_secs(1);
-
-#[derive(Debug, Clone, Copy)]
-struct CpuSample {
-    at: Instant,
-    usage: u64,
-    rate: Option<u64>,
+    usage: HashMap<String, api::ContainerStats>,
+    image_fs_info: Option<api::ImageFsInfoResponse>,
 }
 
 /// The statistics of this node; shared.
@@ -90,9 +77,8 @@ pub struct StatsProvider {
     cri: RuntimeClient,
     layout: Option<Layout>,
     boot_time: String,
-    cpu: Mutex<HashMap<String, CpuSample>>,
+    cpu: Mutex<CpuRates>,
     du_cache: Mutex<HashMap<PathBuf, (Instant, Option<DiskUsage>)>>,
-    slow: Mutex<SlowFigures>,
 }
 
 impl std::fmt::Debug for StatsProvider {
@@ -226,9 +212,8 @@ impl StatsProvider {
             cri,
             layout,
             boot_time,
-            cpu: Mutex::new(HashMap::new()),
+            cpu: Mutex::new(CpuRates::default()),
             du_cache: Mutex::new(HashMap::new()),
-            slow: Mutex::new(SlowFigures::default()),
         })
     }
 
@@ -274,38 +259,15 @@ impl StatsProvider {
         }
     }
 
-    /// `CPUStats` with the rate since the previous sample of `key`.
+    /// `CPUStats` read now, with the rate since the previous sample of
+    /// `key`.
     fn cpu_stats(&self, key: &str, usage: Option<u64>) -> Option<CpuStats> {
         let usage = usage?;
-        let now = Instant::now();
-        let mut m = self.cpu.lock().unwrap_or_else(|p| p.into_inner());
-        let rate = match m.get(key).copied() {
-            Some(prev) if now.duration_since(prev.at) >= MIN_RATE_WINDOW => {
-                let dt = now.duration_since(prev.at).as_secs_f64();
-                let rate = (usage.saturating_sub(prev.usage) as f64 / dt) as u64;
-                m.insert(
-                    key.to_string(),
-                    CpuSample {
-                        at: now,
-                        usage,
-                        rate: Some(rate),
-                    },
-                );
-                Some(rate)
-            }
-            Some(prev) => prev.rate,
-            None => {
-                m.insert(
-                    key.to_string(),
-                    CpuSample {
-                        at: now,
-                        usage,
-                        rate: None,
-                    },
-                );
-                None
-            }
-        };
+        let rate =
+            self.cpu
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .observe(key, Instant::now(), usage);
         Some(CpuStats {
             time: now_str(),
             usage_nano_cores: rate,
@@ -453,8 +415,8 @@ impl StatsProvider {
         Ok(pods.into_values().collect())
     }
 
-    /// Disk usage of `path`, walked at most once a minute.
-    async fn du_cached(&self, path: PathBuf) -> Option<DiskUsage> {
+    /// Disk usage of `path`, walked at most once a minute (blocking).
+    fn du_cached(&self, path: PathBuf) -> Option<DiskUsage> {
         if let Some((at, v)) = self
             .du_cache
             .lock()
@@ -465,11 +427,7 @@ impl StatsProvider {
         {
             return v;
         }
-        let p = path.clone();
-        let v = tokio::task::spawn_blocking(move || du(&p))
-            .await
-            .ok()
-            .flatten();
+        let v = du(&path);
         let mut cache = self.du_cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() > 10_000 {
             cache.retain(|_, (at, _)| at.elapsed() < DU_TTL);
@@ -480,7 +438,7 @@ impl StatsProvider {
 
     /// Volumes of a pod from `rootDir/pods/<uid>/volumes/<plugin>/<name>`:
     /// (name, usage stats, counts as local ephemeral storage).
-    async fn volumes(&self, uid: &str) -> Vec<(VolumeStats, Option<DiskUsage>, bool)> {
+    fn volumes(&self, uid: &str) -> Vec<(VolumeStats, Option<DiskUsage>, bool)> {
         let base = self.cfg.root_dir.join("pods").join(uid).join("volumes");
         let mut out = Vec::new();
         let Ok(plugins) = std::fs::read_dir(&base) else {
@@ -506,7 +464,7 @@ impl StatsProvider {
                     (Ok(a), Ok(b)) => a.dev() != b.dev(),
                     _ => false,
                 };
-                let usage = self.du_cached(path.clone()).await;
+                let usage = self.du_cached(path.clone());
                 let mut fs = fs_of(&path).unwrap_or_else(|| FsStats {
                     time: now_str(),
                     ..Default::default()
@@ -522,17 +480,42 @@ impl StatsProvider {
         out
     }
 
-    /// `GetCPUAndMemoryStats` (`only_cpu_and_memory=true`, `/metrics/resource`)
-    /// or the whole summary.
-    pub async fn summary(&self, only_cpu_and_memory: bool) -> Result<Summary, String> {
+    /// One sample of everything the Summary API reports: the runtime's
+    /// pods, containers and figures over CRI, then every file on a
+    /// blocking thread ([`Self::assemble`]).
+    pub async fn sample(self: &Arc<Self>) -> Result<Summary, String> {
+        let pods = self.running_pods().await?;
+        let figures = self.runtime_figures().await;
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.assemble(pods, &figures))
+            .await
+            .map_err(|e| format!("stats collection failed: {e}"))
+    }
+
+    /// The summary of `pods` from the files (blocking: cgroups, procfs,
+    /// statvfs, disk usage walks) and the runtime's `figures`. Each
+    /// figure's `time` is when it was read; CPU rates are taken against
+    /// the previous call's samples, and counters no longer present are
+    /// forgotten.
+    fn assemble(&self, pods: Vec<RunningPod>, figures: &RuntimeFigures) -> Summary {
         let layout = self.layout.as_ref();
         let root = layout.and_then(|l| l.usage_rel(""));
         let capacity = self.meminfo("MemTotal");
+        let (image_fs, container_fs) = Self::image_fs(figures.image_fs_info.as_ref());
         let mut node = NodeStats {
             node_name: self.cfg.node_name.clone(),
             start_time: self.boot_time.clone(),
             cpu: self.cpu_stats("/", self.node_cpu_ns(root.as_ref())),
             memory: self.node_memory(),
+            network: std::fs::read_to_string(self.cfg.proc_root.join("net/dev"))
+                .ok()
+                .and_then(|t| network_of(&t, true)),
+            fs: fs_of(&self.cfg.root_dir),
+            runtime: Some(RuntimeStats {
+                image_fs: image_fs.clone(),
+                container_fs: container_fs.clone(),
+            }),
+            rlimit: self.rlimit(),
             ..Default::default()
         };
         let kp = self.kubepods();
@@ -545,45 +528,23 @@ impl StatsProvider {
                 ..Default::default()
             });
         }
-        let pods = self.running_pods().await?;
-        let mut writable: HashMap<String, DiskUsage> = HashMap::new();
-        let (mut image_fs, mut container_fs) = (None, None);
-        if !only_cpu_and_memory {
-            node.network = std::fs::read_to_string(self.cfg.proc_root.join("net/dev"))
-                .ok()
-                .and_then(|t| network_of(&t, true));
-            node.fs = fs_of(&self.cfg.root_dir);
-            node.rlimit = self.rlimit();
-            let figures = self.runtime_figures().await;
-            writable = figures.writable.clone();
-            (image_fs, container_fs) = (figures.image_fs.clone(), figures.container_fs.clone());
-            node.runtime = Some(RuntimeStats {
-                image_fs: image_fs.clone(),
-                container_fs: container_fs.clone(),
-            });
-        }
-        let mut out = Vec::with_capacity(pods.len());
-        for p in pods {
-            out.push(
-                self.pod_stats(
-                    p,
-                    only_cpu_and_memory,
-                    capacity,
-                    &writable,
-                    container_fs.as_ref().or(image_fs.as_ref()),
-                )
-                .await,
-            );
-        }
-        Ok(Summary { node, pods: out })
+        let container_fs = container_fs.or(image_fs);
+        let out = pods
+            .into_iter()
+            .map(|p| self.pod_stats(p, capacity, figures, container_fs.as_ref()))
+            .collect();
+        self.cpu
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .end_round();
+        Summary { node, pods: out }
     }
 
-    async fn pod_stats(
+    fn pod_stats(
         &self,
         p: RunningPod,
-        only_cpu_and_memory: bool,
         capacity: Option<u64>,
-        writable: &HashMap<String, DiskUsage>,
+        figures: &RuntimeFigures,
         container_fs: Option<&FsStats>,
     ) -> PodStats {
         let layout = self.layout.as_ref();
@@ -624,57 +585,52 @@ impl StatsProvider {
                 memory: usage.as_ref().and_then(|u| Self::memory_stats(u, capacity)),
                 ..Default::default()
             };
-            if usage.is_none() {
-                // No cgroup where containerd's cgroupfs layout puts it:
-                // take the runtime's figures.
-                if let Ok(s) = self.cri.container_stats(&c.id).await {
-                    cs.cpu = s.cpu.as_ref().and_then(|cpu| {
-                        self.cpu_stats(
-                            &format!("c/{}", c.id),
-                            cpu.usage_core_nano_seconds.as_ref().map(|v| v.value),
-                        )
-                    });
-                    cs.memory = s.memory.as_ref().map(|m| MemoryStats {
-                        time: now_str(),
-                        working_set_bytes: m.working_set_bytes.as_ref().map(|v| v.value),
-                        usage_bytes: m.usage_bytes.as_ref().map(|v| v.value),
-                        rss_bytes: m.rss_bytes.as_ref().map(|v| v.value),
-                        page_faults: m.page_faults.as_ref().map(|v| v.value),
-                        major_page_faults: m.major_page_faults.as_ref().map(|v| v.value),
-                        available_bytes: m.available_bytes.as_ref().map(|v| v.value),
-                    });
-                }
+            if usage.is_none()
+                && let Some(s) = figures.usage.get(&c.id)
+            {
+                // No cgroup where containerd's layout puts it: the
+                // runtime's figures from this round's ListContainerStats.
+                cs.cpu = s.cpu.as_ref().and_then(|cpu| {
+                    self.cpu_stats(
+                        &format!("c/{}", c.id),
+                        cpu.usage_core_nano_seconds.as_ref().map(|v| v.value),
+                    )
+                });
+                cs.memory = s.memory.as_ref().map(|m| MemoryStats {
+                    time: now_str(),
+                    working_set_bytes: m.working_set_bytes.as_ref().map(|v| v.value),
+                    usage_bytes: m.usage_bytes.as_ref().map(|v| v.value),
+                    rss_bytes: m.rss_bytes.as_ref().map(|v| v.value),
+                    page_faults: m.page_faults.as_ref().map(|v| v.value),
+                    major_page_faults: m.major_page_faults.as_ref().map(|v| v.value),
+                    available_bytes: m.available_bytes.as_ref().map(|v| v.value),
+                });
             }
-            if !only_cpu_and_memory {
-                if let Some(w) = writable.get(&c.id) {
-                    let mut fs = container_fs.cloned().unwrap_or_else(|| FsStats {
-                        time: now_str(),
-                        ..Default::default()
-                    });
-                    fs.used_bytes = Some(w.used_bytes);
-                    fs.inodes_used = Some(w.inodes_used);
-                    cs.rootfs = Some(fs);
-                    ephemeral.used_bytes += w.used_bytes;
-                    ephemeral.inodes_used += w.inodes_used;
-                }
-                if let Some(u) = self.du_cached(logs_dir.join(&c.name)).await {
-                    cs.logs = Some(usage_on(&self.cfg.pod_logs_dir, u));
-                    ephemeral.used_bytes += u.used_bytes;
-                    ephemeral.inodes_used += u.inodes_used;
-                }
+            if let Some(w) = figures.writable.get(&c.id) {
+                let mut fs = container_fs.cloned().unwrap_or_else(|| FsStats {
+                    time: now_str(),
+                    ..Default::default()
+                });
+                fs.used_bytes = Some(w.used_bytes);
+                fs.inodes_used = Some(w.inodes_used);
+                cs.rootfs = Some(fs);
+                ephemeral.used_bytes += w.used_bytes;
+                ephemeral.inodes_used += w.inodes_used;
+            }
+            if let Some(u) = self.du_cached(logs_dir.join(&c.name)) {
+                cs.logs = Some(usage_on(&self.cfg.pod_logs_dir, u));
+                ephemeral.used_bytes += u.used_bytes;
+                ephemeral.inodes_used += u.inodes_used;
             }
             stats.containers.push(cs);
-        }
-        if only_cpu_and_memory {
-            return stats;
         }
         if let (Some(l), Some(rel)) = (layout, pod_cg.as_deref()) {
             stats.process_stats = l.pids(rel).map(|n| ProcessStats {
                 process_count: Some(n),
             });
-            stats.network = self.pod_network(&p.uid, l, rel);
+            stats.network = self.pod_network(l, rel);
         }
-        for (v, usage, local) in self.volumes(&p.uid).await {
+        for (v, usage, local) in self.volumes(&p.uid) {
             if local && let Some(u) = usage {
                 ephemeral.used_bytes += u.used_bytes;
                 ephemeral.inodes_used += u.inodes_used;
@@ -685,58 +641,47 @@ impl StatsProvider {
         stats
     }
 
-    /// Writable layers and runtime filesystems, refreshed every `SLOW_TTL`.
-    async fn runtime_figures(&self) -> Arc<RuntimeFigures> {
-        if let Some((at, f)) = &self.slow.lock().unwrap_or_else(|p| p.into_inner()).runtime
-            && at.elapsed() < SLOW_TTL
-        {
-            return f.clone();
-        }
+    /// This round's runtime figures: writable layers and container CPU and
+    /// memory (ListContainerStats), the runtime's filesystems (ImageFsInfo).
+    /// A failed call leaves its figures out, as kubelet logs and goes on.
+    async fn runtime_figures(&self) -> RuntimeFigures {
         let mut f = RuntimeFigures::default();
         match self.cri.list_container_stats(None).await {
             Ok(list) => {
                 for s in list {
-                    let (Some(attr), Some(w)) = (s.attributes, s.writable_layer) else {
+                    let Some(attr) = s.attributes.as_ref() else {
                         continue;
                     };
-                    f.writable.insert(
-                        attr.id,
-                        DiskUsage {
-                            used_bytes: w.used_bytes.map(|v| v.value).unwrap_or(0),
-                            inodes_used: w.inodes_used.map(|v| v.value).unwrap_or(0),
-                        },
-                    );
+                    let id = attr.id.clone();
+                    if let Some(w) = s.writable_layer.as_ref() {
+                        f.writable.insert(
+                            id.clone(),
+                            DiskUsage {
+                                used_bytes: w.used_bytes.map(|v| v.value).unwrap_or(0),
+                                inodes_used: w.inodes_used.map(|v| v.value).unwrap_or(0),
+                            },
+                        );
+                    }
+                    f.usage.insert(id, s);
                 }
             }
             Err(e) => tracing::debug!(error = %e, "CRI ListContainerStats failed"),
         }
-        (f.image_fs, f.container_fs) = self.image_fs().await;
-        let f = Arc::new(f);
-        self.slow.lock().unwrap_or_else(|p| p.into_inner()).runtime =
-            Some((Instant::now(), f.clone()));
+        match self.cri.image_fs_info().await {
+            Ok(i) => f.image_fs_info = Some(i),
+            Err(e) => tracing::debug!(error = %e, "CRI ImageFsInfo failed"),
+        }
         f
     }
 
-    /// A pod's network counters, read at most every `SLOW_TTL`.
-    fn pod_network(&self, uid: &str, layout: &Layout, rel: &str) -> Option<NetworkStats> {
-        let mut slow = self.slow.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((at, n)) = slow.network.get(uid)
-            && at.elapsed() < SLOW_TTL
-        {
-            return n.clone();
-        }
-        let n = layout
+    /// A pod's network counters, through its first process's namespace.
+    fn pod_network(&self, layout: &Layout, rel: &str) -> Option<NetworkStats> {
+        layout
             .first_pid(rel)
             .and_then(|pid| {
                 std::fs::read_to_string(self.cfg.proc_root.join(format!("{pid}/net/dev"))).ok()
             })
-            .and_then(|t| network_of(&t, false));
-        if slow.network.len() > 4096 {
-            slow.network.retain(|_, (at, _)| at.elapsed() < SLOW_TTL);
-        }
-        slow.network
-            .insert(uid.to_string(), (Instant::now(), n.clone()));
-        n
+            .and_then(|t| network_of(&t, false))
     }
 
     fn rlimit(&self) -> Option<RlimitStats> {
@@ -761,13 +706,11 @@ impl StatsProvider {
         })
     }
 
-    async fn image_fs(&self) -> (Option<FsStats>, Option<FsStats>) {
-        let info = match self.cri.image_fs_info().await {
-            Ok(i) => i,
-            Err(e) => {
-                tracing::debug!(error = %e, "CRI ImageFsInfo failed");
-                return (None, None);
-            }
+    /// The image and container filesystems of an ImageFsInfo answer, with
+    /// statvfs of their mountpoints (blocking).
+    fn image_fs(info: Option<&api::ImageFsInfoResponse>) -> (Option<FsStats>, Option<FsStats>) {
+        let Some(info) = info else {
+            return (None, None);
         };
         let one = |list: &[api::FilesystemUsage]| {
             let f = list.first()?;
@@ -784,16 +727,202 @@ impl StatsProvider {
         let container = one(&info.container_filesystems).or_else(|| image.clone());
         (image, container)
     }
+}
 
-    /// Refreshes the CPU samples (every 10 s, so `usageNanoCores` is
-    /// there when metrics-server first asks).
-    pub async fn sample(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
-        loop {
-            let _ = self.summary(true).await;
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+impl Collect for StatsProvider {
+    fn collect(self: Arc<Self>) -> BoxFuture<'static, Result<Summary, String>> {
+        Box::pin(async move { self.sample().await })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    /// A provider over a fake v2 cgroup tree in a temp dir (nothing dials
+    /// the runtime: [`StatsProvider::assemble`] is given its figures).
+    struct Host {
+        dir: tempfile::TempDir,
+        provider: Arc<StatsProvider>,
+    }
+
+    impl Host {
+        fn new() -> Host {
+            let dir = tempfile::tempdir().unwrap();
+            for d in ["cg", "proc", "root", "logs"] {
+                std::fs::create_dir_all(dir.path().join(d)).unwrap();
             }
+            let cfg = StatsConfig {
+                node_name: "n1".to_string(),
+                root_dir: dir.path().join("root"),
+                pod_logs_dir: dir.path().join("logs"),
+                cgroup_root: "/".to_string(),
+                cgroup_driver: crate::config::CgroupDriver::Cgroupfs,
+                proc_root: dir.path().join("proc"),
+            };
+            let cri = RuntimeClient::new_lazy(
+                &format!("unix://{}", dir.path().join("none.sock").display()),
+                Default::default(),
+            )
+            .unwrap();
+            let layout = Layout::V2 {
+                mount: dir.path().join("cg"),
+            };
+            let provider = StatsProvider::with_layout(cfg, cri, Some(layout));
+            Host { dir, provider }
         }
+
+        /// Writes a cgroup's CPU (µs, as `cpu.stat` has it) and memory.
+        fn cgroup(&self, rel: &str, cpu_usec: u64, memory: u64) {
+            let d = self.dir.path().join("cg").join(rel);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("cpu.stat"), format!("usage_usec {cpu_usec}\n")).unwrap();
+            std::fs::write(d.join("memory.current"), format!("{memory}\n")).unwrap();
+            std::fs::write(d.join("memory.max"), "max\n").unwrap();
+            std::fs::write(d.join("memory.stat"), "anon 0\ninactive_file 0\n").unwrap();
+        }
+
+        fn remove(&self, rel: &str) {
+            std::fs::remove_dir_all(self.dir.path().join("cg").join(rel)).unwrap();
+        }
+    }
+
+    fn pod(uid: &str, containers: &[&str]) -> RunningPod {
+        RunningPod {
+            uid: uid.to_string(),
+            name: format!("pod-{uid}"),
+            namespace: "default".to_string(),
+            created_at: 1_700_000_000_000_000_000,
+            containers: containers
+                .iter()
+                .map(|id| RunningContainer {
+                    id: id.to_string(),
+                    name: format!("name-{id}"),
+                    created_at: 1_700_000_000_000_000_000,
+                })
+                .collect(),
+        }
+    }
+
+    fn container<'a>(s: &'a Summary, id: &str) -> Option<&'a ContainerStats> {
+        s.pods
+            .iter()
+            .flat_map(|p| &p.containers)
+            .find(|c| c.name == format!("name-{id}"))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn usage_nano_cores_is_the_rate_between_two_rounds() {
+        let h = Host::new();
+        h.cgroup("kubepods/podu1", 1_000_000, 4096);
+        h.cgroup("kubepods/podu1/c1", 500_000, 2048);
+        let figures = RuntimeFigures::default();
+
+        let first = h.provider.assemble(vec![pod("u1", &["c1"])], &figures);
+        let cpu = first.pods[0].cpu.clone().unwrap();
+        assert_eq!(cpu.usage_core_nano_seconds, Some(1_000_000_000));
+        assert_eq!(cpu.usage_nano_cores, None, "one sample: no rate yet");
+        assert_eq!(
+            first.pods[0].memory.as_ref().unwrap().working_set_bytes,
+            Some(4096)
+        );
+
+        // Ten seconds on, the pod used 5 s of CPU and its container 1 s.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        h.cgroup("kubepods/podu1", 6_000_000, 4096);
+        h.cgroup("kubepods/podu1/c1", 1_500_000, 2048);
+        let second = h.provider.assemble(vec![pod("u1", &["c1"])], &figures);
+        let cpu = second.pods[0].cpu.clone().unwrap();
+        assert_eq!(cpu.usage_core_nano_seconds, Some(6_000_000_000));
+        assert_eq!(cpu.usage_nano_cores, Some(500_000_000));
+        let c1 = container(&second, "c1").unwrap().cpu.clone().unwrap();
+        assert_eq!(c1.usage_nano_cores, Some(100_000_000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_figure_carries_the_time_it_was_read() {
+        let h = Host::new();
+        h.cgroup("kubepods/podu1", 1, 1);
+        let before = jiff::Timestamp::now().as_second();
+        let s = h
+            .provider
+            .assemble(vec![pod("u1", &[])], &RuntimeFigures::default());
+        let after = jiff::Timestamp::now().as_second();
+        let cpu_time: jiff::Timestamp = s.pods[0].cpu.as_ref().unwrap().time.parse().unwrap();
+        let mem_time: jiff::Timestamp = s.pods[0].memory.as_ref().unwrap().time.parse().unwrap();
+        for t in [cpu_time.as_second(), mem_time.as_second()] {
+            assert!(before <= t && t <= after, "{before} <= {t} <= {after}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn containers_come_and_go_with_the_rounds() {
+        let h = Host::new();
+        h.cgroup("kubepods/podu1", 1_000_000, 1);
+        h.cgroup("kubepods/podu1/c1", 1_000_000, 1);
+        let figures = RuntimeFigures::default();
+        let s = h.provider.assemble(vec![pod("u1", &["c1"])], &figures);
+        assert!(container(&s, "c1").is_some());
+        assert!(container(&s, "c2").is_none());
+
+        // c2 started: it is in the next round, with no rate on its first
+        // sample; c1 keeps its history.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        h.cgroup("kubepods/podu1/c2", 3_000_000, 1);
+        let s = h
+            .provider
+            .assemble(vec![pod("u1", &["c1", "c2"])], &figures);
+        let c2 = container(&s, "c2").unwrap().cpu.clone().unwrap();
+        assert_eq!(c2.usage_core_nano_seconds, Some(3_000_000_000));
+        assert_eq!(c2.usage_nano_cores, None);
+        assert_eq!(
+            container(&s, "c1")
+                .unwrap()
+                .cpu
+                .as_ref()
+                .unwrap()
+                .usage_nano_cores,
+            Some(0)
+        );
+
+        // c1 went away: gone from the summary, and its CPU history with it
+        // (the node and `kubepods` have no CPU figures in this tree).
+        tokio::time::advance(Duration::from_secs(10)).await;
+        h.remove("kubepods/podu1/c1");
+        let s = h.provider.assemble(vec![pod("u1", &["c2"])], &figures);
+        assert!(container(&s, "c1").is_none());
+        assert_eq!(h.provider.cpu.lock().unwrap().len(), 2, "the pod and c2");
+
+        // The pod went away too.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let s = h.provider.assemble(Vec::new(), &figures);
+        assert!(s.pods.is_empty());
+        assert!(h.provider.cpu.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_container_without_a_cgroup_takes_the_runtimes_figures() {
+        let h = Host::new();
+        h.cgroup("kubepods/podu1", 1, 1);
+        let mut figures = RuntimeFigures::default();
+        figures.usage.insert(
+            "c1".to_string(),
+            api::ContainerStats {
+                cpu: Some(api::CpuUsage {
+                    usage_core_nano_seconds: Some(api::UInt64Value { value: 7 }),
+                    ..Default::default()
+                }),
+                memory: Some(api::MemoryUsage {
+                    working_set_bytes: Some(api::UInt64Value { value: 99 }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        let s = h.provider.assemble(vec![pod("u1", &["c1"])], &figures);
+        let c1 = container(&s, "c1").unwrap();
+        assert_eq!(c1.cpu.as_ref().unwrap().usage_core_nano_seconds, Some(7));
+        assert_eq!(c1.memory.as_ref().unwrap().working_set_bytes, Some(99));
     }
 }

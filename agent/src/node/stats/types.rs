@@ -13,6 +13,45 @@ pub struct Summary {
     pub pods: Vec<PodStats>,
 }
 
+impl Summary {
+    /// The part `GetCPUAndMemoryStats` reports (`?only_cpu_and_memory=true`
+    /// and `/metrics/resource`): the node's and the system containers'
+    /// CPU and memory, and each pod's and container's.
+    pub fn cpu_and_memory(&self) -> Summary {
+        let node = &self.node;
+        Summary {
+            node: NodeStats {
+                node_name: node.node_name.clone(),
+                system_containers: node
+                    .system_containers
+                    .iter()
+                    .map(ContainerStats::cpu_and_memory)
+                    .collect(),
+                start_time: node.start_time.clone(),
+                cpu: node.cpu.clone(),
+                memory: node.memory.clone(),
+                ..Default::default()
+            },
+            pods: self
+                .pods
+                .iter()
+                .map(|p| PodStats {
+                    pod_ref: p.pod_ref.clone(),
+                    start_time: p.start_time.clone(),
+                    containers: p
+                        .containers
+                        .iter()
+                        .map(ContainerStats::cpu_and_memory)
+                        .collect(),
+                    cpu: p.cpu.clone(),
+                    memory: p.memory.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+        }
+    }
+}
+
 /// `NodeStats`.
 #[derive(Debug, Clone, Serialize, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -127,6 +166,18 @@ pub struct ContainerStats {
     /// Log files.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logs: Option<FsStats>,
+}
+
+impl ContainerStats {
+    fn cpu_and_memory(&self) -> ContainerStats {
+        ContainerStats {
+            name: self.name.clone(),
+            start_time: self.start_time.clone(),
+            cpu: self.cpu.clone(),
+            memory: self.memory.clone(),
+            ..Default::default()
+        }
+    }
 }
 
 /// `PodReference`.
