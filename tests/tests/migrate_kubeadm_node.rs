@@ -608,3 +608,59 @@ async fn replacing_kube_proxy_moves_its_pod_away_by_label_and_rollback_brings_it
     );
     assert_eq!(node.unit("kubelet.service"), (true, true));
 }
+
+/// A container that keelson started anew instead of adopting fails the
+/// migration, which then names the pod and points at `--rollback`; the
+/// rollback still restores kubelet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_container_fails_the_apply_and_rollback_still_restores_kubelet() {
+    let api = TestApiServer::start(TestApiOptions::default())
+        .await
+        .expect("api");
+    let client = api.client().await;
+    cluster(&client).await;
+    let node = FakeNode::new(&api);
+    let before = node.files(&[]);
+    let child = node
+        .migrate_command(&["--from-kubelet", "--apply", "--timeout", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_for_call(&node, "start keelson.service").await;
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"containerStatuses": [{
+                "name": "app", "image": "busybox", "imageID": "busybox@sha256:1", "ready": true,
+                "restartCount": 3, "containerID": "containerd://bbbb",
+                "state": {"running": {"startedAt": "2026-12-01T11:00:00Z"}}
+            }]}})),
+        )
+        .await
+        .expect("pod status");
+    next_second(jiff::Timestamp::now()).await;
+    set_ready(&client, jiff::Timestamp::now()).await;
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("join")
+        .expect("wait");
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains("default/web container app: was containerd://aaaa (restarts 2), now containerd://bbbb (restarts 3)"),
+        "{report}"
+    );
+    assert!(
+        report.contains("`keelson migrate --rollback` restores kubelet from the backup"),
+        "{report}"
+    );
+    let out = node.migrate(&["--rollback"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(node.unit("kubelet.service"), (true, true));
+    assert_eq!(
+        node.files(&["/var/lib/keelson/migrate/rolled-back-"]),
+        before
+    );
+}
