@@ -35,6 +35,9 @@ enum Command {
     /// Explain why a pod, this node or a Service does not work, link by
     /// link, from the node (read-only; docs/diagnose.md).
     Diagnose(keelson::diagnose::DiagnoseArgs),
+    /// Replace kubelet (and kube-proxy) on a kubeadm node with keelson, or
+    /// go back (docs/install.md, 'Migrating a kubeadm node').
+    Migrate(keelson::migrate::MigrateArgs),
     /// Remove the proxy role's nftables tables and eBPF programs from this
     /// network namespace and exit (kube-proxy's `--cleanup`). Stop keelson
     /// first. Does nothing when the configuration disables the proxy role.
@@ -102,6 +105,7 @@ impl SourceArgs {
                 kubelet_config: self.kubelet_config.clone(),
                 proxy_config: self.proxy_config.clone(),
                 kubeadm_flags: self.kubeadm_flags.clone(),
+                kubelet_extra_args: None,
             },
             &Overrides {
                 kubeconfig: self.kubeconfig.clone(),
@@ -201,6 +205,22 @@ fn main() -> ExitCode {
                 }
             };
             ExitCode::from(rt.block_on(keelson::diagnose::run(args)))
+        }
+        Command::Migrate(args) => {
+            if std::env::var_os("RUST_LOG").is_some() {
+                observability::logging::init(&keelson::config::LoggingConfig::default());
+            }
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: starting the async runtime: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            ExitCode::from(rt.block_on(keelson::migrate::run(args)))
         }
         Command::Run(args) => match run_command(args) {
             Ok(()) => ExitCode::SUCCESS,

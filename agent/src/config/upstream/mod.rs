@@ -32,6 +32,11 @@ pub struct Sources {
     pub proxy_config: Option<PathBuf>,
     /// kubeadm's kubelet flags file (`--kubeadm-flags`).
     pub kubeadm_flags: Option<PathBuf>,
+    /// The kubelet unit's second environment file, read after the flags
+    /// file as kubeadm's drop-in orders them (`/etc/default/kubelet` on
+    /// Debian, `/etc/sysconfig/kubelet` on RPM systems: its
+    /// `KUBELET_EXTRA_ARGS`). Missing: nothing is read.
+    pub kubelet_extra_args: Option<PathBuf>,
 }
 
 /// The effective configuration and what is worth telling the operator.
@@ -146,14 +151,17 @@ pub fn load(sources: &Sources, overrides: &Overrides) -> Result<Loaded, ConfigEr
         proxy_doc = Some(doc);
     }
     let mut flags_origin = None;
-    if let Some(path) = &sources.kubeadm_flags {
+    // kubelet's unit expands $KUBELET_KUBEADM_ARGS before
+    // $KUBELET_EXTRA_ARGS: the later flag wins.
+    let extra = sources.kubelet_extra_args.as_ref().filter(|p| p.exists());
+    for path in sources.kubeadm_flags.iter().chain(extra) {
         let origin = path.display().to_string();
         let text = read(path)?;
         let mut report = Report::default();
         let flags = kubeadm_flags::parse(&text, &mut report);
         kubeadm_flags::apply(&mut cfg, flags);
         absorb(&origin, report, &mut errors, &mut ignored, &mut notes);
-        flags_origin = Some(origin);
+        flags_origin.get_or_insert(origin);
     }
     // One process, one node name: kube-proxy's hostnameOverride must agree
     // with the node name set elsewhere; `--node-name` wins over both, as
