@@ -188,6 +188,16 @@ pub fn apply(node: &mut Node, cfg: &SetterConfig, obs: &Observed) -> SetterOutco
         )
     };
 
+    // DeclaredFeatures (NodeDeclaredFeatures, on in v1.36): what keelson
+    // implements of upstream's registry, so that the scheduler places
+    // pods needing them here (`setNodeStatus`).
+    status.declared_features = Some(
+        crate::node::pods::admission::features::DECLARED
+            .iter()
+            .map(|f| f.to_string())
+            .collect(),
+    );
+
     // NodeFeatures
     if let Some(sgp) = obs.supplemental_groups_policy {
         status.features = Some(NodeFeatures {
