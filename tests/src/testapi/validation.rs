@@ -72,21 +72,49 @@ pub fn object(kind: &str, obj: &Value) -> Vec<Cause> {
     }
 }
 
-/// kube-apiserver's `validateNodeSwapStatus` (pkg/apis/core/validation):
-/// a reported swap capacity must be positive; a node without swap leaves
-/// `nodeInfo.swap` out. Checked on create and on every update (status too).
+/// kube-apiserver's `validateNodeSwapStatus` and
+/// `validateNodeDeclaredFeatures` (pkg/apis/core/validation): a reported
+/// swap capacity must be positive (a node without swap leaves
+/// `nodeInfo.swap` out); `status.declaredFeatures` is sorted and without
+/// duplicates. Checked on create and on every update (status too).
 fn node(obj: &Value) -> Vec<Cause> {
-    match obj
+    let mut out = Vec::new();
+    if let Some(c) = obj
         .pointer("/status/nodeInfo/swap/capacity")
         .and_then(Value::as_i64)
+        && c <= 0
     {
-        Some(c) if c <= 0 => vec![Cause {
+        out.push(Cause {
             reason: "FieldValueInvalid",
             message: format!("Invalid value: {c}: must be greater than zero"),
             field: "metadata.nodeSwapStatus.capacity".into(),
-        }],
-        _ => Vec::new(),
+        });
     }
+    let declared: Vec<&str> = obj
+        .pointer("/status/declaredFeatures")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for (i, pair) in declared.windows(2).enumerate() {
+        let field = format!("status.declaredFeatures[{}]", i + 1);
+        if pair[0] == pair[1] {
+            out.push(Cause {
+                reason: "FieldValueDuplicate",
+                message: format!("Duplicate value: {:?}", pair[1]),
+                field,
+            });
+        } else if pair[0] > pair[1] {
+            out.push(Cause {
+                reason: "FieldValueInvalid",
+                message: format!(
+                    "Invalid value: {:?}: list must be sorted alphabetically",
+                    pair[1]
+                ),
+                field,
+            });
+        }
+    }
+    out
 }
 
 fn containers(
@@ -315,6 +343,18 @@ mod tests {
         assert_eq!(causes[0].field, "metadata.nodeSwapStatus.capacity");
         assert!(object("Node", &with(1 << 30)).is_empty());
         assert!(object("Node", &json!({"status": {"nodeInfo": {}}})).is_empty());
+        let declared = |f: serde_json::Value| json!({"status": {"declaredFeatures": f}});
+        assert!(object("Node", &declared(json!(["A", "B"]))).is_empty());
+        let causes = object("Node", &declared(json!(["B", "A"])));
+        assert_eq!(causes[0].field, "status.declaredFeatures[1]");
+        assert_eq!(
+            causes[0].message,
+            "Invalid value: \"A\": list must be sorted alphabetically"
+        );
+        assert_eq!(
+            object("Node", &declared(json!(["A", "A"])))[0].reason,
+            "FieldValueDuplicate"
+        );
     }
 
     #[test]
