@@ -72,21 +72,49 @@ pub fn object(kind: &str, obj: &Value) -> Vec<Cause> {
     }
 }
 
-/// kube-apiserver's `validateNodeSwapStatus` (pkg/apis/core/validation):
-/// a reported swap capacity must be positive; a node without swap leaves
-/// `nodeInfo.swap` out. Checked on create and on every update (status too).
+/// kube-apiserver's `validateNodeSwapStatus` and
+/// `validateNodeDeclaredFeatures` (pkg/apis/core/validation): a reported
+/// swap capacity must be positive (a node without swap leaves
+/// `nodeInfo.swap` out); `status.declaredFeatures` is sorted and without
+/// duplicates. Checked on create and on every update (status too).
 fn node(obj: &Value) -> Vec<Cause> {
-    match obj
+    let mut out = Vec::new();
+    if let Some(c) = obj
         .pointer("/status/nodeInfo/swap/capacity")
         .and_then(Value::as_i64)
+        && c <= 0
     {
-        Some(c) if c <= 0 => vec![Cause {
+        out.push(Cause {
             reason: "FieldValueInvalid",
             message: format!("Invalid value: {c}: must be greater than zero"),
             field: "metadata.nodeSwapStatus.capacity".into(),
-        }],
-        _ => Vec::new(),
+        });
     }
+    let declared: Vec<&str> = obj
+        .pointer("/status/declaredFeatures")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for (i, pair) in declared.windows(2).enumerate() {
+        let field = format!("status.declaredFeatures[{}]", i + 1);
+        if pair[0] == pair[1] {
+            out.push(Cause {
+                reason: "FieldValueDuplicate",
+                message: format!("Duplicate value: {:?}", pair[1]),
+                field,
+            });
+        } else if pair[0] > pair[1] {
+            out.push(Cause {
+                reason: "FieldValueInvalid",
+                message: format!(
+                    "Invalid value: {:?}: list must be sorted alphabetically",
+                    pair[1]
+                ),
+                field,
+            });
+        }
+    }
+    out
 }
 
 fn containers(
@@ -315,6 +343,18 @@ mod tests {
         assert_eq!(causes[0].field, "metadata.nodeSwapStatus.capacity");
         assert!(object("Node", &with(1 << 30)).is_empty());
         assert!(object("Node", &json!({"status": {"nodeInfo": {}}})).is_empty());
+        let declared = |f: serde_json::Value| json!({"status": {"declaredFeatures": f}});
+        assert!(object("Node", &declared(json!(["A", "B"]))).is_empty());
+        let causes = object("Node", &declared(json!(["B", "A"])));
+        assert_eq!(causes[0].field, "status.declaredFeatures[1]");
+        assert_eq!(
+            causes[0].message,
+            "Invalid value: \"A\": list must be sorted alphabetically"
+        );
+        assert_eq!(
+            object("Node", &declared(json!(["A", "A"])))[0].reason,
+            "FieldValueDuplicate"
+        );
     }
 
     #[test]
@@ -342,39 +382,93 @@ fn statuses<'a>(pod: &'a Value, list: &str) -> Vec<&'a Value> {
         .unwrap_or_default()
 }
 
-/// Terminated containers that may not run again must stay terminated:
-/// restartPolicy Never, OnFailure after exit code 0 (init containers that
-/// are restartable sidecars are exempt). Ephemeral containers never restart.
+/// kubelet's `FindMatchingContainerRestartRule`: the action of the first
+/// of the container's `restartPolicyRules` whose exit codes match.
+fn matching_restart_rule(c: &Value, exit: i64) -> Option<&str> {
+    c.get("restartPolicyRules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find_map(|rule| {
+            let codes = rule.get("exitCodes")?;
+            let listed = codes
+                .get("values")
+                .and_then(Value::as_array)
+                .is_some_and(|v| v.iter().any(|x| x.as_i64() == Some(exit)));
+            let hit = match codes.get("operator").and_then(Value::as_str) {
+                Some("In") => listed,
+                Some("NotIn") => !listed,
+                _ => false,
+            };
+            if hit {
+                rule.get("action").and_then(Value::as_str)
+            } else {
+                None
+            }
+        })
+}
+
+/// `ContainerShouldRestart` (ContainerRestartRules and
+/// RestartAllContainersOnContainerExits, on in v1.36): the container's
+/// rules, then its own `restartPolicy`, then the pod's.
+fn container_should_restart(c: &Value, pod_policy: &str, exit: i64) -> bool {
+    if let Some(policy) = c.get("restartPolicy").and_then(Value::as_str) {
+        if matches!(
+            matching_restart_rule(c, exit),
+            Some("Restart" | "RestartAllContainers")
+        ) {
+            return true;
+        }
+        match policy {
+            "Always" => return true,
+            "OnFailure" => return exit != 0,
+            "Never" => return false,
+            _ => {}
+        }
+    }
+    match pod_policy {
+        "OnFailure" => exit != 0,
+        "Never" => false,
+        _ => true,
+    }
+}
+
+/// `AllContainersCouldRestart`: a container has a `RestartAllContainers`
+/// rule, so any container may leave the terminated state.
+fn all_containers_could_restart(pod: &Value) -> bool {
+    ["/spec/initContainers", "/spec/containers"]
+        .iter()
+        .filter_map(|p| pod.pointer(p).and_then(Value::as_array))
+        .flatten()
+        .filter_map(|c| c.get("restartPolicyRules").and_then(Value::as_array))
+        .flatten()
+        .any(|r| r.get("action").and_then(Value::as_str) == Some("RestartAllContainers"))
+}
+
+/// Terminated containers that may not run again must stay terminated
+/// (`ValidateContainerStateTransition` and its init and ephemeral
+/// forms, with ContainerRestartRules on): `may_restart(name, exit code)`
+/// says whether that container may run again.
 fn state_transitions(
     old: &Value,
     new: &Value,
     list: &str,
-    policy: &str,
-    restartable: &[String],
+    may_restart: &dyn Fn(&str, i64) -> bool,
 ) -> Vec<Cause> {
     let mut out = Vec::new();
-    if policy == "Always" {
-        return out;
-    }
     let new_list = statuses(new, list);
     for (i, o) in statuses(old, list).iter().enumerate() {
         let Some(term) = o.pointer("/state/terminated").filter(|t| t.is_object()) else {
             continue;
         };
         let exit = term.get("exitCode").and_then(Value::as_i64).unwrap_or(0);
-        if exit != 0 && policy == "OnFailure" {
-            continue;
-        }
         let name = o.get("name").and_then(Value::as_str).unwrap_or_default();
-        if restartable.iter().any(|r| r == name) {
-            continue;
-        }
         let back = new_list.iter().any(|n| {
             n.get("name").and_then(Value::as_str) == Some(name)
                 && n.pointer("/state/terminated")
                     .is_none_or(|t| !t.is_object())
         });
-        if back {
+        if back && !may_restart(name, exit) {
             out.push(Cause {
                 reason: "FieldValueForbidden",
                 message: "Forbidden: may not be transitioned to non-terminated state".into(),
@@ -409,36 +503,27 @@ pub fn pod_status_update(old: &Value, new: &Value) -> Vec<Cause> {
         .pointer("/spec/restartPolicy")
         .and_then(Value::as_str)
         .unwrap_or("Always");
-    let restartable: Vec<String> = old
-        .pointer("/spec/initContainers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter(|c| c.get("restartPolicy").and_then(Value::as_str) == Some("Always"))
-                .filter_map(|c| c.get("name").and_then(Value::as_str).map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
-    out.extend(state_transitions(
-        old,
-        new,
-        "containerStatuses",
-        policy,
-        &[],
-    ));
-    out.extend(state_transitions(
-        old,
-        new,
-        "initContainerStatuses",
-        policy,
-        &restartable,
-    ));
+    if !all_containers_could_restart(old) {
+        for (list, spec) in [
+            ("containerStatuses", "/spec/containers"),
+            ("initContainerStatuses", "/spec/initContainers"),
+        ] {
+            let specs = old.pointer(spec).and_then(Value::as_array);
+            let may_restart = |name: &str, exit: i64| {
+                specs
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c.get("name").and_then(Value::as_str) == Some(name))
+                    .is_some_and(|c| container_should_restart(c, policy, exit))
+            };
+            out.extend(state_transitions(old, new, list, &may_restart));
+        }
+    }
     out.extend(state_transitions(
         old,
         new,
         "ephemeralContainerStatuses",
-        "Never",
-        &[],
+        &|_, _| false,
     ));
     if let Some(ip) = new.pointer("/status/podIP").and_then(Value::as_str)
         && !ip.is_empty()
@@ -473,7 +558,8 @@ mod status_tests {
     #[test]
     fn terminated_containers_stay_terminated_unless_restarted_by_policy() {
         let old = |policy: &str, exit: i64| {
-            json!({"spec": {"restartPolicy": policy}, "status": {"qosClass": "BestEffort",
+            json!({"spec": {"restartPolicy": policy, "containers": [{"name": "c"}]},
+                "status": {"qosClass": "BestEffort",
                 "containerStatuses": [{"name": "c", "state": {"terminated": {"exitCode": exit}}}]}})
         };
         let running = json!({"status": {"qosClass": "BestEffort", "containerStatuses": [{"name": "c", "state": {"running": {}}}]}});
@@ -488,6 +574,30 @@ mod status_tests {
         assert_eq!(
             pod_status_update(&old("Always", 0), &qos)[0].field,
             "status.qosClass"
+        );
+        // A container's rules and policy decide before the pod's; a
+        // RestartAllContainers rule lets every container run again.
+        let with = |c: serde_json::Value, exit: i64| {
+            json!({"spec": {"restartPolicy": "Never", "containers": [c, {"name": "other"}]},
+                "status": {"qosClass": "BestEffort", "containerStatuses": [
+                    {"name": "c", "state": {"terminated": {"exitCode": exit}}},
+                    {"name": "other", "state": {"terminated": {"exitCode": 0}}}]}})
+        };
+        let both_running = json!({"status": {"qosClass": "BestEffort", "containerStatuses": [
+            {"name": "c", "state": {"running": {}}}, {"name": "other", "state": {"running": {}}}]}});
+        let rule = |action: &str| {
+            json!({"name": "c", "restartPolicy": "Never", "restartPolicyRules": [
+                {"action": action, "exitCodes": {"operator": "In", "values": [42]}}]})
+        };
+        let causes = pod_status_update(&with(rule("Restart"), 42), &both_running);
+        assert_eq!(causes.len(), 1);
+        assert_eq!(causes[0].field, "status.containerStatuses[1].state");
+        assert_eq!(
+            pod_status_update(&with(rule("Restart"), 1), &both_running).len(),
+            2
+        );
+        assert!(
+            pod_status_update(&with(rule("RestartAllContainers"), 1), &both_running).is_empty()
         );
         let bad_ip = json!({"status": {"qosClass": "BestEffort", "podIP": "nope"}});
         assert_eq!(

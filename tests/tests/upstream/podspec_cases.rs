@@ -36,6 +36,11 @@ pub const CASES: &[Case] = &[
         agents: &[Agents::Keelson],
         run: |env, _| Box::pin(resize_and_termination_messages(env)),
     },
+    Case {
+        name: "podspec_restart_all_containers",
+        agents: &[Agents::Keelson],
+        run: |env, _| Box::pin(restart_all_containers(env)),
+    },
 ];
 
 /// What a watcher saw of a pod.
@@ -508,6 +513,95 @@ async fn lifecycle_fields(env: Arc<Env>) -> anyhow::Result<()> {
         ),
     ];
     compare_all(&env, cases).await
+}
+
+/// Every container of the pod, init containers included, runs again with
+/// one restart and kubelet's last state (137, `RestartingAllContainers`),
+/// and `AllContainersRestarting` is back to False.
+fn restarted_in_place(p: &Pod) -> bool {
+    let Some(st) = p.status.as_ref() else {
+        return false;
+    };
+    let all: Vec<_> = st
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(st.container_statuses.iter().flatten())
+        .collect();
+    let up = |name: &str, running: bool| {
+        all.iter().any(|c| {
+            c.name == name
+                && c.restart_count == 1
+                && c.last_state
+                    .as_ref()
+                    .and_then(|l| l.terminated.as_ref())
+                    .is_some_and(|t| {
+                        t.exit_code == 137 && t.reason.as_deref() == Some("RestartingAllContainers")
+                    })
+                && c.state.as_ref().is_some_and(|s| {
+                    if running {
+                        s.running.is_some()
+                    } else {
+                        s.terminated.as_ref().is_some_and(|t| t.exit_code == 0)
+                    }
+                })
+        })
+    };
+    let settled = st
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "AllContainersRestarting" && c.status == "False");
+    settled && up("init", false) && up("side", true) && up("main", true) && up("other", true)
+}
+
+/// RestartAllContainersOnContainerExits (beta and on in v1.36): `main`
+/// exits 42 once, its rule restarts the whole pod in place. The states
+/// `main` goes through (terminated, waiting `RestartingAllContainers`,
+/// `PodInitializing` while the init containers run again), the events
+/// (`Killing` "killing" for the containers still running) and the phase
+/// are kubelet's.
+async fn restart_all_containers(env: Arc<Env>) -> anyhow::Result<()> {
+    use serde_json::json;
+    let mut p = busybox_pod(
+        "restartall",
+        "",
+        "if [ -f /work/ran ]; then exec sleep 3600; fi; touch /work/ran; exit 42",
+    );
+    p["spec"]["restartPolicy"] = "Never".into();
+    p["spec"]["volumes"] = json!([{"name": "work", "emptyDir": {}}]);
+    let ctr = &mut p["spec"]["containers"][0];
+    ctr["volumeMounts"] = json!([{"name": "work", "mountPath": "/work"}]);
+    ctr["restartPolicy"] = "Never".into();
+    ctr["restartPolicyRules"] = json!([{"action": "RestartAllContainers",
+                                        "exitCodes": {"operator": "In", "values": [42]}}]);
+    let busybox = |name: &str, script: &str| {
+        json!({"name": name, "image": BUSYBOX_IMAGE, "imagePullPolicy": "IfNotPresent",
+               "command": ["/bin/sh", "-c", script]})
+    };
+    let mut side = busybox("side", "exec sleep 3600");
+    side["restartPolicy"] = "Always".into();
+    p["spec"]["initContainers"] = json!([busybox("init", "true"), side]);
+    if let Some(c) = p["spec"]["containers"].as_array_mut() {
+        c.push(busybox("other", "exec sleep 3600"));
+    }
+    let f = Follow {
+        pod: p,
+        done: restarted_in_place,
+        timeout: Duration::from_secs(120),
+        mask_numbers: false,
+        settle: Duration::from_secs(1),
+    };
+    let (mut mine, mut theirs) = on_both(&env, &f).await?;
+    // `waiting/RestartingAllContainers` lasts from the end of the removals
+    // to the next status (about 0.1 s on either node): a 50 ms watcher may
+    // miss it on one node. The final `lastState` (checked by `done`) says
+    // it on both.
+    for s in [&mut mine, &mut theirs] {
+        s.states
+            .retain(|(_, _, w)| w != "waiting/RestartingAllContainers");
+    }
+    same("RestartAllContainers", &mine, &theirs)
 }
 
 /// A container that exits at once: the states a watcher sees through three

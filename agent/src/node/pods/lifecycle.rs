@@ -480,6 +480,9 @@ impl PodLifecycle {
             .or_else(|| pod.status.as_ref().and_then(|s| s.phase.clone()))
             .unwrap_or_default();
         let phase = api_status.phase.clone().unwrap_or_default();
+        // The status just generated says whether the pod restarts in place
+        // (kubelet's `restartingAllContainers`).
+        let restarting_all = super::restart_all::condition_true(&api_status);
         if phase == "Running"
             && previous_phase != "Running"
             && lock(&self.started_reported).insert(uid.clone())
@@ -533,12 +536,15 @@ impl PodLifecycle {
         if let Some(p) = &self.probes {
             p.add_pod(pod);
         }
-        let result =
-            Box::pin(
-                self.runtime
-                    .sync_pod(pod, rt, &secrets, self.probe_results(), &active),
-            )
-            .await;
+        let result = Box::pin(self.runtime.sync_pod(
+            pod,
+            rt,
+            &secrets,
+            self.probe_results(),
+            &active,
+            restarting_all,
+        ))
+        .await;
         self.update_reasons(&uid, &result);
         self.record_resize_result(pod, &result);
         if result.created_sandbox || result.resized {
@@ -560,6 +566,13 @@ impl PodLifecycle {
                     // kubelet's postSync: `RequestPodRelist`, so what the
                     // sync started or stopped shows at once.
                     self.pleg.relist(&uid);
+                }
+                if restarting_all && result.removed_containers() {
+                    // After a restart of the whole pod kubelet syncs the
+                    // pod again at once: that sync finds no container,
+                    // clears the condition and starts the pod over.
+                    self.cache.delete(&uid);
+                    return Ok(SyncOutcome::Running(Some(self.clock.now())));
                 }
                 Ok(SyncOutcome::Running(result.retry_at))
             }

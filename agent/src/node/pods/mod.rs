@@ -27,6 +27,7 @@ pub mod probes;
 pub mod qos;
 mod queries;
 pub mod resources;
+pub mod restart_all;
 pub mod runtime;
 pub mod source;
 pub mod status;

@@ -127,12 +127,15 @@ pub fn matching_restart_rule(c: &Container, exit_code: i32) -> Option<&str> {
 
 /// kubelet's `ContainerShouldRestart`: the container's restart rules,
 /// then its own `restartPolicy`, then the pod's, for a container that
-/// exited with `exit_code`. (`RestartAllContainers` is refused at
-/// admission, so that action never gets here; it falls back to the
-/// container's policy as kubelet without the feature does.)
+/// exited with `exit_code`. A matching `RestartAllContainers` rule means
+/// it runs again too (RestartAllContainersOnContainerExits, on in v1.36:
+/// the whole pod restarts, see `restart_all`).
 pub fn container_should_restart(c: &Container, pod: &Pod, exit_code: i32) -> bool {
     if let Some(policy) = c.restart_policy.as_deref() {
-        if matching_restart_rule(c, exit_code) == Some("Restart") {
+        if matches!(
+            matching_restart_rule(c, exit_code),
+            Some("Restart" | "RestartAllContainers")
+        ) {
             return true;
         }
         match policy {

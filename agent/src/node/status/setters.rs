@@ -188,6 +188,17 @@ pub fn apply(node: &mut Node, cfg: &SetterConfig, obs: &Observed) -> SetterOutco
         )
     };
 
+    // DeclaredFeatures (NodeDeclaredFeatures, on in v1.36): what keelson
+    // implements of upstream's registry, so that the scheduler places
+    // pods needing them here (`setNodeStatus`); sorted, as the API server
+    // requires.
+    let mut declared: Vec<String> = crate::node::pods::admission::features::DECLARED
+        .iter()
+        .map(|f| f.to_string())
+        .collect();
+    declared.sort();
+    status.declared_features = Some(declared);
+
     // NodeFeatures
     if let Some(sgp) = obs.supplemental_groups_policy {
         status.features = Some(NodeFeatures {
@@ -338,6 +349,14 @@ mod tests {
             Some(10250)
         );
         assert_eq!(s.images.map(|i| i.len()), Some(1));
+        // Sorted, as the API server requires.
+        assert_eq!(
+            s.declared_features.unwrap_or_default(),
+            [
+                "InPlacePodLevelResourcesVerticalScaling",
+                "RestartAllContainersOnContainerExits"
+            ]
+        );
     }
 
     #[test]

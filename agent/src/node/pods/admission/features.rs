@@ -5,13 +5,14 @@
 //! `PodFeatureUnsupported`, and a pod update that needs one gets a
 //! `FailedNodeDeclaredFeaturesCheck` warning.
 //!
-//! keelson declares exactly the features it implements. Of upstream's
-//! registry, a pod can require at scheduling time only
-//! `RestartAllContainersOnContainerExits` (a container restart rule with
-//! action `RestartAllContainers`) and `UserNamespacesHostNetworkSupport`
-//! (host network with `hostUsers: false`); keelson implements neither, so
-//! such pods are refused here as on a node without them, never run with
-//! the field ignored.
+//! keelson declares exactly the features it implements, in the Node's
+//! `status.declaredFeatures` too. Of upstream's registry, a pod can
+//! require at scheduling time only `RestartAllContainersOnContainerExits`
+//! (a container restart rule with action `RestartAllContainers`, which
+//! keelson implements: `pods/restart_all.rs`) and
+//! `UserNamespacesHostNetworkSupport` (host network with `hostUsers:
+//! false`), which it does not: such pods are refused here as on a node
+//! without it, never run with the field ignored.
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -25,7 +26,10 @@ pub const FAILED_CHECK_EVENT: &str = "FailedNodeDeclaredFeaturesCheck";
 
 /// Features keelson declares (`discoverNodeDeclaredFeatures`), in
 /// upstream's registry order.
-pub const DECLARED: &[&str] = &["InPlacePodLevelResourcesVerticalScaling"];
+pub const DECLARED: &[&str] = &[
+    "RestartAllContainersOnContainerExits",
+    "InPlacePodLevelResourcesVerticalScaling",
+];
 
 /// `InferForScheduling` of every registered feature, in registry order.
 pub fn required_for_scheduling(pod: &Pod) -> Vec<&'static str> {
@@ -91,18 +95,34 @@ pub fn admit(pod: &Pod) -> Verdict {
 mod tests {
     use super::*;
 
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).expect("pod")
+    }
+
     #[test]
-    fn restart_all_containers_is_not_declared() {
-        let pod: Pod = serde_json::from_value(serde_json::json!({"spec": {"containers": [{
+    fn restart_all_containers_is_declared() {
+        let p = pod(serde_json::json!({"spec": {"containers": [{
             "name": "c", "restartPolicy": "Never",
             "restartPolicyRules": [{"action": "RestartAllContainers",
-                                    "exitCodes": {"operator": "In", "values": [42]}}]}]}}))
-        .expect("pod");
-        let e = admit(&pod).expect_err("refused");
+                                    "exitCodes": {"operator": "In", "values": [42]}}]}]}}));
+        assert_eq!(
+            required_for_scheduling(&p),
+            vec!["RestartAllContainersOnContainerExits"]
+        );
+        assert!(admit(&p).is_ok());
+    }
+
+    #[test]
+    fn user_namespaces_with_host_network_is_not_declared() {
+        let p = pod(
+            serde_json::json!({"spec": {"hostNetwork": true, "hostUsers": false,
+                                                "containers": [{"name": "c"}]}}),
+        );
+        let e = admit(&p).expect_err("refused");
         assert_eq!(e.reason, "PodFeatureUnsupported");
         assert_eq!(
             e.message,
-            "Pod requires node features that are not available: RestartAllContainersOnContainerExits"
+            "Pod requires node features that are not available: UserNamespacesHostNetworkSupport"
         );
     }
 }

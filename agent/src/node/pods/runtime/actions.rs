@@ -19,6 +19,8 @@ pub enum KillReason {
     LivenessProbe,
     /// postStart hook failed.
     FailedPostStartHook,
+    /// The pod restarts in place (`reasonRestartAllContainers`).
+    RestartAllContainers,
     /// Anything else.
     Unknown,
 }
@@ -34,6 +36,18 @@ pub struct KillInfo {
     pub message: String,
     /// Why.
     pub reason: KillReason,
+}
+
+/// One container to remove for a restart of the whole pod
+/// (`containerToRemoveInfo`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResetInfo {
+    /// Runtime container id.
+    pub container_id: String,
+    /// Container name.
+    pub name: String,
+    /// Kill it (without grace) before removing it: it has not exited.
+    pub kill: bool,
 }
 
 /// The actions of one sync.
@@ -56,6 +70,9 @@ pub struct PodActions {
     /// In-place resizes (`ContainersToUpdate`, `UpdatePodResources`,
     /// `UpdatePodLevelResources`).
     pub resize: ResizeActions,
+    /// Every container instance to kill and remove, in this order, for a
+    /// restart of the whole pod (`ContainersToReset`).
+    pub containers_to_reset: Vec<ResetInfo>,
 }
 
 impl PodActions {
@@ -167,7 +184,34 @@ pub fn compute_pod_actions(
     status: &RuntimePodStatus,
     probes: &dyn ProbeResults,
 ) -> PodActions {
-    compute_pod_actions_with(pod, status, probes, None)
+    compute_pod_actions_with(pod, status, probes, None, false)
+}
+
+/// `getContainersToReset` for one list of containers: every instance the
+/// runtime has of them, split into the sources (exited with a code their
+/// rules answer with `RestartAllContainers`) and the targets (the rest;
+/// those not exited are killed first).
+fn containers_to_reset(
+    containers: &[Container],
+    status: &RuntimePodStatus,
+) -> (Vec<ResetInfo>, Vec<ResetInfo>) {
+    let (mut sources, mut targets) = (Vec::new(), Vec::new());
+    for c in containers {
+        for s in status.containers_named(&c.name) {
+            let exited = s.state == ContainerState::Exited;
+            let info = ResetInfo {
+                container_id: s.id.clone(),
+                name: c.name.clone(),
+                kill: !exited,
+            };
+            if exited && crate::node::pods::restart_all::triggers(c, s.exit_code) {
+                sources.push(info);
+            } else {
+                targets.push(info);
+            }
+        }
+    }
+    (sources, targets)
 }
 
 /// The kill for a container its resize policy restarts.
@@ -181,12 +225,17 @@ fn resize_restart(s: &ContainerStatus, c: &Container) -> KillInfo {
 }
 
 /// kubelet's `computePodActions`; `actuated` (what the runtime manager
-/// applied) enables in-place resize.
+/// applied) enables in-place resize; `restart_all` (the pod's
+/// `AllContainersRestarting` condition is True) asks for every container
+/// to be killed and removed, regular containers before init containers and
+/// the containers that triggered the restart last — nothing else happens
+/// in that sync (`kuberuntime_manager.go`).
 pub fn compute_pod_actions_with(
     pod: &Pod,
     status: &RuntimePodStatus,
     probes: &dyn ProbeResults,
     actuated: Option<&dyn Actuated>,
+    restart_all: bool,
 ) -> PodActions {
     let (create, attempt, sandbox_id) = sandbox_changed(pod, status);
     let mut changes = PodActions {
@@ -197,6 +246,19 @@ pub fn compute_pod_actions_with(
         ..Default::default()
     };
     let spec_containers = podutil::containers(pod);
+
+    if restart_all {
+        let (init_sources, init_targets) =
+            containers_to_reset(podutil::init_containers(pod), status);
+        let (sources, targets) = containers_to_reset(spec_containers, status);
+        changes.containers_to_reset = targets
+            .into_iter()
+            .chain(init_targets)
+            .chain(sources)
+            .chain(init_sources)
+            .collect();
+        return changes;
+    }
 
     if create {
         if !restart_on_failure(pod) && attempt != 0 && !status.containers.is_empty() {

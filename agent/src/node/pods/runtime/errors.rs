@@ -30,6 +30,8 @@ pub const POST_START_HOOK_ERROR: &str = "PostStartHookError";
 pub const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
 /// `KillContainerError`.
 pub const KILL_CONTAINER_ERROR: &str = "KillContainerError";
+/// `RemoveContainerError`.
+pub const REMOVE_CONTAINER_ERROR: &str = "RemoveContainerError";
 /// `CreatePodSandboxError`.
 pub const CREATE_POD_SANDBOX_ERROR: &str = "CreatePodSandboxError";
 /// `ConfigPodSandboxError`.

@@ -39,6 +39,8 @@ pub enum SyncAction {
     KillPodSandbox,
     /// Resize running containers in place.
     ResizePodInPlace,
+    /// Remove a container (a restart of the whole pod).
+    RemoveContainer,
 }
 
 impl SyncAction {
@@ -50,6 +52,7 @@ impl SyncAction {
             SyncAction::ConfigPodSandbox => "ConfigPodSandbox",
             SyncAction::KillPodSandbox => "KillPodSandbox",
             SyncAction::ResizePodInPlace => "ResizePodInPlace",
+            SyncAction::RemoveContainer => "RemoveContainer",
         }
     }
 }
@@ -118,6 +121,14 @@ impl PodSyncResult {
             1 => errs.into_iter().next(),
             _ => Some(format!("[{}]", errs.join(", "))),
         }
+    }
+
+    /// Whether a container was removed without error (kubelet requeues the
+    /// pod at once after such a restart of the whole pod).
+    pub fn removed_containers(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| s.action == SyncAction::RemoveContainer && s.error.is_none())
     }
 
     /// Whether every failed step failed only because of a backoff.
@@ -201,7 +212,9 @@ impl RuntimeManager {
         None
     }
 
-    /// kubelet's `SyncPod` for a pod that should run.
+    /// kubelet's `SyncPod` for a pod that should run; `restart_all`: the
+    /// pod's `AllContainersRestarting` condition is True.
+    #[allow(clippy::too_many_arguments)]
     pub async fn sync_pod(
         &self,
         pod: &Pod,
@@ -209,8 +222,10 @@ impl RuntimeManager {
         pull_secrets: &[Secret],
         probes: &dyn ProbeResults,
         active_pods: &[Pod],
+        restart_all: bool,
     ) -> PodSyncResult {
-        let actions = compute_pod_actions_with(pod, status, probes, Some(&*self.actuated));
+        let actions =
+            compute_pod_actions_with(pod, status, probes, Some(&*self.actuated), restart_all);
         tracing::debug!(pod = %podutil::key(pod), ?actions, "computed pod actions");
         let mut result = PodSyncResult::default();
         if actions.create_sandbox && !actions.sandbox_id.is_empty() {
@@ -252,6 +267,12 @@ impl RuntimeManager {
                 if failed {
                     return result;
                 }
+            }
+            if !self
+                .reset_containers(pod, &actions.containers_to_reset, &mut result)
+                .await
+            {
+                return result;
             }
         }
         self.prune_init_containers(pod, status).await;
@@ -555,6 +576,62 @@ impl RuntimeManager {
                 Err(fail(text))
             }
         }
+    }
+
+    /// A restart of the whole pod: kills (grace 0, kill reason
+    /// `RestartAllContainers`, message `killing`, as kubelet) and removes
+    /// each container in order, keeping its logs; returns false at the
+    /// first failure (the rest waits for the next sync).
+    async fn reset_containers(
+        &self,
+        pod: &Pod,
+        reset: &[super::actions::ResetInfo],
+        result: &mut PodSyncResult,
+    ) -> bool {
+        for r in reset {
+            tracing::debug!(pod = %podutil::key(pod), container = %r.name, container_id = %r.container_id, "removing container before the pod restarts");
+            if r.kill
+                && let Err(e) = self
+                    .kill_container(
+                        pod,
+                        &r.container_id,
+                        &r.name,
+                        "killing",
+                        super::actions::KillReason::RestartAllContainers,
+                        Some(0),
+                        None,
+                    )
+                    .await
+            {
+                tracing::warn!(pod = %podutil::key(pod), container = %r.name, error = %e, "killing a container for the pod's restart failed");
+                result.push(
+                    SyncAction::RemoveContainer,
+                    &r.name,
+                    Some(StepError::new(super::errors::KILL_CONTAINER_ERROR, e)),
+                );
+                return false;
+            }
+            // The logs stay until the pod goes (kubelet's `keepLogs`).
+            let removed = self
+                .metrics
+                .runtime_op(
+                    "remove_container",
+                    self.cri.remove_container(&r.container_id),
+                )
+                .await
+                .map_err(|e| grpc_text(&e));
+            if let Err(e) = removed {
+                tracing::warn!(pod = %podutil::key(pod), container = %r.name, error = %e, "removing a container for the pod's restart failed");
+                result.push(
+                    SyncAction::RemoveContainer,
+                    &r.name,
+                    Some(StepError::new(super::errors::REMOVE_CONTAINER_ERROR, e)),
+                );
+                return false;
+            }
+            result.push(SyncAction::RemoveContainer, &r.name, None);
+        }
+        true
     }
 
     /// Removes every init container of the pod (before a new sandbox).

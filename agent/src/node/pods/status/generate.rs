@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
 use crate::node::pods::clock::{from_nanos, to_api_time};
 use crate::node::pods::podutil::{self, is_restartable_init};
 use crate::node::pods::qos::pod_qos;
+use crate::node::pods::restart_all;
 use crate::node::pods::runtime::actions::{sandbox_changed, should_container_be_restarted};
 use crate::node::pods::runtime::status::{ContainerState, ContainerStatus, RuntimePodStatus};
 
@@ -33,6 +34,7 @@ pub const KUBELET_CONDITIONS: &[&str] = &[
     "PodResizeInProgress",
     "PodResizePending",
     "PodReadyToStartContainers",
+    restart_all::CONDITION,
 ];
 
 /// Probe-derived container flags (kubelet's probe manager `UpdatePodStatus`).
@@ -104,11 +106,21 @@ fn time(nanos: i64) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Ti
     Some(to_api_time(from_nanos(nanos)))
 }
 
+/// A container state that only says "terminated" (the form kubelet
+/// propagates into `lastState`).
+fn terminated_only(t: ContainerStateTerminated) -> ApiState {
+    ApiState {
+        terminated: Some(t),
+        ..Default::default()
+    }
+}
+
 fn convert(
     cs: &ContainerStatus,
     old: Option<&ApiContainerStatus>,
     runtime: &str,
     allocated: Option<&Container>,
+    pod_restarting: bool,
 ) -> ApiContainerStatus {
     let cid = cs.api_id(runtime);
     let resources =
@@ -139,13 +151,36 @@ fn convert(
         last_state: Some(ApiState::default()),
         ..Default::default()
     };
+    let old_terminated = old.and_then(|o| o.state.as_ref().and_then(|st| st.terminated.clone()));
+    if let Some(o) = old {
+        // RestartAllContainersOnContainerExits (on in v1.36): the runtime
+        // forgets removed containers, so the restart count never goes
+        // down and the last termination comes from the previous status
+        // when the container id changed.
+        s.restart_count = s.restart_count.max(o.restart_count);
+        let last = match &old_terminated {
+            Some(t) if o.container_id.as_deref() != Some(cid.as_str()) => Some(t.clone()),
+            _ => o.last_state.as_ref().and_then(|l| l.terminated.clone()),
+        };
+        if let Some(t) = last {
+            s.last_state = Some(terminated_only(t));
+        }
+    }
     s.state = Some(match cs.state {
-        ContainerState::Running => ApiState {
-            running: Some(ContainerStateRunning {
-                started_at: time(cs.started_at),
-            }),
-            ..Default::default()
-        },
+        ContainerState::Running => {
+            if let Some(o) = old
+                && old_terminated.is_some()
+                && o.restart_count >= cs.restart_count
+            {
+                s.restart_count = o.restart_count + 1;
+            }
+            ApiState {
+                running: Some(ContainerStateRunning {
+                    started_at: time(cs.started_at),
+                }),
+                ..Default::default()
+            }
+        }
         ContainerState::Created => waiting("", ""),
         ContainerState::Exited => ApiState {
             terminated: Some(ContainerStateTerminated {
@@ -163,10 +198,15 @@ fn convert(
             if old.is_some_and(|o| o.state.as_ref().is_some_and(|st| st.running.is_some())) =>
         {
             s.restart_count = old.map(|o| o.restart_count + 1).unwrap_or(0);
+            let reason = if pod_restarting {
+                restart_all::RESTARTING_REASON
+            } else {
+                CONTAINER_STATUS_UNKNOWN
+            };
             ApiState {
                 terminated: Some(ContainerStateTerminated {
                     exit_code: 137,
-                    reason: Some(CONTAINER_STATUS_UNKNOWN.into()),
+                    reason: Some(reason.into()),
                     message: Some(
                         "The container could not be located when the pod was terminated".into(),
                     ),
@@ -206,7 +246,9 @@ fn volume_mount_statuses(c: &Container) -> Option<Vec<VolumeMountStatus>> {
     )
 }
 
-/// kubelet's `convertToAPIContainerStatuses` for one list of containers.
+/// kubelet's `convertToAPIContainerStatuses` for one list of containers;
+/// `pod_restarting`: the whole pod restarts in place
+/// (`ShouldAllContainersRestart`).
 #[allow(clippy::too_many_arguments)]
 pub fn convert_container_statuses(
     pod: &Pod,
@@ -217,6 +259,7 @@ pub fn convert_container_statuses(
     is_init: bool,
     failures: &HashMap<String, StartFailure>,
     runtime: &str,
+    pod_restarting: bool,
 ) -> Vec<ApiContainerStatus> {
     let old: HashMap<&str, &ApiContainerStatus> = previous
         .into_iter()
@@ -257,6 +300,25 @@ pub fn convert_container_statuses(
             continue;
         };
         let st = o.state.clone().unwrap_or_default();
+        // Removed by a restart of the whole pod: waiting, and the last
+        // termination says why.
+        if pod_restarting && st.waiting.is_none() {
+            let Some(s) = statuses.get_mut(&c.name) else {
+                continue;
+            };
+            s.state = Some(waiting(
+                restart_all::RESTARTING_REASON,
+                restart_all::REMOVED_MESSAGE,
+            ));
+            s.last_state = Some(terminated_only(ContainerStateTerminated {
+                exit_code: 137,
+                reason: Some(restart_all::RESTARTING_REASON.into()),
+                message: Some(restart_all::REMOVED_MESSAGE.into()),
+                ..Default::default()
+            }));
+            s.restart_count = o.restart_count + 1;
+            continue;
+        }
         if st.terminated.is_some() || st.running.is_none() {
             continue;
         }
@@ -302,7 +364,13 @@ pub fn convert_container_statuses(
             continue;
         }
         let spec = containers.iter().find(|c| c.name == cs.name);
-        let converted = convert(cs, old.get(cs.name.as_str()).copied(), runtime, spec);
+        let converted = convert(
+            cs,
+            old.get(cs.name.as_str()).copied(),
+            runtime,
+            spec,
+            pod_restarting,
+        );
         if *n == 0 {
             statuses.insert(cs.name.clone(), converted);
         } else if let Some(s) = statuses.get_mut(&cs.name) {
@@ -385,10 +453,12 @@ pub fn has_any_active_regular_container(pod: &Pod, rt: &RuntimePodStatus) -> boo
     })
 }
 
-/// Whether a container that ended with `exit_code` will run again
-/// (ContainerRestartRules, on in v1.36).
-fn restartable(c: &k8s_openapi::api::core::v1::Container, pod: &Pod, exit_code: i32) -> bool {
-    podutil::container_should_restart(c, pod, exit_code)
+/// Whether a container that ended (`t`) will run again
+/// (ContainerRestartRules, on in v1.36): by its rules and policies, or
+/// because a restart of the whole pod removed it.
+fn restartable(c: &Container, pod: &Pod, t: &ContainerStateTerminated) -> bool {
+    podutil::container_should_restart(c, pod, t.exit_code)
+        || t.reason.as_deref() == Some(restart_all::RESTARTING_REASON)
 }
 
 /// kubelet's `getPhase` (v1.36, ContainerRestartRules on):
@@ -414,13 +484,13 @@ pub fn get_phase(
         if st.running.is_some() {
             pending_regular_init += 1;
         } else if let Some(t) = &st.terminated {
-            if t.exit_code != 0 && !restartable(c, pod, t.exit_code) {
+            if t.exit_code != 0 && !restartable(c, pod, t) {
                 failed_init_not_restartable += 1;
             }
         } else if st.waiting.is_some() {
             match last_terminated(s) {
                 Some(t) => {
-                    if t.exit_code != 0 && !restartable(c, pod, t.exit_code) {
+                    if t.exit_code != 0 && !restartable(c, pod, t) {
                         failed_init_not_restartable += 1;
                     }
                 }
@@ -468,7 +538,7 @@ pub fn get_phase(
             running += 1;
         } else if let Some(t) = &st.terminated {
             stopped += 1;
-            if !restartable(c, pod, t.exit_code) {
+            if !restartable(c, pod, t) {
                 stopped_not_restartable += 1;
             }
             if t.exit_code == 0 {
@@ -478,7 +548,7 @@ pub fn get_phase(
             match last_terminated(s) {
                 Some(t) => {
                     stopped += 1;
-                    if !restartable(c, pod, t.exit_code) {
+                    if !restartable(c, pod, t) {
                         stopped_not_restartable += 1;
                     }
                 }
@@ -650,9 +720,12 @@ pub fn ready_condition(
     condition("Ready", "True", "", "", generation)
 }
 
-/// `GeneratePodInitializedCondition`.
+/// `GeneratePodInitializedCondition` (v1.36: once initialized, a pod
+/// stays initialized while its init containers run again, as in a
+/// restart of the whole pod).
 pub fn initialized_condition(
     pod: &Pod,
+    old: &PodStatus,
     info: Option<&[ApiContainerStatus]>,
     phase: &str,
 ) -> PodCondition {
@@ -706,6 +779,14 @@ pub fn initialized_condition(
         ));
     }
     if !msgs.is_empty() {
+        let was_initialized = old
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Initialized" && c.status == "True");
+        if was_initialized {
+            return condition("Initialized", "True", "", "", generation);
+        }
         return condition(
             "Initialized",
             "False",
@@ -778,6 +859,7 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
         s.pod_ip = ips.first().cloned();
     }
     s.qos_class = Some(pod_qos(pod).as_str().to_string());
+    let pod_restarting = restart_all::should_restart(pod, Some(rt), Some(old));
     let mut containers = convert_container_statuses(
         pod,
         rt,
@@ -787,6 +869,7 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
         false,
         inp.failures,
         inp.runtime_name,
+        pod_restarting,
     );
     let mut inits = convert_container_statuses(
         pod,
@@ -797,6 +880,7 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
         true,
         inp.failures,
         inp.runtime_name,
+        pod_restarting,
     );
     // As upstream, the phase is computed before probe results are applied.
     let all: Vec<ApiContainerStatus> = containers.iter().chain(inits.iter()).cloned().collect();
@@ -856,7 +940,7 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
     }
     let all: Vec<ApiContainerStatus> = inits.iter().chain(containers.iter()).cloned().collect();
     conditions.push(ready_to_start_condition(pod, rt));
-    conditions.push(initialized_condition(pod, Some(&all), &phase));
+    conditions.push(initialized_condition(pod, old, Some(&all), &phase));
     let ready = ready_condition(pod, &conditions, Some(&all), &phase);
     conditions.push(ready);
     conditions.push(containers_ready_condition(pod, Some(&all), &phase));
@@ -867,6 +951,9 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
         "",
         pod.metadata.generation,
     ));
+    if restart_all::could_restart(pod) {
+        conditions.push(restart_all::condition(pod, rt, old, &phase));
+    }
     s.conditions = Some(conditions);
 
     if let Some(first) = inp.host_ips.first() {

@@ -124,6 +124,11 @@ fn check_transition(old: &PodStatus, new: &PodStatus, pod: &Pod) -> Result<(), S
     if policy == "Always" {
         return Ok(());
     }
+    // A pod that can restart in place lets every container leave the
+    // terminated state (RestartAllContainersOnContainerExits).
+    if crate::node::pods::restart_all::could_restart(pod) {
+        return Ok(());
+    }
     let check = |olds: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>,
                  news: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>,
                  init: bool|

@@ -441,3 +441,102 @@ fn a_failed_init_container_follows_its_own_policy() {
         vec![0]
     );
 }
+
+/// init, a sidecar, `src` (restarts the whole pod on 42) and `app`.
+fn restart_all_pod() -> Pod {
+    pod(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"restartPolicy": "Never",
+                 "initContainers": [{"name": "init", "image": "b"},
+                                    {"name": "side", "image": "b", "restartPolicy": "Always"}],
+                 "containers": [
+                    {"name": "src", "image": "b", "restartPolicy": "Never",
+                     "restartPolicyRules": [{"action": "RestartAllContainers",
+                                             "exitCodes": {"operator": "In", "values": [42]}}]},
+                    {"name": "app", "image": "b"}]}
+    }))
+}
+
+fn reset(id: &str, name: &str, kill: bool) -> ResetInfo {
+    ResetInfo {
+        container_id: id.into(),
+        name: name.into(),
+        kill,
+    }
+}
+
+#[test]
+fn restart_all_containers_kills_and_removes_everything_sources_last() {
+    let p = restart_all_pod();
+    let rt = status(
+        vec![sandbox(true)],
+        vec![
+            container(&p, "app", ContainerState::Running, 0, 9),
+            container(&p, "src", ContainerState::Exited, 42, 8),
+            container(&p, "side", ContainerState::Running, 0, 7),
+            // An older instance of the sidecar is removed too.
+            container(&p, "side", ContainerState::Exited, 1, 6),
+            container(&p, "init", ContainerState::Exited, 0, 5),
+        ],
+    );
+    let a = compute_pod_actions_with(&p, &rt, &NoProbes, None, true);
+    assert_eq!(
+        a.containers_to_reset,
+        vec![
+            // Regular containers, then init containers (in spec order,
+            // every instance), then the container that exited 42.
+            reset("app-9", "app", true),
+            reset("init-5", "init", false),
+            reset("side-7", "side", true),
+            reset("side-6", "side", false),
+            reset("src-8", "src", false),
+        ]
+    );
+    // Nothing else happens in that sync: the sandbox stays, nothing starts.
+    assert!(!a.kill_pod && !a.create_sandbox);
+    assert!(a.containers_to_kill.is_empty());
+    assert!(a.init_containers_to_start.is_empty() && a.containers_to_start.is_empty());
+}
+
+#[test]
+fn after_the_restart_the_pod_starts_over_from_its_first_init_container() {
+    let p = restart_all_pod();
+    let a = compute_pod_actions_with(
+        &p,
+        &status(vec![sandbox(true)], vec![]),
+        &NoProbes,
+        None,
+        false,
+    );
+    assert!(!a.create_sandbox && !a.kill_pod);
+    assert_eq!(a.init_containers_to_start, vec![0]);
+    assert!(a.containers_to_start.is_empty() && a.containers_to_reset.is_empty());
+}
+
+#[test]
+fn an_exit_the_rule_does_not_match_follows_the_containers_policy() {
+    let p = restart_all_pod();
+    let rt = |code| {
+        status(
+            vec![sandbox(true)],
+            vec![
+                container(&p, "app", ContainerState::Running, 0, 9),
+                container(&p, "src", ContainerState::Exited, code, 8),
+                container(&p, "side", ContainerState::Running, 0, 7),
+                container(&p, "init", ContainerState::Exited, 0, 5),
+            ],
+        )
+    };
+    // Exit 1: `restartPolicy: Never`, nothing to do.
+    let a = compute_pod_actions(&p, &rt(1), &NoProbes);
+    assert!(a.containers_to_start.is_empty() && a.containers_to_reset.is_empty());
+    assert!(!a.kill_pod);
+    // Exit 42 counts as a container that runs again (kubelet's
+    // `ContainerShouldRestart`), though the sync that sees it resets the
+    // pod instead.
+    assert!(should_container_be_restarted(
+        &podutil::containers(&p)[0],
+        &p,
+        &rt(42)
+    ));
+}

@@ -446,3 +446,187 @@ fn a_pod_re_running_init_containers_in_a_new_sandbox_is_pending() {
     let s = generate(&p, &rt, &HashMap::new(), false);
     assert_eq!(s.phase.as_deref(), Some("Pending"));
 }
+
+/// init, a sidecar, `src` (restarts the whole pod on 42) and `app`.
+fn restart_all_pod() -> Pod {
+    pod(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u", "generation": 1},
+        "spec": {"restartPolicy": "Never",
+                 "initContainers": [{"name": "init", "image": "busybox"},
+                                    {"name": "side", "image": "busybox", "restartPolicy": "Always"}],
+                 "containers": [
+                    {"name": "src", "image": "busybox", "restartPolicy": "Never",
+                     "restartPolicyRules": [{"action": "RestartAllContainers",
+                                             "exitCodes": {"operator": "In", "values": [42]}}]},
+                    {"name": "app", "image": "busybox"}]}
+    }))
+}
+
+/// The status generated from `containers`, with `previous` as the last
+/// status (kubelet's status manager cache).
+fn next_status(
+    p: &Pod,
+    previous: Option<PodStatus>,
+    containers: Vec<ContainerStatus>,
+) -> PodStatus {
+    let mut p = p.clone();
+    p.status = previous;
+    let rt = RuntimePodStatus::new("u", "p", "ns", vec![sandbox()], containers);
+    generate(&p, &rt, &HashMap::new(), false)
+}
+
+fn all_statuses(s: &PodStatus) -> Vec<&ApiContainerStatus> {
+    s.init_container_statuses
+        .iter()
+        .flatten()
+        .chain(s.container_statuses.iter().flatten())
+        .collect()
+}
+
+fn status_named<'a>(s: &'a PodStatus, name: &str) -> &'a ApiContainerStatus {
+    all_statuses(s)
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no status of {name}"))
+}
+
+/// A container instance created after the restart (new id, the runtime's
+/// restart count starts again at 0).
+fn fresh(c: ContainerStatus) -> ContainerStatus {
+    ContainerStatus {
+        id: format!("{}-new", c.name),
+        created_at: 1_000,
+        ..c
+    }
+}
+
+#[test]
+fn restart_all_containers_status_sequence() {
+    let p = restart_all_pod();
+    let running_all = |p: &Pod| {
+        vec![
+            running(p, "app", 0),
+            running(p, "src", 0),
+            running(p, "side", 0),
+            exited(p, "init", 0, 0),
+        ]
+    };
+    let before = next_status(&p, None, running_all(&p));
+    assert_eq!(before.phase.as_deref(), Some("Running"));
+    let c = cond(&before, "AllContainersRestarting");
+    assert_eq!((c.status.as_str(), c.reason.as_deref()), ("False", None));
+    assert_eq!(c.observed_generation, None);
+    assert_eq!(cond(&before, "Initialized").status, "True");
+
+    // `src` exits 42: the condition turns True, the pod stays Running.
+    let exit = vec![
+        running(&p, "app", 0),
+        exited(&p, "src", 0, 42),
+        running(&p, "side", 0),
+        exited(&p, "init", 0, 0),
+    ];
+    let marked = next_status(&p, Some(before), exit);
+    let c = cond(&marked, "AllContainersRestarting");
+    assert_eq!(c.status, "True");
+    assert_eq!(c.reason.as_deref(), Some("RestartAllContainersStarted"));
+    assert_eq!(
+        c.message.as_deref(),
+        Some("container exited with restart policy rule")
+    );
+    assert_eq!(marked.phase.as_deref(), Some("Running"));
+
+    // Every container removed: waiting with kubelet's words, one restart
+    // more each, the condition False again, the pod still Running and
+    // still Initialized.
+    let removed = next_status(&p, Some(marked), vec![]);
+    assert_eq!(removed.phase.as_deref(), Some("Running"));
+    assert_eq!(cond(&removed, "AllContainersRestarting").status, "False");
+    assert_eq!(cond(&removed, "Initialized").status, "True");
+    assert_eq!(cond(&removed, "Ready").status, "False");
+    for s in all_statuses(&removed) {
+        let w = s
+            .state
+            .as_ref()
+            .and_then(|st| st.waiting.as_ref())
+            .unwrap_or_else(|| panic!("{} not waiting", s.name));
+        assert_eq!(w.reason.as_deref(), Some("RestartingAllContainers"));
+        assert_eq!(
+            w.message.as_deref(),
+            Some("The container is removed because RestartAllContainers in place")
+        );
+        let last = last_terminated(s).expect("last state");
+        assert_eq!(
+            (last.exit_code, last.reason.as_deref()),
+            (137, Some("RestartingAllContainers"))
+        );
+        assert_eq!(s.restart_count, 1, "{}", s.name);
+    }
+
+    // The init container runs again: Pending while it runs, the restart
+    // count kept although the runtime's starts at 0.
+    let init_again = next_status(&p, Some(removed), vec![fresh(running(&p, "init", 0))]);
+    assert_eq!(init_again.phase.as_deref(), Some("Pending"));
+    assert_eq!(cond(&init_again, "Initialized").status, "True");
+    let init = status_named(&init_again, "init");
+    assert_eq!(init.restart_count, 1);
+    assert_eq!(
+        last_terminated(init).and_then(|t| t.reason.as_deref()),
+        Some("RestartingAllContainers")
+    );
+
+    // Everything runs again with one restart each.
+    let again: Vec<ContainerStatus> = running_all(&p).into_iter().map(fresh).collect();
+    let after = next_status(&p, Some(init_again), again);
+    assert_eq!(after.phase.as_deref(), Some("Running"));
+    assert_eq!(cond(&after, "AllContainersRestarting").status, "False");
+    for s in all_statuses(&after) {
+        assert_eq!(s.restart_count, 1, "{}", s.name);
+        assert!(
+            s.container_id
+                .as_deref()
+                .is_some_and(|id| id.ends_with("-new"))
+        );
+    }
+}
+
+#[test]
+fn an_exit_the_rule_does_not_match_follows_the_containers_policy() {
+    let p = restart_all_pod();
+    let s = next_status(
+        &p,
+        None,
+        vec![
+            running(&p, "app", 0),
+            exited(&p, "src", 0, 1),
+            running(&p, "side", 0),
+            exited(&p, "init", 0, 0),
+        ],
+    );
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(cond(&s, "AllContainersRestarting").status, "False");
+    let src = status_named(&s, "src");
+    assert_eq!(
+        src.state
+            .as_ref()
+            .and_then(|st| st.terminated.as_ref())
+            .map(|t| t.exit_code),
+        Some(1)
+    );
+    // Only `src` left and it will not run again: the pod failed.
+    let all_done = vec![
+        exited(&p, "src", 0, 1),
+        exited(&p, "app", 0, 0),
+        exited(&p, "side", 0, 137),
+        exited(&p, "init", 0, 0),
+    ];
+    assert_eq!(phase_of(&p, all_done), "Failed");
+    // A pod without such a rule gets no AllContainersRestarting condition.
+    let plain = next_status(&app_pod("Always"), None, vec![]);
+    assert!(
+        plain
+            .conditions
+            .iter()
+            .flatten()
+            .all(|c| c.type_ != "AllContainersRestarting")
+    );
+}
