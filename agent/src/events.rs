@@ -7,9 +7,13 @@
 //!   per 5 minutes) drops floods;
 //! - recording never blocks the caller: events go through a bounded queue and
 //!   are dropped (with a log line and a metric) when the API server is gone
-//!   for long.
+//!   for long;
+//! - an event may carry annotations on its own metadata, as client-go's
+//!   `AnnotatedEventf` puts them (`makeEvent` in
+//!   staging/src/k8s.io/client-go/tools/record/event.go). They are not part
+//!   of the folding key, as there: a folded repeat keeps the first write's.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
@@ -42,6 +46,7 @@ struct Pending {
     kind: EventType,
     reason: String,
     message: String,
+    annotations: BTreeMap<String, String>,
 }
 
 /// Records events; cheap to clone.
@@ -118,6 +123,20 @@ impl EventRecorder {
         reason: &str,
         message: impl Into<String>,
     ) {
+        self.annotated_event(object, BTreeMap::new(), kind, reason, message);
+    }
+
+    /// [`EventRecorder::event`] with `annotations` on the Event's metadata
+    /// (client-go's `AnnotatedEventf`; none are written when empty, as Go's
+    /// `omitempty` leaves out an empty map).
+    pub fn annotated_event(
+        &self,
+        object: &ObjectReference,
+        annotations: BTreeMap<String, String>,
+        kind: EventType,
+        reason: &str,
+        message: impl Into<String>,
+    ) {
         let message = message.into();
         if let Some(t) = &self.timeline {
             t.record(
@@ -139,6 +158,7 @@ impl EventRecorder {
             kind,
             reason: reason.to_string(),
             message,
+            annotations,
         };
         if self.tx.try_send(p).is_err() {
             count_drop(&self.dropped, "queue_full");
@@ -267,6 +287,7 @@ impl Writer {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 namespace: Some(namespace.clone()),
+                annotations: (!p.annotations.is_empty()).then(|| p.annotations.clone()),
                 ..ObjectMeta::default()
             },
             involved_object: p.object.clone(),

@@ -13,11 +13,15 @@
 //!    be evicted (critical pods never are): grace 1 s for hard thresholds,
 //!    min(`evictionMaxPodGracePeriod`, pod's) for soft ones; status Failed /
 //!    `Evicted` with the message, a `DisruptionTarget` condition, an
-//!    `Evicted` event; at most one pod per round.
+//!    `Evicted` event carrying `evictionMessage`'s annotations
+//!    (`offending_containers`, `offending_containers_usage`,
+//!    `starved_resource`, and `offending_pod`/`offending_pod_usage` with
+//!    pod-level resources); at most one pod per round.
 //!
 //! The loop runs every 10 s, at once again after an eviction (once the pod
 //! is cleaned up, up to 30 s), and when a memory threshold notification fires.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -190,11 +194,15 @@ impl EvictionManager {
     }
 
     /// Evicts one pod: never a critical one. True when it was killed.
+    /// kubelet's `evictPod` (pkg/kubelet/eviction/eviction_manager.go): the
+    /// `Evicted` Warning event goes out through `AnnotatedEventf` with the
+    /// annotations `evictionMessage` built (none for local storage limits).
     fn evict_pod(
         &self,
         pod: &Pod,
         grace: i64,
         message: &str,
+        annotations: BTreeMap<String, String>,
         condition: Option<PodCondition>,
     ) -> bool {
         let key = format!(
@@ -207,8 +215,9 @@ impl EvictionManager {
             return false;
         }
         if let Some(r) = &self.deps.recorder {
-            r.event(
+            r.annotated_event(
                 &pod_ref(pod, None),
+                annotations,
                 EventType::Warning,
                 REASON_EVICTED,
                 message,
@@ -322,6 +331,7 @@ impl EvictionManager {
                         pod,
                         IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS,
                         &v.message,
+                        BTreeMap::new(),
                         None,
                     )
                 {
@@ -396,7 +406,7 @@ impl EvictionManager {
                 }
             };
             let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-            let (message, _annotations) =
+            let (message, annotations) =
                 eviction_message(resource, &pod, summary.pods.get(uid), &to_act, &obs);
             let condition = PodCondition {
                 type_: "DisruptionTarget".to_string(),
@@ -405,7 +415,7 @@ impl EvictionManager {
                 message: Some(message.clone()),
                 ..PodCondition::default()
             };
-            if self.evict_pod(&pod, grace, &message, Some(condition)) {
+            if self.evict_pod(&pod, grace, &message, annotations, Some(condition)) {
                 self.deps
                     .metrics
                     .evictions

@@ -3,7 +3,9 @@
 //! Threshold quantity: 100Mi, available: 51200Ki. Container hog was using
 //! 300Mi, request is 0, has larger consumption of memory. `), the event's
 //! annotations (`offending_containers`, `offending_containers_usage`,
-//! `starved_resource`), and the messages of local storage limit evictions.
+//! `starved_resource`, and `offending_pod`/`offending_pod_usage` for a pod
+//! with pod-level resources), and the messages of local storage limit
+//! evictions. Upstream: `evictionMessage` in pkg/kubelet/eviction/helpers.go.
 
 use std::collections::BTreeMap;
 
@@ -12,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::signals::{Observations, quantity, signal_resource};
 use super::summary::PodStats;
 use crate::config::eviction::Threshold;
+use crate::node::pods::resources::{pod_level, pod_level_resources_set};
 use crate::node::status::format::{Format, canonical};
 use crate::quantity::Quantity;
 
@@ -19,6 +22,10 @@ use crate::quantity::Quantity;
 pub const OFFENDING_CONTAINERS: &str = "offending_containers";
 /// `offending_containers_usage` annotation key.
 pub const OFFENDING_CONTAINERS_USAGE: &str = "offending_containers_usage";
+/// `offending_pod` annotation key (pod-level resources).
+pub const OFFENDING_POD: &str = "offending_pod";
+/// `offending_pod_usage` annotation key (pod-level resources).
+pub const OFFENDING_POD_USAGE: &str = "offending_pod_usage";
 /// `starved_resource` annotation key.
 pub const STARVED_RESOURCE: &str = "starved_resource";
 
@@ -60,6 +67,27 @@ pub fn eviction_message(
     let Some(stats) = stats else {
         return (message, annotations);
     };
+    // Pod-level resources (PodLevelResources, on by default since v1.34):
+    // for memory, the pod's usage against its pod-level request, stated
+    // whenever that request is set (upstream does not compare the two).
+    if resource == "memory"
+        && pod_level_resources_set(pod)
+        && let Some(request) = pod_level(pod)
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("memory"))
+        && let Some(usage) = stats.memory_working_set
+    {
+        let used = text(resource, i128::from(usage));
+        // Go's `Quantity.String()` of the decoded request: the API server
+        // already stores it canonical, in its own format.
+        let request = &request.0;
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        message.push_str(&format!(
+            "Pod {name} was using {used}, request is {request}, has larger consumption of {resource}. "
+        ));
+        annotations.insert(OFFENDING_POD.to_string(), name);
+        annotations.insert(OFFENDING_POD_USAGE.to_string(), used);
+    }
     let spec = pod.spec.clone().unwrap_or_default();
     let containers: Vec<_> = spec
         .containers
@@ -199,6 +227,56 @@ mod tests {
         assert_eq!(a[OFFENDING_CONTAINERS], "hog");
         assert_eq!(a[OFFENDING_CONTAINERS_USAGE], "300Mi");
         assert_eq!(a[STARVED_RESOURCE], "memory");
+    }
+
+    #[test]
+    fn pod_level_memory_request_names_the_pod() {
+        let pod = Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("big".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                resources: Some(ResourceRequirements {
+                    requests: Some([("memory".to_string(), ApiQuantity("128Mi".into()))].into()),
+                    ..Default::default()
+                }),
+                containers: vec![Container {
+                    name: "app".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let stats = PodStats {
+            memory_working_set: Some(200 * 1024 * 1024),
+            containers: vec![ContainerStats {
+                name: "app".into(),
+                memory_working_set: Some(200 * 1024 * 1024),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let (m, a) = eviction_message("memory", &pod, Some(&stats), &[], &Observations::new());
+        assert_eq!(
+            m,
+            "The node was low on resource: memory. Pod big was using 200Mi, request is 128Mi, has larger consumption of memory. Container app was using 200Mi, request is 0, has larger consumption of memory. "
+        );
+        assert_eq!(a[OFFENDING_POD], "big");
+        assert_eq!(a[OFFENDING_POD_USAGE], "200Mi");
+        assert_eq!(a[OFFENDING_CONTAINERS], "app");
+        // Not for other resources.
+        let (_, a) = eviction_message(
+            "ephemeral-storage",
+            &pod,
+            Some(&stats),
+            &[],
+            &Observations::new(),
+        );
+        assert!(!a.contains_key(OFFENDING_POD));
+        assert_eq!(a[OFFENDING_CONTAINERS], "");
+        assert_eq!(a[STARVED_RESOURCE], "ephemeral-storage");
     }
 
     #[test]
