@@ -526,3 +526,51 @@ async fn a_failed_start_container_waits_with_run_container_error() {
     w.wait_phase("nostart", "Running", Duration::from_secs(120))
         .await;
 }
+
+/// kubelet's `OnPodSandboxReady` (pkg/kubelet/kubelet.go, called from
+/// SyncPod in pkg/kubelet/kuberuntime/kuberuntime_manager.go): once the new
+/// sandbox is ready, `PodReadyToStartContainers` is True in the API while
+/// the image is still being pulled and the container still waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_to_start_containers_is_true_while_the_image_is_still_pulling() {
+    let w = World::new().await;
+    w.fake.add_registry_image(IMAGE, None);
+    w.fake.set_latency("PullImage", Duration::from_secs(5));
+    w.create_pod("slow", busybox(json!({"imagePullPolicy": "Always"})))
+        .await;
+    let p = w
+        .wait_pod(
+            "slow",
+            "PodReadyToStartContainers True",
+            T,
+            |p| match condition(p, "PodReadyToStartContainers").map(|c| c.status.as_str()) {
+                Some("True") => Ok(p.clone()),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await;
+    // The pull is still under way: nothing created, the container waits.
+    assert!(
+        w.fake.calls_to("CreateContainer").is_empty(),
+        "{:?}",
+        w.fake.calls()
+    );
+    let status = p.status.clone().unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    assert_eq!(
+        waiting_reason(&p, "app").as_deref(),
+        Some("ContainerCreating")
+    );
+    let c = condition(&p, "PodReadyToStartContainers").unwrap();
+    assert!(c.last_transition_time.is_some(), "{c:?}");
+    assert_eq!(
+        condition(&p, "ContainersReady").map(|c| c.status.as_str()),
+        Some("False")
+    );
+    // Then the pull ends and the pod runs, the condition still True.
+    let p = w.wait_phase("slow", "Running", T).await;
+    assert_eq!(
+        condition(&p, "PodReadyToStartContainers").map(|c| c.status.as_str()),
+        Some("True")
+    );
+}

@@ -543,6 +543,7 @@ impl PodLifecycle {
             self.probe_results(),
             &active,
             restarting_all,
+            &|p: &Pod| self.on_pod_sandbox_ready(p),
         ))
         .await;
         self.update_reasons(&uid, &result);
@@ -577,6 +578,34 @@ impl PodLifecycle {
                 Ok(SyncOutcome::Running(result.retry_at))
             }
         }
+    }
+
+    /// kubelet's `OnPodSandboxReady` (pkg/kubelet/kubelet.go): a new
+    /// sandbox is ready, so the cached status (or the API's) gets
+    /// `PodReadyToStartContainers=True` and goes to the status manager at
+    /// once, without waiting for the containers of this sync to start.
+    /// Upstream does it on a goroutine; `set_pod_status` only updates the
+    /// cache and wakes the writer, so it runs inline here.
+    fn on_pod_sandbox_ready(&self, pod: &Pod) {
+        let mut status = self
+            .status
+            .get(podutil::uid(pod))
+            .or_else(|| pod.status.clone())
+            .unwrap_or_default();
+        let ready = PodCondition {
+            type_: "PodReadyToStartContainers".into(),
+            status: "True".into(),
+            observed_generation: pod.metadata.generation,
+            ..PodCondition::default()
+        };
+        // `ReplaceOrAppendPodCondition`.
+        let conditions = status.conditions.get_or_insert_with(Vec::new);
+        match conditions.iter_mut().find(|c| c.type_ == ready.type_) {
+            Some(c) => *c = ready,
+            None => conditions.push(ready),
+        }
+        tracing::debug!(pod = %podutil::key(pod), "sandbox ready: PodReadyToStartContainers=True");
+        self.status.set_pod_status(pod, status);
     }
 
     /// After a sync: probes follow the containers that now run.

@@ -213,7 +213,10 @@ impl RuntimeManager {
     }
 
     /// kubelet's `SyncPod` for a pod that should run; `restart_all`: the
-    /// pod's `AllContainersRestarting` condition is True.
+    /// pod's `AllContainersRestarting` condition is True; `sandbox_ready`
+    /// is kubelet's `RuntimeHelper.OnPodSandboxReady`, called once a new
+    /// sandbox is up (network set, volumes mounted), before any image is
+    /// pulled.
     #[allow(clippy::too_many_arguments)]
     pub async fn sync_pod(
         &self,
@@ -223,6 +226,7 @@ impl RuntimeManager {
         probes: &dyn ProbeResults,
         active_pods: &[Pod],
         restart_all: bool,
+        sandbox_ready: &(dyn Fn(&Pod) + Sync),
     ) -> PodSyncResult {
         let actions =
             compute_pod_actions_with(pod, status, probes, Some(&*self.actuated), restart_all);
@@ -313,6 +317,13 @@ impl RuntimeManager {
                         &podutil::format_pod(pod),
                         None,
                     );
+                    // Step 5 of kubelet's SyncPod
+                    // (pkg/kubelet/kuberuntime/kuberuntime_manager.go,
+                    // `OnPodSandboxReady` after the sandbox status and IPs):
+                    // sandbox, network and volumes are ready, so
+                    // `PodReadyToStartContainers` turns True now rather than
+                    // after the image pulls and container starts below.
+                    sandbox_ready(pod);
                 }
                 Err(e) => {
                     self.metrics.started_pods_errors_total.inc();
