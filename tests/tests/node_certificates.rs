@@ -223,6 +223,93 @@ async fn a_node_joins_through_a_bootstrap_csr() {
     assert_eq!(users, [format!("system:node:{}", node.node_name)]);
 }
 
+/// A node kubeconfig whose client certificate has expired (a node back
+/// after a long time off): kubelet treats it as missing
+/// (`isClientConfigStillValid`, `pkg/kubelet/certificate/bootstrap/bootstrap.go`)
+/// and bootstraps again with the bootstrap kubeconfig: a new CSR, then
+/// the kubeconfig rewritten to point at the issued certificate, and the
+/// node joins as itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_certificate_expired_bootstraps_again() {
+    let kc_dir = tempfile::tempdir().expect("dir");
+    let dir = kc_dir.path().to_path_buf();
+    let opts = NodeHarnessOptions {
+        api: api_options(),
+        configure: Some(bootstrap_config(dir.clone())),
+        ..NodeHarnessOptions::default()
+    };
+    let user = format!("system:node:{}", opts.node_name);
+    let node = InProcessNode::start(NodeHarnessOptions {
+        before_start: Some(Arc::new({
+            let dir = dir.clone();
+            move |api: &TestApiServer| {
+                write_bootstrap_kubeconfig(api, &dir);
+                api.write_kubeconfig_with_expired_client_cert(
+                    &dir.join("kubelet.conf"),
+                    &user,
+                    Some("system:nodes"),
+                    Duration::from_secs(3600),
+                )
+                .expect("expired kubeconfig");
+            }
+        })),
+        ..opts
+    })
+    .await
+    .expect("node");
+    let expired = std::fs::read_to_string(dir.join("kubelet.conf")).expect("kubeconfig");
+
+    // A request with the bootstrap credentials, for the same identity.
+    let csr = pending_csr(&node.admin).await;
+    let name = csr.metadata.name.clone().expect("name");
+    assert!(name.starts_with("node-csr-"), "{name}");
+    assert_eq!(
+        csr.spec.signer_name,
+        "kubernetes.io/kube-apiserver-client-kubelet"
+    );
+    assert_eq!(
+        csr.spec.username.as_deref(),
+        Some("system:bootstrap:abcdef")
+    );
+    assert!(node.node().await.expect("read").is_none());
+
+    decide(&node.admin, &name, "Approved", "KubectlApprove").await;
+    node.wait_node(
+        "Node Ready after the new certificate is issued",
+        Duration::from_secs(60),
+        ready,
+    )
+    .await
+    .expect("Ready");
+    health_check(&node).expect("healthy once issued");
+
+    // The kubeconfig now names the stored certificate, which is valid.
+    let current = node
+        .config
+        .node
+        .root_dir
+        .join("pki")
+        .join("keelson-client-current.pem");
+    let kubeconfig = std::fs::read_to_string(dir.join("kubelet.conf")).expect("kubeconfig");
+    assert_ne!(kubeconfig, expired);
+    assert!(
+        kubeconfig.contains(&current.display().to_string()),
+        "{kubeconfig}"
+    );
+    assert!(leaf_not_after(&current) > SystemTime::now());
+    // Nothing was sent with the expired certificate that the server took:
+    // the Node was created as the node, with the new one.
+    let users: Vec<String> = node
+        .api
+        .knobs()
+        .requests()
+        .into_iter()
+        .filter(|r| r.resource == "nodes" && r.verb == "create")
+        .map(|r| r.user)
+        .collect();
+    assert_eq!(users, [format!("system:node:{}", node.node_name)]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_csr_is_retried_with_backoff_and_reported() {
     let (node, _kc_dir, _) = bootstrapping_node(api_options()).await;

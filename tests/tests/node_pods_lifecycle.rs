@@ -574,3 +574,45 @@ async fn ready_to_start_containers_is_true_while_the_image_is_still_pulling() {
         Some("True")
     );
 }
+
+/// `containerStatuses[].user`: kubelet v1.36 copies the user the runtime
+/// reports in ContainerStatus (uid, gid, supplemental groups) into the API
+/// status (`toKubeContainerUser`, `pkg/kubelet/kuberuntime/kuberuntime_container_linux.go`,
+/// under SupplementalGroupsPolicy, GA and locked on since v1.35;
+/// `convertContainerStatusUser`, `pkg/kubelet/kubelet_pods.go`); a runtime
+/// that reports none (containerd 1.x) leaves the field out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_statuses_carry_the_user_the_runtime_reports() {
+    let w = World::with(Options {
+        fake: keelson_cri::fake::FakeConfig {
+            report_user: true,
+            ..Default::default()
+        },
+        ..Options::default()
+    })
+    .await;
+    let mut spec = busybox(json!({}));
+    spec["securityContext"] =
+        json!({"runAsUser": 1000, "runAsGroup": 3000, "supplementalGroups": [4000, 5000]});
+    let mut other = spec["containers"][0].clone();
+    other["name"] = json!("other");
+    other["securityContext"] = json!({"runAsUser": 2000});
+    spec["containers"].as_array_mut().unwrap().push(other);
+    w.create_pod("users", spec).await;
+    let p = w.wait_phase("users", "Running", T).await;
+    let user = |c: &str| serde_json::to_value(&container_status(&p, c).unwrap().user).unwrap();
+    assert_eq!(
+        user("app"),
+        json!({"linux": {"uid": 1000, "gid": 3000, "supplementalGroups": [3000, 4000, 5000]}})
+    );
+    assert_eq!(
+        user("other"),
+        json!({"linux": {"uid": 2000, "gid": 3000, "supplementalGroups": [3000, 4000, 5000]}})
+    );
+
+    // containerd 1.x: no user.
+    let w = World::new().await;
+    w.create_pod("plain", busybox(json!({}))).await;
+    let p = w.wait_phase("plain", "Running", T).await;
+    assert!(container_status(&p, "app").unwrap().user.is_none());
+}

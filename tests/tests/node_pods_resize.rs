@@ -423,3 +423,158 @@ async fn a_memory_limit_below_usage_is_refused() {
         "nothing changed"
     );
 }
+
+/// A pod-level resize (InPlacePodLevelResourcesVerticalScaling, beta and
+/// on in v1.36, declared in the Node's `status.declaredFeatures`): the API
+/// server takes `spec.resources` through `pods/resize`, and kubelet
+/// allocates it (`allocationFromPod` keeps the pod-level resources), sets
+/// the pod cgroup (`doPodResizeAction` with `UpdatePodLevelResources`),
+/// updates the containers whose limits come from the pod level
+/// (`GetLimits`), and reports the pod's `status.resources` from the pod
+/// cgroup and `status.allocatedResources` as `PodRequests`
+/// (`convertToAPIPodLevelResourcesStatus`, `pkg/kubelet/kubelet_pods.go`).
+/// The resize events list only the containers (`podResourceSummary` has
+/// no pod-level part yet, `pkg/kubelet/events/resize.go`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_level_resize_changes_the_pod_cgroup_and_the_containers_in_place() {
+    let w = World::new().await;
+    let mut spec = busybox(json!({}));
+    spec["resources"] = json!({"requests": {"cpu": "200m", "memory": "64Mi"},
+                               "limits": {"cpu": "400m", "memory": "128Mi"}});
+    w.create_pod("web", spec).await;
+    let p = w.wait_phase("web", "Running", T).await;
+    assert_eq!(
+        p.status.as_ref().unwrap().qos_class.as_deref(),
+        Some("Burstable")
+    );
+    let cg = cgroup_of(&w, &p, "burstable");
+    assert_eq!(
+        std::fs::read_to_string(cg.join("cpu.max")).unwrap().trim(),
+        "40000 100000"
+    );
+    assert_eq!(
+        std::fs::read_to_string(cg.join("memory.max"))
+            .unwrap()
+            .trim(),
+        (128u64 << 20).to_string()
+    );
+    // Before the resize, what the API server needs to accept one: the
+    // running container's status carries (empty) resources.
+    let p = w
+        .wait_pod("web", "pod-level status resources", T, |p| {
+            let s = p.status.as_ref().unwrap();
+            match &s.resources {
+                Some(r) if r.limits.is_some() => Ok(p.clone()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    assert_eq!(status_resources(&p, "app"), json!({}));
+    let first_id = container_status(&p, "app")
+        .unwrap()
+        .container_id
+        .clone()
+        .unwrap();
+    let s = p.status.clone().unwrap();
+    // While the API does not show the pod Running yet, the allocated
+    // figures; after, the pod cgroup's: 400m quota; shares 204 → cpu.weight
+    // 8, read back by kubelet as 185 shares = 181m (`cpuWeightToCPUShares`,
+    // `SharesToMilliCPU`).
+    let r = serde_json::to_value(&s.resources).unwrap();
+    assert_eq!(r["limits"], json!({"cpu": "400m", "memory": "128Mi"}));
+    assert_eq!(r["requests"]["memory"], "64Mi");
+    assert!(
+        r["requests"]["cpu"] == "200m" || r["requests"]["cpu"] == "181m",
+        "{r}"
+    );
+    assert_eq!(
+        serde_json::to_value(&s.allocated_resources).unwrap(),
+        json!({"cpu": "200m", "memory": "64Mi"})
+    );
+
+    let resized: Pod = w
+        .pods()
+        .patch_subresource(
+            "resize",
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"resources": {
+                "requests": {"cpu": "300m", "memory": "64Mi"},
+                "limits": {"cpu": "800m", "memory": "256Mi"}}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resized.metadata.generation, Some(2));
+    let started = wait_event_count(&w, "web", "ResizeStarted", 1).await;
+    assert_eq!(
+        started[0],
+        r#"Pod resize started: {"containers":[{"name":"app","resources":{}}],"generation":2}"#
+    );
+    let completed = wait_event_count(&w, "web", "ResizeCompleted", 1).await;
+    assert_eq!(
+        completed[0],
+        r#"Pod resize completed: {"containers":[{"name":"app","resources":{}}],"generation":2}"#
+    );
+    // The pod cgroup: quota, memory limit and weight (300m = 307 shares =
+    // weight 12).
+    assert_eq!(
+        std::fs::read_to_string(cg.join("cpu.max")).unwrap().trim(),
+        "80000 100000"
+    );
+    assert_eq!(
+        std::fs::read_to_string(cg.join("memory.max"))
+            .unwrap()
+            .trim(),
+        (256u64 << 20).to_string()
+    );
+    assert_eq!(
+        std::fs::read_to_string(cg.join("cpu.weight"))
+            .unwrap()
+            .trim(),
+        "12"
+    );
+    // The container takes its limits from the pod level.
+    assert!(!w.fake.calls_to("UpdateContainerResources").is_empty());
+    let c = w
+        .fake
+        .containers()
+        .into_iter()
+        .find(|c| c.metadata.as_ref().unwrap().name == "app")
+        .unwrap();
+    let linux = c.resources.unwrap().linux.unwrap();
+    assert_eq!(
+        (linux.cpu_quota, linux.memory_limit_in_bytes),
+        (80_000, 256 << 20)
+    );
+    let p = w
+        .wait_pod("web", "status shows the new pod resources", T, |p| {
+            let s = p.status.as_ref().unwrap();
+            let r = serde_json::to_value(&s.resources).unwrap();
+            if r["limits"]["cpu"] == "800m" && condition(p, "PodResizeInProgress").is_none() {
+                Ok(p.clone())
+            } else {
+                Err(format!("{r} {:?}", s.conditions))
+            }
+        })
+        .await;
+    let s = p.status.clone().unwrap();
+    // Weight 12 reads back as 290 shares = 284m.
+    assert_eq!(
+        serde_json::to_value(&s.resources).unwrap(),
+        json!({"limits": {"cpu": "800m", "memory": "256Mi"},
+               "requests": {"cpu": "284m", "memory": "64Mi"}})
+    );
+    assert_eq!(
+        serde_json::to_value(&s.allocated_resources).unwrap(),
+        json!({"cpu": "300m", "memory": "64Mi"})
+    );
+    assert!(condition(&p, "PodResizePending").is_none());
+    assert_eq!(s.observed_generation, Some(2));
+    let cs = container_status(&p, "app").unwrap();
+    assert_eq!(
+        cs.container_id.as_deref(),
+        Some(first_id.as_str()),
+        "not restarted"
+    );
+    assert_eq!(cs.restart_count, 0);
+}

@@ -114,6 +114,12 @@ pub struct FakeConfig {
     /// `info["config"]` of a verbose Status (containerd's CRI configuration
     /// as JSON); empty: no info.
     pub status_config: String,
+    /// Whether ContainerStatus carries `user` (the process's uid, gid and
+    /// groups, as containerd ≥ 2.0 reports it for SupplementalGroupsPolicy):
+    /// uid from `runAsUser` or the image, gid from `runAsGroup` (else 0),
+    /// supplemental groups the gid then the container's
+    /// `supplementalGroups`. Off: no `user`, as containerd 1.x.
+    pub report_user: bool,
 }
 
 impl Default for FakeConfig {
@@ -125,6 +131,7 @@ impl Default for FakeConfig {
             container_events: true,
             cgroup_driver: Some(crate::api::CgroupDriver::Cgroupfs),
             status_config: String::new(),
+            report_user: false,
         }
     }
 }
@@ -224,8 +231,8 @@ impl FakeRuntime {
         let (events, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {
             events_supported: AtomicBool::new(config.container_events),
+            state: Mutex::new(State::new(pool, config.report_user)),
             config,
-            state: Mutex::new(State::new(pool)),
             faults: Mutex::new(Faults::default()),
             exits: Mutex::new(Vec::new()),
             execs: Mutex::new(Vec::new()),

@@ -98,6 +98,8 @@ pub(crate) struct State {
     pub(crate) runtime_handlers: std::collections::BTreeSet<String>,
     /// Reserved names (sandbox and container) → id, as containerd's registrar.
     names: HashMap<String, String>,
+    /// ContainerStatus carries `user` (`FakeConfig::report_user`).
+    report_user: bool,
 }
 
 /// A new random 64-hex id (the form containerd uses).
@@ -153,8 +155,9 @@ fn is_host_network(config: &api::PodSandboxConfig) -> bool {
 }
 
 impl State {
-    pub(crate) fn new(pool: IpPool) -> Self {
+    pub(crate) fn new(pool: IpPool, report_user: bool) -> Self {
         State {
+            report_user,
             sandboxes: BTreeMap::new(),
             containers: BTreeMap::new(),
             images: Vec::new(),
@@ -249,7 +252,45 @@ impl State {
                 }),
             // containerd 1.6 leaves image_id empty (image_ref holds the id).
             image_id: String::new(),
-            user: None,
+            user: self.report_user.then(|| self.user_of(c)),
+        }
+    }
+
+    /// The user a container's process runs as, as containerd reports it.
+    fn user_of(&self, c: &Container) -> api::ContainerUser {
+        let sc = c
+            .config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref());
+        let image_uid = c
+            .config
+            .image
+            .as_ref()
+            .and_then(|i| self.resolve_image(&i.image))
+            .and_then(|i| i.uid);
+        let uid = sc
+            .and_then(|s| s.run_as_user.as_ref().map(|v| v.value))
+            .or(image_uid)
+            .unwrap_or(0);
+        let gid = sc
+            .and_then(|s| s.run_as_group.as_ref().map(|v| v.value))
+            .unwrap_or(0);
+        let mut groups = vec![gid];
+        for g in sc
+            .map(|s| s.supplemental_groups.clone())
+            .unwrap_or_default()
+        {
+            if !groups.contains(&g) {
+                groups.push(g);
+            }
+        }
+        api::ContainerUser {
+            linux: Some(api::LinuxContainerUser {
+                uid,
+                gid,
+                supplemental_groups: groups,
+            }),
         }
     }
 

@@ -446,14 +446,39 @@ impl TestApiServer {
         group: Option<&str>,
     ) -> Result<(), TestApiError> {
         let (cert, key) = self.issue_client_certificate(user, group)?;
+        self.write_kubeconfig_with_cert_pair(path, &cert, &key)
+    }
+
+    /// Writes a kubeconfig authenticating with a client certificate for
+    /// `user` (and `group`) that expired `ago` ago (valid for an hour
+    /// before that), as a node's `kubelet.conf` left from long ago.
+    pub fn write_kubeconfig_with_expired_client_cert(
+        &self,
+        path: &Path,
+        user: &str,
+        group: Option<&str>,
+        ago: Duration,
+    ) -> Result<(), TestApiError> {
+        let ago = time::Duration::try_from(ago).map_err(|e| TestApiError::Tls(e.to_string()))?;
+        let not_after = time::OffsetDateTime::now_utc() - ago;
+        let c = tls::issue_client_valid(
+            &self.issuer,
+            user,
+            group,
+            Some((not_after - time::Duration::hours(1), not_after)),
+        )?;
+        self.write_kubeconfig_with_cert_pair(path, &c.cert_pem, &c.key_pem)
+    }
+
+    fn write_kubeconfig_with_cert_pair(
+        &self,
+        path: &Path,
+        cert: &str,
+        key: &str,
+    ) -> Result<(), TestApiError> {
         kubeconfig::write_text(
             path,
-            &kubeconfig::render_with_cert(
-                &self.https_url(),
-                &self.state.config.ca_pem,
-                &cert,
-                &key,
-            ),
+            &kubeconfig::render_with_cert(&self.https_url(), &self.state.config.ca_pem, cert, key),
         )
     }
 

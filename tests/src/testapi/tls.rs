@@ -38,8 +38,23 @@ pub fn issue_client(
     user: &str,
     group: Option<&str>,
 ) -> Result<ClientCert, TestApiError> {
+    issue_client_valid(issuer, user, group, None)
+}
+
+/// [`issue_client`] valid over `validity` (not before, not after) rather
+/// than rcgen's default.
+pub fn issue_client_valid(
+    issuer: &Issuer<'static, KeyPair>,
+    user: &str,
+    group: Option<&str>,
+    validity: Option<(time::OffsetDateTime, time::OffsetDateTime)>,
+) -> Result<ClientCert, TestApiError> {
     let key = KeyPair::generate().map_err(err)?;
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+    if let Some((not_before, not_after)) = validity {
+        params.not_before = not_before;
+        params.not_after = not_after;
+    }
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, user);
     if let Some(g) = group {

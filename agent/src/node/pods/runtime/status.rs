@@ -83,8 +83,9 @@ pub struct ContainerStatus {
     /// The resources the runtime reports it applied (kubelet's
     /// `toKubeContainerResources`), completed from the actuated record.
     pub resources: Option<ContainerResources>,
-    /// The user the runtime runs the container's process as.
-    pub user: Option<api::LinuxContainerUser>,
+    /// The user the runtime runs the container's process as (`linux` may
+    /// be absent: kubelet then shows an empty `user`).
+    pub user: Option<api::ContainerUser>,
 }
 
 /// CPU and memory a container runs with, in API units (kubelet's
@@ -190,7 +191,7 @@ impl ContainerStatus {
             container_type: ann.container_type.clone(),
             log_path: s.log_path.clone(),
             resources: resources_from_cri(s.resources.as_ref()),
-            user: s.user.as_ref().and_then(|u| u.linux.clone()),
+            user: s.user.clone(),
         };
         if state == ContainerState::Exited {
             out.reason = s.reason.clone();

@@ -127,16 +127,21 @@ fn convert(
         allocated.map(|c| super::resources::container_status_resources(c, cs, &cid, old));
     let allocated_resources =
         allocated.and_then(|c| c.resources.as_ref().and_then(|r| r.requests.clone()));
+    // `toKubeContainerUser` + `convertContainerStatusUser`: a reported
+    // user without its Linux part is an empty `user`.
     let user = cs
         .user
         .as_ref()
         .map(|u| k8s_openapi::api::core::v1::ContainerUser {
-            linux: Some(k8s_openapi::api::core::v1::LinuxContainerUser {
-                uid: u.uid,
-                gid: u.gid,
-                supplemental_groups: (!u.supplemental_groups.is_empty())
-                    .then(|| u.supplemental_groups.clone()),
-            }),
+            linux: u
+                .linux
+                .as_ref()
+                .map(|l| k8s_openapi::api::core::v1::LinuxContainerUser {
+                    uid: l.uid,
+                    gid: l.gid,
+                    supplemental_groups: (!l.supplemental_groups.is_empty())
+                        .then(|| l.supplemental_groups.clone()),
+                }),
         });
     let mut s = ApiContainerStatus {
         resources,

@@ -159,6 +159,37 @@ fn running_pod_is_ready_with_ip_and_container_id() {
     assert_eq!(cond(&s, "PodReadyToStartContainers").status, "True");
 }
 
+/// `toKubeContainerUser`/`convertContainerStatusUser`: the runtime's user
+/// as reported; one without its Linux part is an empty `user`; none is
+/// no `user`.
+#[test]
+fn the_runtimes_user_is_copied() {
+    let p = app_pod("Always");
+    let user_of = |user: Option<keelson_cri::api::ContainerUser>| {
+        let c = ContainerStatus {
+            user,
+            ..running(&p, "app", 0)
+        };
+        let rt = RuntimePodStatus::new("u", "p", "ns", vec![sandbox()], vec![c]);
+        let s = generate(&p, &rt, &HashMap::new(), false);
+        serde_json::to_value(&s.container_statuses.expect("cs")[0].user).expect("json")
+    };
+    let linux = keelson_cri::api::LinuxContainerUser {
+        uid: 1000,
+        gid: 3000,
+        supplemental_groups: vec![3000, 4000],
+    };
+    assert_eq!(
+        user_of(Some(keelson_cri::api::ContainerUser { linux: Some(linux) })),
+        serde_json::json!({"linux": {"uid": 1000, "gid": 3000, "supplementalGroups": [3000, 4000]}})
+    );
+    assert_eq!(
+        user_of(Some(keelson_cri::api::ContainerUser { linux: None })),
+        serde_json::json!({})
+    );
+    assert_eq!(user_of(None), serde_json::Value::Null);
+}
+
 #[test]
 fn init_containers_hold_the_app_in_pod_initializing() {
     let p = pod(serde_json::json!({
