@@ -203,3 +203,70 @@ pub async fn kubectl(
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     })
 }
+
+/// The terminal sizes a command run with `kubectl exec -it` sees, and the
+/// whole terminal output. kubectl runs in a pseudo-terminal (`script`)
+/// sized 40 rows by 100 columns; once the command has printed the size it
+/// started with, the outer terminal is resized to 50x120, which sends
+/// kubectl SIGWINCH. The command (a busybox shell) prints `tty`, then
+/// `size R C` once its terminal has a size (kubectl sends the first size
+/// on the resize stream right after the stream opens, so the process may
+/// start at 0x0 for a moment, with kubelet too), then `size R C` again
+/// once the size changed. Each wait in the container is bounded (5 s,
+/// 15 s); the output is read by the caller.
+pub async fn kubectl_exec_tty_resize(
+    kubeconfig: &Path,
+    namespace: Option<&str>,
+    pod: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    // `script -f` flushes the typescript after each write: the outer shell
+    // polls it for the first size before it resizes the terminal (the
+    // typescript's header line holds the command, hence the `^`).
+    let typescript = dir.path().join("typescript");
+    // busybox's `stty size` fails while the terminal has no size (0x0).
+    let inner = "tty; i=0; \
+        until s=$(stty size 2>/dev/null) && [ -n \"$s\" ] || [ $i -ge 50 ]; do sleep 0.1; i=$((i+1)); done; \
+        echo \"size $s\"; i=0; \
+        while [ \"$(stty size 2>/dev/null)\" = \"$s\" ] && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done; \
+        echo \"size $(stty size 2>/dev/null)\"";
+    let ns = namespace.map(|n| format!("-n {n} ")).unwrap_or_default();
+    // A background list in a non-interactive shell has /dev/null as its
+    // stdin: the resize names the terminal.
+    let outer = format!(
+        "stty rows 40 cols 100; \
+         (i=0; until grep -aq '^size [0-9]' {ts} || [ $i -ge 600 ]; do sleep 0.1; i=$((i+1)); done; \
+          stty rows 50 cols 120 </dev/tty) & \
+         kubectl --kubeconfig {kc} {ns}exec -it {pod} -- sh -c '{inner}'; wait",
+        ts = typescript.display(),
+        kc = kubeconfig.display(),
+    );
+    // script's stdin stays open (and silent) until the end: at its end,
+    // script would type the terminal's EOF character into the session.
+    let mut child = tokio::process::Command::new("script")
+        .arg("-qfec")
+        .arg(outer)
+        .arg(&typescript)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("running script: {e}"))?;
+    let stdin = child.stdin.take();
+    let out = tokio::time::timeout(timeout, child.wait_with_output())
+        .await
+        .map_err(|_| format!("kubectl exec -it did not finish within {timeout:?}"))?
+        .map_err(|e| format!("running script: {e}"))?;
+    drop(stdin);
+    let text = std::fs::read_to_string(&typescript).unwrap_or_default();
+    if !out.status.success() {
+        return Err(format!(
+            "script exited {}: {}\n{text}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(text)
+}

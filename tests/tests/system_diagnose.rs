@@ -28,7 +28,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use keelson::config::KubeDuration;
 use keelson::diagnose::report::{Link, Mark, Report};
 use keelson_netplane::fixtures::{EndpointSpec, SliceBuilder};
-use keelson_netplane::model::Protocol;
+use keelson_netplane::model::{Protocol, ServicePortName};
+use keelson_netplane::nftables::names::{PortChains, endpoint_names};
 use keelson_tests::node_harness::keelson_bin;
 use keelson_tests::support::{require_root, wait_for};
 use kube::Api;
@@ -235,6 +236,24 @@ async fn create_service(w: &SysWorld, name: &str, selector: &str) -> Service {
         .unwrap()
 }
 
+/// A Service with ClientIP session affinity: unlike a plain ClusterIP
+/// port (an element of `service-ips` sending it to a chain shared by
+/// Services with as many endpoints), its port gets chains of its own, one
+/// for the Service and one per endpoint, as kube-proxy writes them.
+async fn create_sticky_service(w: &SysWorld, name: &str, selector: &str) -> Service {
+    let svc: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"selector": {"app": selector}, "sessionAffinity": "ClientIP",
+                 "ports": [{"name": "http", "port": 80, "targetPort": 80, "protocol": "TCP"}]}
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(w.admin.clone(), "default")
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap()
+}
+
 async fn create_slice(w: &SysWorld, service: &str, pod: &str, ip: IpAddr, ready: bool) {
     let ep = if ready {
         EndpointSpec::ready(&ip.to_string())
@@ -355,8 +374,10 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
         .await;
 
     // Services: one healthy, one whose selector matches nothing, one whose
-    // only endpoint is not ready.
+    // only endpoint is not ready, one with chains of its own (ClientIP
+    // affinity) for the tampered-chain scenario.
     let hello = create_service(&w, "hello", "hello").await;
+    create_sticky_service(&w, "sticky", "hello").await;
     create_service(&w, "nomatch", "nothing").await;
     create_service(&w, "unready", "unready").await;
     let web = w
@@ -369,6 +390,7 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
         })
         .await;
     create_slice(&w, "hello", "web", web, true).await;
+    create_slice(&w, "sticky", "web", web, true).await;
     // The node has no uplink: Service traffic goes to the pod bridge (made
     // by CNI with the first pod).
     w.ctrd
@@ -678,6 +700,95 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
     let after = list_map(&w);
     assert!(
         !after.contains(&element),
+        "diagnose must not repair the table:\n{after}"
+    );
+
+    // --- A tampered data plane: a deleted chain. sticky's port (ClientIP
+    // affinity) has a chain of its own, `service-...`, whose rules go to
+    // one chain per endpoint, `endpoint-...` (update the affinity set,
+    // DNAT). Someone flushed the Service chain and deleted the endpoint
+    // chain: the kernel refuses to delete a chain something still jumps
+    // to, so the `endpoint-chains` element that picks it went first.
+    let sticky_port = ServicePortName::new("default", "sticky", "http", Protocol::Tcp);
+    let service_chain = PortChains::new(&sticky_port).service;
+    let (endpoint_chain, _) = endpoint_names(&sticky_port, std::net::SocketAddr::new(web, 80));
+    let list_chains = |w: &SysWorld| {
+        w.ctrd
+            .netns()
+            .exec("nft", &["list", "chains", "ip"])
+            .unwrap()
+    };
+    // Programmed, and healthy, before the tamper.
+    let sticky_ok = wait_for(
+        "sticky programmed",
+        T,
+        Duration::from_millis(500),
+        || async {
+            let (code, r) = d
+                .report("sticky-healthy", &["service", "default/sticky"])
+                .await;
+            if code == 0 && link(&r, "dataPlane").status == Mark::Ok {
+                Ok(r)
+            } else {
+                Err(serde_json::to_string(&r).unwrap())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        text_of(link(&sticky_ok, "dataPlane"))
+            .contains("object(s) in the kernel, as the model renders them"),
+        "{:?}",
+        link(&sticky_ok, "dataPlane")
+    );
+    let before = list_chains(&w);
+    for c in [&service_chain, &endpoint_chain] {
+        assert!(before.contains(c.as_str()), "no chain {c} in:\n{before}");
+    }
+    let slots = w
+        .ctrd
+        .netns()
+        .exec("nft", &["list", "map", "ip", "keelson", "endpoint-chains"])
+        .unwrap();
+    // `elements = { 0x00000000 : goto "endpoint-...", ... }`
+    let slot = slots
+        .split(['{', ',', '}'])
+        .find(|e| e.contains(endpoint_chain.as_str()))
+        .and_then(|e| e.split(':').next())
+        .map(|k| k.trim().to_string())
+        .unwrap_or_else(|| panic!("no endpoint-chains element for {endpoint_chain} in:\n{slots}"));
+    let nft = |cmd: String| w.ctrd.netns().exec("nft", &[cmd.as_str()]).unwrap();
+    nft(format!("flush chain ip keelson {service_chain}"));
+    nft(format!(
+        "delete element ip keelson endpoint-chains {{ {slot} }}"
+    ));
+    nft(format!("flush chain ip keelson {endpoint_chain}"));
+    nft(format!("delete chain ip keelson {endpoint_chain}"));
+    let tampered = list_chains(&w);
+    assert!(
+        !tampered.contains(endpoint_chain.as_str()),
+        "the chain was not deleted:\n{tampered}"
+    );
+    let (code, r) = d
+        .report("tampered-chain", &["service", "default/sticky"])
+        .await;
+    assert_broken_at(
+        "tampered chain",
+        code,
+        &r,
+        "dataPlane",
+        &[
+            &format!(
+                "chain {endpoint_chain} missing from table ip keelson (the model wants 2 rules)"
+            ),
+            &format!("chain {service_chain} in table ip keelson: 0 rules, the model wants 2 rules"),
+        ],
+    );
+    // Diagnose changed nothing: the chain is still gone.
+    let after = list_chains(&w);
+    assert!(
+        !after.contains(endpoint_chain.as_str()),
         "diagnose must not repair the table:\n{after}"
     );
 

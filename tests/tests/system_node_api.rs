@@ -1,8 +1,10 @@
 //! System tests of the node API with real parts: the keelson binary on a
 //! private containerd, the real kubectl against the test API server, which
 //! proxies to keelson's :10250 with its kubelet client certificate.
-//! `kubectl logs` (`-f` across a rotation, `--previous`, `--tail`),
-//! `kubectl exec` (stdin, a tty, exit codes), `kubectl attach`,
+//! `kubectl logs` (`-f` across a rotation, `--previous`, `--tail`,
+//! `--since`, `--timestamps` against the CRI log),
+//! `kubectl exec` (stdin, a tty with its size and a resize, exit codes),
+//! `kubectl attach`,
 //! `kubectl port-forward` with real traffic, and `get --raw` of the stats
 //! summary and resource metrics against the pod's own cgroup.
 
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use keelson::config::KubeDuration;
 use keelson_tests::containerd::Containerd;
-use keelson_tests::node_api::kubectl;
+use keelson_tests::node_api::{kubectl, kubectl_exec_tty_resize};
 use keelson_tests::node_harness::{BinaryNode, BinaryNodeOptions};
 use keelson_tests::support::{require_root, wait_for};
 use keelson_tests::testapi::{TestApiOptions, TestApiServer};
@@ -73,6 +75,17 @@ async fn world() -> SysWorld {
 
 fn k(w: &SysWorld) -> PathBuf {
     w.api.kubeconfig_path().to_path_buf()
+}
+
+/// The output of [`kubectl_exec_tty_resize`]: a tty, its first size as
+/// kubectl's terminal has it, then the size after the resize.
+fn assert_tty_sizes(text: &str) {
+    assert!(text.contains("/dev/pts/"), "{text}");
+    let sizes: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim_end_matches('\r').strip_prefix("size "))
+        .collect();
+    assert_eq!(sizes, ["40 100", "50 120"], "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,6 +180,89 @@ async fn system_kubectl_logs_follow_rotation_and_previous() {
         .await
         .unwrap();
     assert_eq!(out.stdout.lines().count(), 3, "{out:?}");
+    // --since (relative: sinceSeconds): only what was written in the last
+    // 2 s, from a log that started well before (line 0 is many seconds
+    // and at least one rotation old). ~20 lines a second, so at most ~40.
+    let asked = jiff::Timestamp::now();
+    let out = kubectl(
+        &kc,
+        &["logs", "talker", "--since=2s", "--timestamps"],
+        None,
+        T,
+    )
+    .await
+    .unwrap();
+    let answered = jiff::Timestamp::now();
+    assert!(out.ok, "{out:?}");
+    let since: Vec<(jiff::Timestamp, u64)> = out
+        .stdout
+        .lines()
+        .map(|l| {
+            let (ts, rest) = l.split_once(' ').unwrap_or_else(|| panic!("{l:?}"));
+            let n = rest
+                .strip_prefix("line ")
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{l:?}"));
+            (ts.parse().unwrap_or_else(|e| panic!("{ts:?}: {e}")), n)
+        })
+        .collect();
+    assert!(
+        (1..=60).contains(&since.len()),
+        "{} lines: {out:?}",
+        since.len()
+    );
+    let window = jiff::SignedDuration::from_secs(2);
+    for (i, (ts, n)) in since.iter().enumerate() {
+        assert!(
+            *ts >= asked - window && *ts <= answered,
+            "line {n} at {ts}: not within 2 s before {asked}..{answered}"
+        );
+        // Consecutive lines: nothing skipped inside the window.
+        assert_eq!(*n, since[0].1 + i as u64, "{out:?}");
+    }
+    assert!(since[0].1 > 0, "line 0 is older than 2 s: {out:?}");
+    // --timestamps: each line is prefixed with the time the runtime
+    // recorded in the CRI log (`<RFC3339Nano> stdout F line ...`), as
+    // kubelet writes it: fixed width, nine fraction digits, UTC.
+    let out = kubectl(
+        &kc,
+        &["logs", "talker", "--tail=5", "--timestamps"],
+        None,
+        T,
+    )
+    .await
+    .unwrap();
+    assert!(out.ok, "{out:?}");
+    let cri: String = std::fs::read_dir(&log_dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().ends_with(".gz"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{out:?}");
+    for l in lines {
+        let (ts, content) = l.split_once(' ').unwrap_or_else(|| panic!("{l:?}"));
+        assert!(
+            ts.len() == 30 && ts.as_bytes()[19] == b'.' && ts.ends_with('Z'),
+            "{ts:?} is not RFC3339Nano with nine digits in UTC"
+        );
+        let ts: jiff::Timestamp = ts.parse().unwrap();
+        let recorded = cri
+            .lines()
+            .find_map(|c| {
+                let mut f = c.splitn(4, ' ');
+                let (t, stream, tag, text) = (f.next()?, f.next()?, f.next()?, f.next()?);
+                (stream == "stdout" && tag == "F" && text == content).then_some(t)
+            })
+            .unwrap_or_else(|| panic!("{content:?} not in the CRI log:\n{cri}"));
+        assert_eq!(
+            ts,
+            recorded.parse::<jiff::Timestamp>().unwrap(),
+            "{l:?} vs the CRI log's {recorded}"
+        );
+    }
     // Disk use stays bounded: at most containerLogMaxFiles files.
     let files = std::fs::read_dir(&log_dir).unwrap().count();
     assert!(files <= 3, "{files} log files");
@@ -259,19 +355,10 @@ async fn system_kubectl_exec_attach_port_forward_and_stats() {
     .unwrap();
     assert!(out.ok, "{out:?}");
     assert_eq!(out.stdout, "hello stdin\n");
-    // exec -it under a pseudo-terminal: the command has a tty.
-    let script = tokio::process::Command::new("script")
-        .args(["-qec"])
-        .arg(format!(
-            "kubectl --kubeconfig {} exec -it web -- sh -c 'tty; stty size'",
-            kc.display()
-        ))
-        .arg("/dev/null")
-        .stdin(Stdio::null())
-        .output();
-    let out = tokio::time::timeout(T, script).await.unwrap().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("/dev/pts/"), "{text}");
+    // exec -it under a pseudo-terminal: the command has a tty, of the
+    // size of kubectl's terminal, and a resize of that terminal reaches it.
+    let text = kubectl_exec_tty_resize(&kc, None, "web", T).await.unwrap();
+    assert_tty_sizes(&text);
 
     // port-forward with traffic.
     let mut pf = tokio::process::Command::new("kubectl")

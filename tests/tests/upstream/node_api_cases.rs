@@ -1,8 +1,9 @@
 //! The node API (kubelet's :10250) through the real kube-apiserver, which
 //! proxies with its `--kubelet-client-certificate` and checks the node's
 //! serving certificate against `--kubelet-certificate-authority`:
-//! `kubectl logs` (`--tail`, `--timestamps`, `-f`, `--previous`),
-//! `kubectl exec` (stdin, exit codes), `kubectl attach`, `kubectl
+//! `kubectl logs` (`--tail`, `--timestamps`, `--since`, `-f`,
+//! `--previous`), `kubectl exec` (stdin, exit codes, `-it` with the
+//! terminal's size and a resize), `kubectl attach`, `kubectl
 //! port-forward` with traffic, `get --raw` of the stats summary and the
 //! resource metrics, and the node's own 401/403 answers.
 
@@ -13,7 +14,7 @@ use std::time::Duration;
 use anyhow::{anyhow, ensure};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
-use keelson_tests::node_api::{Credentials, kubectl, request_on};
+use keelson_tests::node_api::{Credentials, kubectl, kubectl_exec_tty_resize, request_on};
 use keelson_tests::upstream::{Agents, Case, Env};
 use kube::Api;
 use kube::api::PostParams;
@@ -108,6 +109,39 @@ async fn node_api_logs(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
     ensure!(
         ts.len() == 30 && ts.as_bytes()[19] == b'.' && ts.ends_with('Z'),
         "{ts:?}"
+    );
+    // --since (relative): only the last second, from a log two seconds
+    // old at least: line 0 is left out, and every line's time is within
+    // the second before the request.
+    let asked = jiff::Timestamp::now();
+    let out = k(
+        &env,
+        &["-n", &ns, "logs", "talker", "--since=1s", "--timestamps"],
+        None,
+    )
+    .await?;
+    let answered = jiff::Timestamp::now();
+    ensure!(out.ok, "{out:?}");
+    let mut since = Vec::new();
+    for l in out.stdout.lines() {
+        let (ts, rest) = l.split_once(' ').ok_or_else(|| anyhow!("{out:?}"))?;
+        let ts: jiff::Timestamp = ts.parse().map_err(|e| anyhow!("{ts:?}: {e}"))?;
+        let n: u64 = rest
+            .strip_prefix("line ")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| anyhow!("{l:?}"))?;
+        ensure!(
+            ts >= asked - jiff::SignedDuration::from_secs(1) && ts <= answered,
+            "line {n} at {ts}: not within 1 s before {asked}..{answered}"
+        );
+        since.push(n);
+    }
+    // 5 lines a second; the first request came 2 s after the start.
+    ensure!((1..=10).contains(&since.len()), "{out:?}");
+    ensure!(since[0] > 0, "line 0 is older than 1 s: {out:?}");
+    ensure!(
+        since.windows(2).all(|w| w[1] == w[0] + 1),
+        "not consecutive: {out:?}"
     );
     // -f: consecutive lines as they come.
     let mut f = tokio::process::Command::new("kubectl")
@@ -218,6 +252,17 @@ async fn node_api_exec_attach_port_forward(env: Arc<Env>, agents: Agents) -> any
     )
     .await?;
     ensure!(out.ok && out.stdout == "from stdin\n", "{out:?}");
+    // exec -it: a tty of the size of kubectl's terminal, and a resize of
+    // that terminal reaches the command.
+    let text = kubectl_exec_tty_resize(env.cp.admin_kubeconfig(), Some(&ns), "web", T)
+        .await
+        .map_err(|e| anyhow!(e))?;
+    ensure!(text.contains("/dev/pts/"), "{text}");
+    let sizes: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim_end_matches('\r').strip_prefix("size "))
+        .collect();
+    ensure!(sizes == ["40 100", "50 120"], "{text}");
     // port-forward with traffic.
     let mut pf = tokio::process::Command::new("kubectl")
         .arg("--kubeconfig")
