@@ -1212,3 +1212,46 @@ async fn runtime_class_admission_sets_overhead_and_scheduling() {
         "pods \"e\" is forbidden: pod rejected: RuntimeClass \"missing\" not found"
     );
 }
+
+/// kube-apiserver's default ServiceCIDR controller
+/// (pkg/controlplane/controller/defaultservicecidr): a `kubernetes`
+/// ServiceCIDR with the Service range, Ready, which kube-proxy v1.36 and
+/// keelson's proxy role watch to drop traffic to unallocated ClusterIPs.
+#[tokio::test]
+async fn the_default_service_cidr_is_served_ready() {
+    use k8s_openapi::api::networking::v1::ServiceCIDR;
+    let api = server().await;
+    let cidrs: Api<ServiceCIDR> = Api::all(api.client().await);
+    let list = cidrs.list(&ListParams::default()).await.expect("list");
+    assert_eq!(list.items.len(), 1);
+    let c = &list.items[0];
+    assert_eq!(c.metadata.name.as_deref(), Some("kubernetes"));
+    let range = c
+        .spec
+        .as_ref()
+        .and_then(|s| s.cidrs.clone())
+        .unwrap_or_default();
+    let services: Api<Service> = Api::default_namespaced(api.client().await);
+    let kubernetes = services
+        .get("kubernetes")
+        .await
+        .expect("kubernetes Service");
+    let ip: std::net::IpAddr = kubernetes
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("clusterIP")
+        .parse()
+        .expect("an IP");
+    let net: ipnet::IpNet = range.first().expect("one CIDR").parse().expect("a CIDR");
+    assert!(
+        net.contains(&ip),
+        "{net} holds the kubernetes Service's {ip}"
+    );
+    let ready = c
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .expect("Ready condition");
+    assert_eq!(ready.status, "True");
+}

@@ -145,6 +145,7 @@ mod tests {
                 "coordination.k8s.io",
                 "discovery.k8s.io",
                 "events.k8s.io",
+                "networking.k8s.io",
                 "node.k8s.io",
                 "rbac.authorization.k8s.io"
             ]

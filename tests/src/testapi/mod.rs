@@ -550,6 +550,20 @@ fn seed(state: &ApiState, host: IpAddr, https_port: u16) -> Result<(), ApiError>
         for ns in namespaces::INITIAL {
             objects::create_in(state, txn, ns_res, "", json!({"metadata": {"name": ns}}), false)?;
         }
+        // kube-apiserver's default ServiceCIDR controller
+        // (pkg/controlplane/controller/defaultservicecidr): the
+        // `kubernetes` ServiceCIDR holding --service-cluster-ip-range,
+        // Ready once created.
+        let cidrs = resources::find("networking.k8s.io", "v1", "servicecidrs")
+            .ok_or_else(|| ApiError::internal("servicecidrs"))?;
+        let range = txn.alloc().cidr().to_string();
+        objects::create_in(state, txn, cidrs, "", json!({
+            "metadata": {"name": "kubernetes"},
+            "spec": {"cidrs": [range]},
+            "status": {"conditions": [{"type": "Ready", "status": "True",
+                                       "message": "Kubernetes default Service CIDR is ready",
+                                       "lastTransitionTime": crate::testapi::util::now_rfc3339()}]}
+        }), false)?;
         if !state.config.emulate_controllers {
             return Ok(());
         }

@@ -324,6 +324,23 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         returns_deleted_object: false,
     },
+    // kube-proxy v1.36 watches ServiceCIDRs (MultiCIDRServiceAllocator,
+    // GA since v1.33); kube-apiserver creates the default one, `kubernetes`.
+    ResourceInfo {
+        group: "networking.k8s.io",
+        version: "v1",
+        plural: "servicecidrs",
+        singular: "servicecidr",
+        kind: "ServiceCIDR",
+        namespaced: false,
+        short_names: &[],
+        categories: &[],
+        subresources: &["status"],
+        storage: "servicecidrs",
+        fields: &[],
+        tracks_generation: false,
+        returns_deleted_object: false,
+    },
     // Read by kubelet's RuntimeClass manager and the RuntimeClass
     // admission plugin (overhead, scheduling, missing class refused).
     ResourceInfo {

@@ -4,7 +4,7 @@
 //! round trip, for `fieldValidation` (Strict: 400, Warn: a Warning header).
 
 use k8s_openapi::api::{
-    apps, coordination, core, discovery, events as events_v1, node as node_api, rbac,
+    apps, coordination, core, discovery, events as events_v1, networking, node as node_api, rbac,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -33,6 +33,7 @@ fn typed(group: &str, kind: &str, obj: &Value) -> Option<Result<Value, String>> 
         ("events.k8s.io", "Event") => round_trip::<events_v1::v1::Event>(obj),
         ("coordination.k8s.io", "Lease") => round_trip::<coordination::v1::Lease>(obj),
         ("apps", "DaemonSet") => round_trip::<apps::v1::DaemonSet>(obj),
+        ("networking.k8s.io", "ServiceCIDR") => round_trip::<networking::v1::ServiceCIDR>(obj),
         ("node.k8s.io", "RuntimeClass") => round_trip::<node_api::v1::RuntimeClass>(obj),
         ("rbac.authorization.k8s.io", "ClusterRole") => round_trip::<rbac::v1::ClusterRole>(obj),
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
