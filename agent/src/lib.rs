@@ -12,7 +12,6 @@ pub mod error_chain;
 pub mod events;
 pub mod introspection;
 pub mod lifecycle;
-pub mod malloc_arenas;
 pub mod migrate;
 pub mod node;
 pub mod node_ip;

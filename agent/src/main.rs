@@ -129,8 +129,6 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
-    // Before any thread exists (see the module for why and the figures).
-    keelson::malloc_arenas::limit();
     let cli = Cli::parse();
     match cli.command {
         Command::Version => {
