@@ -487,6 +487,17 @@ impl FakeRuntime {
             .collect()
     }
 
+    /// The config each container was created with (CreateContainer's
+    /// request), with its sandbox id.
+    pub fn container_configs(&self) -> Vec<(api::ContainerConfig, String)> {
+        let state = lock(&self.shared.state);
+        state
+            .containers
+            .values()
+            .map(|c| (c.config.clone(), c.sandbox_id.clone()))
+            .collect()
+    }
+
     /// Status of every sandbox, as PodSandboxStatus would report it.
     pub fn sandboxes(&self) -> Vec<api::PodSandboxStatus> {
         let state = lock(&self.shared.state);
