@@ -12,6 +12,7 @@ pub mod images;
 pub mod netns;
 pub mod node_api;
 pub mod node_harness;
+pub mod private_systemd;
 pub mod proxy_cases;
 pub mod support;
 pub mod systemd_double;

@@ -32,6 +32,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::containerd::Containerd;
+use crate::private_systemd::SystemdEntry;
 use crate::support::{WaitTimeout, wait_for};
 use crate::testapi::{TestApiOptions, TestApiServer};
 
@@ -401,6 +402,10 @@ pub struct BinaryNodeOptions {
     pub configure: Option<Configure>,
     /// `RUST_LOG` for the binary.
     pub log_filter: String,
+    /// Run keelson inside a private systemd's namespaces with the
+    /// `systemd` cgroup driver and cgroup root `/` (the containerd harness
+    /// must run there too); see [`crate::private_systemd`].
+    pub systemd: Option<SystemdEntry>,
 }
 
 impl Default for BinaryNodeOptions {
@@ -409,6 +414,7 @@ impl Default for BinaryNodeOptions {
             node_name: format!("sysnode-{}", crate::netns::unique_suffix()),
             configure: None,
             log_filter: "info,keelson=debug".to_string(),
+            systemd: None,
         }
     }
 }
@@ -452,6 +458,8 @@ pub struct BinaryNode {
     /// Where `/healthz` is served, inside the namespace.
     pub healthz_addr: SocketAddr,
     child: Option<Child>,
+    /// The child is `nsenter`, which forked keelson into a PID namespace.
+    forked: bool,
     log_path: PathBuf,
     netns_name: String,
     dir: tempfile::TempDir,
@@ -545,6 +553,10 @@ impl BinaryNode {
             })
         }));
         ignore_host_disk(&mut config);
+        if opts.systemd.is_some() {
+            config.node.cgroup_driver = keelson::config::CgroupDriver::Systemd;
+            config.node.cgroup_root = "/".to_string();
+        }
         if let Some(f) = &opts.configure {
             f(&mut config);
         }
@@ -561,9 +573,11 @@ impl BinaryNode {
             .try_clone()
             .map_err(|e| setup("creating the log file")(e.to_string()))?;
         let bin = keelson_bin()?;
-        let child = ctrd
-            .netns()
-            .command(&bin.display().to_string())
+        let mut command = match &opts.systemd {
+            Some(entry) => entry.command(&ctrd.netns().path(), &bin.display().to_string()),
+            None => ctrd.netns().command(&bin.display().to_string()),
+        };
+        let child = command
             .arg("run")
             .arg("--config")
             .arg(&config_path)
@@ -579,6 +593,7 @@ impl BinaryNode {
             metrics_addr: SocketAddr::from(([127, 0, 0, 1], metrics_port)),
             healthz_addr: SocketAddr::from(([127, 0, 0, 1], healthz_port)),
             child: Some(child),
+            forked: opts.systemd.is_some(),
             log_path,
             netns_name: ctrd.netns().name().to_string(),
             dir,
@@ -597,10 +612,16 @@ impl BinaryNode {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
-    /// The keelson process's pid (`nsenter` execs keelson in place, so the
-    /// child's pid is keelson's); `None` once it was stopped.
+    /// The keelson process's pid (`nsenter --net` execs keelson in place,
+    /// so the child's pid is keelson's; `nsenter --pid` forks it, so it is
+    /// the child's child); `None` once it was stopped.
     pub fn pid(&self) -> Option<i32> {
-        self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok())
+        let child = self.child.as_ref()?;
+        if self.forked {
+            crate::private_systemd::child_pid(child.id())
+        } else {
+            i32::try_from(child.id()).ok()
+        }
     }
 
     /// The pid of the running keelson process, or why there is none
@@ -643,8 +664,16 @@ impl BinaryNode {
     ) -> Result<i32, String> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
-            let pid = self.live_pid()?;
-            if let Ok(answer) = self.health(ctrd, "/healthz").await
+            if !self.running() {
+                return Err(format!(
+                    "keelson is not running; its log ends with:\n{}",
+                    self.log_tail(30)
+                ));
+            }
+            // `None` for a moment after an `nsenter --pid` start, before
+            // it forked keelson.
+            if let Some(pid) = self.pid()
+                && let Ok(answer) = self.health(ctrd, "/healthz").await
                 && answer.split_whitespace().nth(1) == Some("200")
             {
                 return Ok(pid);
@@ -682,11 +711,15 @@ impl BinaryNode {
 
     /// SIGTERM, wait up to `grace`, then SIGKILL. Returns the exit status text.
     pub fn stop(&mut self, grace: Duration) -> String {
+        let target = self.pid();
         let Some(mut child) = self.child.take() else {
             return "not running".to_string();
         };
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        // `nsenter` exits with keelson (it waits for its child).
+        if let Some(pid) = target {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        }
         let deadline = std::time::Instant::now() + grace;
         loop {
             match child.try_wait() {
@@ -695,6 +728,14 @@ impl BinaryNode {
                     std::thread::sleep(Duration::from_millis(50))
                 }
                 _ => {
+                    if self.forked
+                        && let Some(pid) = crate::private_systemd::child_pid(child.id())
+                    {
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(pid),
+                            nix::sys::signal::Signal::SIGKILL,
+                        );
+                    }
                     let _ = child.kill();
                     return child
                         .wait()

@@ -85,17 +85,22 @@ fn bus_config(socket: &Path) -> String {
   <type>keelson-test</type>
   <listen>unix:path={}</listen>
   <auth>EXTERNAL</auth>
-  <policy context="default">
+{}
+</busconfig>
+"#,
+        socket.display(),
+        BUS_POLICY
+    )
+}
+
+/// The policy of a test's private bus: any local client (root in tests)
+/// may connect, own any name and call anything.
+pub const BUS_POLICY: &str = r#"  <policy context="default">
     <allow user="*"/>
     <allow send_destination="*" eavesdrop="true"/>
     <allow eavesdrop="true"/>
     <allow own="*"/>
-  </policy>
-</busconfig>
-"#,
-        socket.display()
-    )
-}
+  </policy>"#;
 
 impl SystemdDouble {
     /// Starts a private `dbus-daemon` and the double on it. With

@@ -15,6 +15,9 @@ pub struct Layout<'a> {
     pub pod_cidr: &'a str,
     /// The sandbox image.
     pub sandbox_image: &'a str,
+    /// runc's `systemd` cgroup driver (`SystemdCgroup = true`) instead of
+    /// cgroupfs.
+    pub systemd_cgroup: bool,
 }
 
 impl Layout<'_> {
@@ -24,7 +27,8 @@ impl Layout<'_> {
     }
 }
 
-/// containerd config (version 2) with the CRI plugin on, cgroupfs, our CNI
+/// containerd config (version 2) with the CRI plugin on, cgroupfs (or
+/// runc's systemd driver when asked), our CNI
 /// conf dir, every root/state path private to the instance, and nothing
 /// that writes to the host's shared places: no AppArmor profile loading,
 /// sandbox netns mounts under the state dir (not /run/netns), runc state
@@ -81,7 +85,7 @@ disabled_plugins = [
       runtime_type = "io.containerd.runc.v2"
 
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
+        SystemdCgroup = {systemd}
         Root = "{d}/runc"
 
   [plugins."io.containerd.grpc.v1.cri".cni]
@@ -90,6 +94,7 @@ disabled_plugins = [
     max_conf_num = 1
 "#,
         sandbox = l.sandbox_image,
+        systemd = l.systemd_cgroup,
     )
 }
 
@@ -126,6 +131,7 @@ mod tests {
             network: "keelson-test-1",
             pod_cidr: "10.244.0.0/24",
             sandbox_image: "keelson.local/pause:3.10",
+            systemd_cgroup: false,
         }
     }
 
@@ -147,6 +153,16 @@ mod tests {
         ] {
             assert!(toml.contains(needle), "missing {needle}");
         }
+    }
+
+    #[test]
+    fn systemd_cgroup_driver_is_asked_for() {
+        let dir = Path::new("/d");
+        let l = Layout {
+            systemd_cgroup: true,
+            ..layout(dir)
+        };
+        assert!(containerd_toml(&l).contains("SystemdCgroup = true"));
     }
 
     #[test]

@@ -41,6 +41,7 @@ use keelson_cri::{CriError, RuntimeClient, api};
 
 use crate::images::{self, BUSYBOX_IMAGE, ImageError, PAUSE_IMAGE};
 use crate::netns::{NetNs, NetNsError};
+use crate::private_systemd::SystemdEntry;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -102,6 +103,10 @@ pub struct ContainerdOptions {
     pub pod_cidr: String,
     /// Deadline of the harness's own CRI client.
     pub request_timeout: Duration,
+    /// Run containerd inside a private systemd's namespaces with runc's
+    /// `systemd` cgroup driver (`SystemdCgroup = true`); see
+    /// [`crate::private_systemd`].
+    pub systemd: Option<SystemdEntry>,
 }
 
 impl Default for ContainerdOptions {
@@ -109,6 +114,7 @@ impl Default for ContainerdOptions {
         ContainerdOptions {
             pod_cidr: "10.244.0.0/24".to_string(),
             request_timeout: Duration::from_secs(60),
+            systemd: None,
         }
     }
 }
@@ -119,6 +125,7 @@ pub struct Containerd {
     child: Option<Child>,
     client: RuntimeClient,
     pod_cidr: String,
+    systemd: Option<SystemdEntry>,
     // Dropped last: deleting the namespace removes the bridge and veths.
     netns: NetNs,
 }
@@ -164,6 +171,7 @@ impl Containerd {
             network: &network,
             pod_cidr: &options.pod_cidr,
             sandbox_image: PAUSE_IMAGE,
+            systemd_cgroup: options.systemd.is_some(),
         };
         for sub in [
             "root", "state", "cni", "images", "opt", "runc", "ipam", "pod-logs",
@@ -191,7 +199,11 @@ impl Containerd {
                 reason: "namespace vanished".into(),
                 log: String::new(),
             })?;
-        partial.child = Some(spawn_containerd(netns_ref, &instance)?);
+        partial.child = Some(spawn_containerd(
+            netns_ref,
+            &instance,
+            options.systemd.as_ref(),
+        )?);
 
         let client = match partial.child.as_mut() {
             Some(child) => wait_until_ready(child, &instance, &options).await?,
@@ -223,6 +235,7 @@ impl Containerd {
             child,
             client,
             pod_cidr: options.pod_cidr,
+            systemd: options.systemd,
             netns,
         })
     }
@@ -239,9 +252,10 @@ impl Containerd {
     /// running (their shims survive); clients reconnect on their next call.
     pub async fn restart(&mut self) -> Result<(), HarnessError> {
         stop_child(self.child.take());
-        let mut child = spawn_containerd(&self.netns, &self.instance)?;
+        let mut child = spawn_containerd(&self.netns, &self.instance, self.systemd.as_ref())?;
         let options = ContainerdOptions {
             pod_cidr: self.pod_cidr.clone(),
+            systemd: self.systemd.clone(),
             ..ContainerdOptions::default()
         };
         let ready = wait_until_ready(&mut child, &self.instance, &options).await;
@@ -448,7 +462,11 @@ fn unreachable_child() -> ! {
 
 /// Starts containerd with the instance's config inside `netns`, its output
 /// appended to the instance's log; records its pid.
-fn spawn_containerd(netns: &NetNs, instance: &Instance) -> Result<Child, HarnessError> {
+fn spawn_containerd(
+    netns: &NetNs,
+    instance: &Instance,
+    systemd: Option<&SystemdEntry>,
+) -> Result<Child, HarnessError> {
     let log_path = instance.dir.join("containerd.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -456,8 +474,11 @@ fn spawn_containerd(netns: &NetNs, instance: &Instance) -> Result<Child, Harness
         .open(&log_path)
         .map_err(io("opening containerd.log"))?;
     let log_err = log.try_clone().map_err(io("cloning log handle"))?;
-    let child = netns
-        .command("containerd")
+    let mut command = match systemd {
+        Some(entry) => entry.command(&netns.path(), "containerd"),
+        None => netns.command("containerd"),
+    };
+    let child = command
         .arg("--config")
         .arg(instance.dir.join("config.toml"))
         .stdin(Stdio::null())
