@@ -7,15 +7,24 @@
 //! 2. `/stats/summary` latency (p50/p99 of 200 requests) with 100 pods;
 //! 3. 50 concurrent `logs -f` followers: keelson's RSS growth.
 //!
+//! With `--kubelet PATH` (the real kubelet, beside the other v1.36
+//! binaries), it runs instead side by side against a real kube-apiserver
+//! v1.36: `kubectl logs` of a 100 MiB container log through the API
+//! server (which proxies to the node with its kubelet client
+//! certificate), with keelson as the node agent and then with the real
+//! kubelet on the same containerd, and each agent's RSS growth while it
+//! streams; ratios kubelet / keelson.
+//!
 //! Needs root. Use release builds for meaningful figures:
 //!
 //! ```text
 //! cargo build --release -p keelson -p keelson-tests --bin node-api-bench
 //! sudo KEELSON_BIN=target/release/keelson target/release/node-api-bench [--pods 100]
+//! sudo KEELSON_BIN=target/release/keelson target/release/node-api-bench --kubelet target/upstream-bin/kubelet
 //! ```
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -105,9 +114,166 @@ async fn wait_running(pods: &Api<Pod>, names: &[String], timeout: Duration) -> R
     }
 }
 
+/// Appends `mib` MiB of 121-byte CRI log lines to `path`; returns the
+/// file's size.
+fn write_log(path: &Path, mib: usize) -> Result<u64> {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::OpenOptions::new().append(true).open(path)?);
+    let line = format!(
+        "2024-05-01T10:00:00.123456789Z stdout F {}\n",
+        "x".repeat(120)
+    );
+    let mut written = 0usize;
+    while written < mib * 1024 * 1024 {
+        f.write_all(line.as_bytes())?;
+        written += line.len();
+    }
+    f.flush()?;
+    Ok(std::fs::metadata(path)?.len())
+}
+
+/// One `kubectl logs` run: bytes received, seconds, and the agent's RSS
+/// before and at its peak while it ran (sampled every 20 ms).
+struct LogsRun {
+    bytes: usize,
+    secs: f64,
+    rss0: u64,
+    peak: u64,
+}
+
+async fn kubectl_logs(kubeconfig: &Path, ns: &str, pod: &str, pid: i32) -> Result<LogsRun> {
+    let rss0 = rss_of(pid);
+    let mut peak = rss0;
+    let start = Instant::now();
+    let mut child = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["-n", ns, "logs", pod])
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut stdout = child.stdout.take().context("kubectl's stdout")?;
+    let reader = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0usize;
+        loop {
+            match stdout.read(&mut buf).await {
+                Ok(0) | Err(_) => return n,
+                Ok(k) => n += k,
+            }
+        }
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        peak = peak.max(rss_of(pid));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let bytes = reader.await?;
+    let secs = start.elapsed().as_secs_f64();
+    if !status.success() {
+        bail!("kubectl logs {ns}/{pod}: {status}");
+    }
+    Ok(LogsRun {
+        bytes,
+        secs,
+        rss0,
+        peak: peak.max(rss_of(pid)),
+    })
+}
+
+/// keelson, then the real kubelet, on one containerd against one real
+/// control plane: `kubectl logs` of a 100 MiB log through kube-apiserver.
+async fn side_by_side(kubelet: &Path) -> Result<()> {
+    use keelson_tests::upstream::{
+        Agents, ClusterNode, ControlPlane, NodeSpec, ProxyAgent, UpstreamBins,
+    };
+    let bin = std::env::var("KEELSON_BIN")
+        .unwrap_or_else(|_| "target/debug/keelson (debug build!)".into());
+    let dir = kubelet.parent().context("--kubelet has no directory")?;
+    let bins = UpstreamBins::in_dir(dir).map_err(anyhow::Error::msg)?;
+    let cp = Arc::new(ControlPlane::start(&bins).await?);
+    let admin = cp.admin_client().await?;
+    // Logs are not rotated during the run (both agents rotate at 10Mi by
+    // default, and read only the current file).
+    let quiet = |agents: Agents| NodeSpec {
+        proxy: ProxyAgent::None,
+        quiet: true,
+        keelson: Some(Arc::new(|c: &mut keelson::config::Config| {
+            c.node.container_log_max_size = "1Gi".into();
+        })),
+        kubelet: Some(Arc::new(|y: &mut serde_yaml::Mapping| {
+            y.insert("containerLogMaxSize".into(), "1Gi".into());
+        })),
+        ..NodeSpec::of(agents)
+    };
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    println!(
+        "kubectl logs of a 100 MiB container log (121-byte CRI lines) through a real kube-apiserver v1.36 ({})",
+        bins.dir().display()
+    );
+    let mut node = ClusterNode::start(&cp, "bench-keelson", quiet(Agents::Keelson)).await?;
+    let mut rows = Vec::new();
+    for (agents, label) in [
+        (Agents::Keelson, format!("keelson ({bin})")),
+        (Agents::Upstream, format!("kubelet ({})", kubelet.display())),
+    ] {
+        if agents == Agents::Upstream {
+            node.replace_agents("bench-kubelet", quiet(Agents::Upstream))?;
+        }
+        node.wait_ready(&admin).await?;
+        let pid = i32::try_from(
+            node.node_agent_pid()
+                .context("the node agent is not running")?,
+        )?;
+        let name = format!("talker-{}", agents.name());
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": node.name, "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "app", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "36000"]}]}
+        }))?;
+        pods.create(&PostParams::default(), &pod).await?;
+        wait_running(&pods, std::slice::from_ref(&name), Duration::from_secs(120)).await?;
+        let uid = pods.get(&name).await?.metadata.uid.unwrap_or_default();
+        let log = node
+            .dir()
+            .join(format!("pod-logs/default_{name}_{uid}/app/0.log"));
+        let size = write_log(&log, 100)?;
+        // Once to warm the page cache and the connections, then timed.
+        kubectl_logs(cp.admin_kubeconfig(), "default", &name, pid).await?;
+        let r = kubectl_logs(cp.admin_kubeconfig(), "default", &name, pid).await?;
+        println!(
+            "{label}: {:.1} MiB log, {:.1} MiB of content in {:.2} s = {:.0} MiB/s of log; agent RSS {:.1} -> peak {:.1} MiB (+{:.1} MiB)",
+            size as f64 / 1048576.0,
+            r.bytes as f64 / 1048576.0,
+            r.secs,
+            size as f64 / 1048576.0 / r.secs,
+            r.rss0 as f64 / 1048576.0,
+            r.peak as f64 / 1048576.0,
+            r.peak.saturating_sub(r.rss0) as f64 / 1048576.0
+        );
+        rows.push((size as f64 / r.secs, r.peak.saturating_sub(r.rss0) as f64));
+    }
+    if let [(k_rate, k_rss), (u_rate, u_rss)] = rows[..] {
+        println!(
+            "keelson / kubelet: throughput x{:.2}; RSS growth {:.1} MiB against {:.1} MiB",
+            k_rate / u_rate,
+            k_rss / 1048576.0,
+            u_rss / 1048576.0
+        );
+    }
+    drop(node);
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--kubelet") {
+        let kubelet = args.get(i + 1).context("--kubelet needs a path")?;
+        return side_by_side(Path::new(kubelet)).await;
+    }
     let n_pods: usize = args
         .iter()
         .position(|a| a == "--pods")
@@ -157,21 +323,7 @@ async fn main() -> Result<()> {
     let log = logs_dir.join(format!("default_quiet_{uid}/app/0.log"));
 
     // 1. a 100 MiB log.
-    {
-        use std::io::Write;
-        let mut f = std::io::BufWriter::new(std::fs::OpenOptions::new().append(true).open(&log)?);
-        let line = format!(
-            "2024-05-01T10:00:00.123456789Z stdout F {}\n",
-            "x".repeat(120)
-        );
-        let mut written = 0usize;
-        while written < 100 * 1024 * 1024 {
-            f.write_all(line.as_bytes())?;
-            written += line.len();
-        }
-        f.flush()?;
-    }
-    let size = std::fs::metadata(&log)?.len();
+    let size = write_log(&log, 100)?;
     let rss0 = rss_of(pid);
     let mut peak = rss0;
     let mut sender = node_conn(&ns, addr, &creds).await?;
