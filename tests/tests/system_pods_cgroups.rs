@@ -83,7 +83,7 @@ fn v1_qos_tiers_and_pod_cgroup_on_the_real_hierarchy() {
             "requests": {"cpu": "250m", "memory": "32Mi"}, "limits": {"cpu": "250m", "memory": "32Mi"}}}]}
     }))
     .unwrap();
-    pods.ensure(&pod, std::slice::from_ref(&pod)).unwrap();
+    pods.ensure(&pod, &[Arc::new(pod.clone())]).unwrap();
     let name = pods.name_of(&pod);
     assert_eq!(name.to_cgroupfs(), format!("{root}/kubepods/pod0000-test"));
     let r = fs.read(&name).unwrap();

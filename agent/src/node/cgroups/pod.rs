@@ -1,6 +1,8 @@
 //! Pod-level cgroups (kubelet's `podContainerManager`): `pod<uid>` under the
 //! pod's QoS tier, with the pod's limits; the sandbox's `cgroup_parent`.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 
 use super::fs::{CgroupError, ResourceConfig};
@@ -86,7 +88,7 @@ impl PodCgroups {
 
     /// Creates the pod's cgroup when missing (after refreshing the QoS tiers
     /// for `active` pods, as kubelet does); an existing one is left as is.
-    pub fn ensure(&self, pod: &Pod, active: &[Pod]) -> Result<(), CgroupError> {
+    pub fn ensure(&self, pod: &Pod, active: &[Arc<Pod>]) -> Result<(), CgroupError> {
         let Some(q) = &self.qos else { return Ok(()) };
         let name = self.name_of(pod);
         if q.fs().exists(&name) {
@@ -157,8 +159,7 @@ mod tests {
         .expect("pod");
         assert_eq!(pods.cgroup_parent(&pod), "/kubepods/podabc");
         assert!(!pods.exists(&pod));
-        pods.ensure(&pod, std::slice::from_ref(&pod))
-            .expect("ensure");
+        pods.ensure(&pod, &[Arc::new(pod.clone())]).expect("ensure");
         assert!(pods.exists(&pod));
         assert_eq!(
             std::fs::read_to_string(dir.path().join("kubepods/podabc/cpu.max")).expect("r"),

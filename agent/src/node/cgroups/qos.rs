@@ -3,6 +3,7 @@
 //! of its pods' requests, and `besteffort` with the minimum shares.
 //! Guaranteed pods live directly in `kubepods`.
 
+use std::borrow::Borrow;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -69,7 +70,7 @@ impl QosCgroups {
 
     /// Re-applies the tiers' CPU shares for the pods now active
     /// (kubelet `UpdateCgroups`), creating a tier that went missing.
-    pub fn update(&self, active: &[Pod]) -> Result<(), CgroupError> {
+    pub fn update<P: Borrow<Pod>>(&self, active: &[P]) -> Result<(), CgroupError> {
         let burstable = self.parent_of(QosClass::Burstable);
         let best_effort = self.parent_of(QosClass::BestEffort);
         let b = ResourceConfig {
@@ -94,9 +95,10 @@ impl QosCgroups {
 }
 
 /// Shares of the burstable tier: Σ CPU requests of burstable pods.
-pub fn burstable_shares(active: &[Pod]) -> u64 {
+pub fn burstable_shares<P: Borrow<Pod>>(active: &[P]) -> u64 {
     let milli: i64 = active
         .iter()
+        .map(Borrow::borrow)
         .filter(|p| pod_qos(p) == QosClass::Burstable)
         .map(|p| pod_requests(p).cpu_milli)
         .sum();

@@ -384,12 +384,14 @@ impl PodLifecycle {
 
     /// Pods to size the QoS cgroups and admission with: desired pods not
     /// in a terminal phase.
-    pub fn active_pods(&self) -> Vec<Pod> {
+    /// Shared, not copied: every pod's sync asks for them (cloning every
+    /// Pod there made the memory of a node grow with the square of its
+    /// pods).
+    pub fn active_pods(&self) -> Vec<Arc<Pod>> {
         self.store
             .pods()
             .into_iter()
             .filter(|p| !podutil::is_terminal_phase(podutil::phase(p)))
-            .map(|p| (*p).clone())
             .collect()
     }
 

@@ -248,8 +248,7 @@ mod tests {
             pods.cgroup_parent(&pod),
             "/kubepods.slice/kubepods-podab_cd.slice"
         );
-        pods.ensure(&pod, std::slice::from_ref(&pod))
-            .expect("ensure");
+        pods.ensure(&pod, &[Arc::new(pod.clone())]).expect("ensure");
         let unit = "kubepods-podab_cd.slice";
         assert_eq!(
             prop(&units, unit, "CPUQuotaPerSecUSec"),

@@ -3,6 +3,7 @@
 //! and sidecars, then the app containers — each start guarded by
 //! CrashLoopBackOff — and report every step's result.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
@@ -224,7 +225,7 @@ impl RuntimeManager {
         status: &RuntimePodStatus,
         pull_secrets: &[Secret],
         probes: &dyn ProbeResults,
-        active_pods: &[Pod],
+        active_pods: &[Arc<Pod>],
         restart_all: bool,
         sandbox_ready: &(dyn Fn(&Pod) + Sync),
     ) -> PodSyncResult {
@@ -485,7 +486,7 @@ impl RuntimeManager {
         pod: &Pod,
         attempt: u32,
         inputs: &SandboxInputs<'_>,
-        active_pods: &[Pod],
+        active_pods: &[Arc<Pod>],
     ) -> Result<(String, Vec<String>), StepError> {
         let fail = |msg: String| StepError::new(CREATE_POD_SANDBOX_ERROR, msg);
         // kubelet records every failure of createPodSandbox as
