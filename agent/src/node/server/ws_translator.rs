@@ -608,6 +608,199 @@ mod tests {
         ));
     }
 
+    use crate::node::server::spdy::frame::{self, Decoder, Encoder, Frame};
+    use bytes::BytesMut;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    /// A runtime streaming server for one exec: accepts the SPDY upgrade
+    /// (v4), the streams the client opens, upper-cases stdin onto stdout
+    /// until stdin's FIN, writes `err` on stderr, then exits 3.
+    async fn fake_runtime() -> (String, tokio::task::JoinHandle<Vec<String>>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/exec/abc", l.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let (tcp, _) = l.accept().await.unwrap();
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let tx = std::sync::Mutex::new(Some(tx));
+            let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                let ok = req.method() == Method::POST
+                    && req
+                        .headers()
+                        .get("upgrade")
+                        .is_some_and(|v| v == "SPDY/3.1")
+                    && req
+                        .headers()
+                        .get_all("x-stream-protocol-version")
+                        .iter()
+                        .any(|v| v == "v4.channel.k8s.io");
+                assert!(ok, "{req:?}");
+                let up = hyper::upgrade::on(&mut req);
+                if let Some(tx) = tx.lock().unwrap().take() {
+                    let _ = tx.send(up);
+                }
+                async move {
+                    let mut r = Response::new(http_body_util::Empty::<Bytes>::new());
+                    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+                    r.headers_mut()
+                        .insert("connection", HeaderValue::from_static("Upgrade"));
+                    r.headers_mut()
+                        .insert("upgrade", HeaderValue::from_static("SPDY/3.1"));
+                    r.headers_mut().insert(
+                        "x-stream-protocol-version",
+                        HeaderValue::from_static("v4.channel.k8s.io"),
+                    );
+                    Ok::<_, std::convert::Infallible>(r)
+                }
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .with_upgrades(),
+            );
+            let mut io = TokioIo::new(rx.await.unwrap().await.unwrap());
+            let (mut enc, mut dec, mut buf) =
+                (Encoder::new().unwrap(), Decoder::new(), BytesMut::new());
+            let mut types = std::collections::HashMap::new();
+            let mut seen = Vec::new();
+            let mut stdin = Vec::new();
+            loop {
+                let f = loop {
+                    if let Some(f) = dec.decode(&mut buf).unwrap() {
+                        break f;
+                    }
+                    assert!(io.read_buf(&mut buf).await.unwrap() > 0);
+                };
+                let mut out = BytesMut::new();
+                match f {
+                    Frame::SynStream {
+                        stream_id, headers, ..
+                    } => {
+                        let t = headers[0].1.clone();
+                        seen.push(t.clone());
+                        types.insert(t, stream_id);
+                        enc.encode(
+                            &Frame::SynReply {
+                                stream_id,
+                                flags: 0,
+                                headers: vec![],
+                            },
+                            &mut out,
+                        )
+                        .unwrap();
+                    }
+                    Frame::Data {
+                        stream_id,
+                        flags,
+                        data,
+                    } if Some(&stream_id) == types.get("stdin") => {
+                        stdin.extend_from_slice(&data);
+                        if flags & frame::FLAG_FIN != 0 {
+                            let data = |t: &str, d: &[u8], fin: bool| Frame::Data {
+                                stream_id: types[t],
+                                flags: if fin { frame::FLAG_FIN } else { 0 },
+                                data: Bytes::copy_from_slice(d),
+                            };
+                            for f in [
+                                data("stdout", &stdin.to_ascii_uppercase(), true),
+                                data("stderr", b"err", true),
+                                data("error", br#"{"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code: exit status 3","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"3"}]}}"#, true),
+                            ] {
+                                enc.encode(&f, &mut out).unwrap();
+                            }
+                            io.write_all(&out).await.unwrap();
+                            return seen;
+                        }
+                    }
+                    _ => {}
+                }
+                io.write_all(&out).await.unwrap();
+            }
+        });
+        (url, task)
+    }
+
+    #[tokio::test]
+    async fn v5_session_translated_to_spdy() {
+        let (url, runtime) = fake_runtime().await;
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let server = WebSocketStream::from_raw_socket(server_io, Role::Server, None).await;
+        let opts = StreamOptions {
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            tty: false,
+        };
+        let t = tokio::spawn(async move { translate(server, &url, opts, IDLE_TIMEOUT).await });
+        let mut client = WebSocketStream::from_raw_socket(client_io, Role::Client, None).await;
+        // The connection-established message on stdout.
+        assert_eq!(client.next().await.unwrap().unwrap(), frame(STDOUT, &[]));
+        client.send(frame(STDIN, b"hello ")).await.unwrap();
+        client.send(frame(STDIN, b"world")).await.unwrap();
+        // Data for a channel the client cannot write is ignored.
+        client.send(frame(STDOUT, b"ignored")).await.unwrap();
+        client
+            .send(Message::Binary(vec![STREAM_CLOSE, STDIN].into()))
+            .await
+            .unwrap();
+        let mut got: std::collections::BTreeMap<u8, Vec<u8>> = Default::default();
+        let mut closed = false;
+        while let Some(m) = client.next().await {
+            match m.unwrap() {
+                Message::Binary(b) => got.entry(b[0]).or_default().extend_from_slice(&b[1..]),
+                Message::Close(Some(f)) => {
+                    assert_eq!(f.code, CloseCode::Normal);
+                    closed = true;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(closed);
+        assert_eq!(got[&STDOUT], b"HELLO WORLD");
+        assert_eq!(got[&STDERR], b"err");
+        assert_eq!(got[&ERROR], Status::exit_code(3).to_json());
+        assert_eq!(
+            runtime.await.unwrap(),
+            ["error", "stdin", "stdout", "stderr"]
+        );
+        tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_runtime_that_cannot_be_reached_is_an_internal_error() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/exec/x", l.local_addr().unwrap());
+        drop(l);
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let server = WebSocketStream::from_raw_socket(server_io, Role::Server, None).await;
+        let opts = StreamOptions {
+            stdin: false,
+            stdout: false,
+            stderr: true,
+            tty: false,
+        };
+        tokio::spawn(async move { translate(server, &url, opts, IDLE_TIMEOUT).await });
+        let mut client = WebSocketStream::from_raw_socket(client_io, Role::Client, None).await;
+        assert_eq!(client.next().await.unwrap().unwrap(), frame(STDERR, &[]));
+        let Message::Binary(b) = client.next().await.unwrap().unwrap() else {
+            panic!("expected the status")
+        };
+        assert_eq!(b[0], ERROR);
+        let v: Value = serde_json::from_slice(&b[1..]).unwrap();
+        assert_eq!(v["reason"], "InternalError");
+        assert_eq!(v["code"], 500);
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap()
+                .contains("error dialing backend"),
+            "{v}"
+        );
+    }
+
     #[test]
     fn upgrade_errors_read_like_client_go() {
         assert_eq!(upgrade_error_message(br#"{"message":" nope "}"#), "nope");
