@@ -359,6 +359,15 @@ async fn system_kubectl_exec_attach_port_forward_and_stats() {
     .unwrap();
     assert!(out.ok, "{out:?}");
     assert_eq!(out.stdout, "hello stdin\n");
+    // 4 MiB through stdin and back while it is still being written: input
+    // and output move at once (no stall, nothing lost).
+    let big: Vec<u8> = (0..4 << 20).map(|i| b'a' + (i % 26) as u8).collect();
+    let out = kubectl(&kc, &["exec", "-i", "web", "--", "cat"], Some(&big), T)
+        .await
+        .unwrap();
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(out.stdout.len(), big.len());
+    assert!(out.stdout.as_bytes() == big.as_slice());
     // exec -it under a pseudo-terminal: the command has a tty, of the
     // size of kubectl's terminal, and a resize of that terminal reaches it.
     let text = kubectl_exec_tty_resize(&kc, None, "web", T).await.unwrap();
