@@ -735,6 +735,19 @@ mod tests {
         let mut client = WebSocketStream::from_raw_socket(client_io, Role::Client, None).await;
         // The connection-established message on stdout.
         assert_eq!(client.next().await.unwrap().unwrap(), frame(STDOUT, &[]));
+        // kubectl's heartbeat pings are answered while the session idles.
+        client
+            .send(Message::Ping(Bytes::from_static(b"hb")))
+            .await
+            .unwrap();
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(5), client.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap(),
+            Message::Pong(Bytes::from_static(b"hb"))
+        );
         client.send(frame(STDIN, b"hello ")).await.unwrap();
         client.send(frame(STDIN, b"world")).await.unwrap();
         // Data for a channel the client cannot write is ignored.
