@@ -217,6 +217,121 @@ mod tests {
         assert_eq!(spdy_protocols(&h), ["portforward.k8s.io"]);
     }
 
+    /// A node API stand-in serving [`serve`] toward `runtime`, and a
+    /// runtime that checks the SPDY upgrade it gets, answers `status` and,
+    /// once upgraded, echoes what it reads.
+    async fn node_and_runtime(status: StatusCode) -> std::net::SocketAddr {
+        let rt = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/portforward/abc", rt.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (tcp, _) = rt.accept().await.unwrap();
+            let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                let h = req.headers();
+                assert_eq!(req.method(), Method::POST);
+                assert_eq!(h["upgrade"], "SPDY/3.1");
+                assert_eq!(h["x-stream-protocol-version"], "portforward.k8s.io");
+                assert!(!h.contains_key("sec-websocket-key"), "{h:?}");
+                assert!(!h.contains_key("sec-websocket-protocol"), "{h:?}");
+                let up = hyper::upgrade::on(&mut req);
+                tokio::spawn(async move {
+                    if let Ok(up) = up.await {
+                        let mut io = TokioIo::new(up);
+                        let mut b = [0u8; 64];
+                        while let Ok(n) = io.read(&mut b).await {
+                            if n == 0 || io.write_all(&b[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                });
+                async move {
+                    let mut r = Response::new(body::full("refused by the runtime"));
+                    *r.status_mut() = status;
+                    if status == StatusCode::SWITCHING_PROTOCOLS {
+                        let h = r.headers_mut();
+                        h.insert("connection", HeaderValue::from_static("Upgrade"));
+                        h.insert("upgrade", HeaderValue::from_static("SPDY/3.1"));
+                        h.insert(
+                            "x-stream-protocol-version",
+                            HeaderValue::from_static("portforward.k8s.io"),
+                        );
+                    }
+                    Ok::<_, std::convert::Infallible>(r)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), svc)
+                .with_upgrades()
+                .await;
+        });
+        let node = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = node.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = node.accept().await.unwrap();
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let url = url.clone();
+                async move {
+                    Ok::<_, std::convert::Infallible>(
+                        serve(req, &url, Duration::from_secs(60)).await,
+                    )
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), svc)
+                .with_upgrades()
+                .await;
+        });
+        addr
+    }
+
+    fn ws_request(addr: std::net::SocketAddr) -> http::Request<()> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut req = format!("ws://{addr}/portForward/ns/pod")
+            .into_client_request()
+            .unwrap();
+        req.headers_mut().insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_static("SPDY/3.1+portforward.k8s.io"),
+        );
+        req
+    }
+
+    #[tokio::test]
+    async fn tunnel_through_a_spdy_upgrade() {
+        let addr = node_and_runtime(StatusCode::SWITCHING_PROTOCOLS).await;
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut ws, resp) = tokio_tungstenite::client_async(ws_request(addr), tcp)
+            .await
+            .unwrap();
+        assert_eq!(
+            resp.headers()[header::SEC_WEBSOCKET_PROTOCOL],
+            "SPDY/3.1+portforward.k8s.io"
+        );
+        ws.send(Message::Binary(bytes::Bytes::from_static(b"spdy bytes")))
+            .await
+            .unwrap();
+        let m = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(m, Message::Binary(bytes::Bytes::from_static(b"spdy bytes")));
+    }
+
+    #[tokio::test]
+    async fn a_runtime_refusal_is_relayed() {
+        let addr = node_and_runtime(StatusCode::FORBIDDEN).await;
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let err = tokio_tungstenite::client_async(ws_request(addr), tcp)
+            .await
+            .unwrap_err();
+        let tokio_tungstenite::tungstenite::Error::Http(resp) = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        assert_eq!(resp.body().as_deref(), Some(&b"refused by the runtime"[..]));
+    }
+
     #[tokio::test]
     async fn bytes_travel_in_binary_messages() {
         let (client_io, server_io) = tokio::io::duplex(1 << 16);
