@@ -270,3 +270,29 @@ pub async fn kubectl_exec_tty_resize(
     }
     Ok(text)
 }
+
+/// `kubelet_websocket_streaming_requests_total` by subresource (`exec`,
+/// `attach`, `portforward`), read from the node's `/metrics` through the
+/// API server's `nodes/proxy`: how many WebSocket streaming requests the
+/// node translated or tunneled itself.
+pub async fn websocket_streaming_requests(
+    kubeconfig: &Path,
+    node: &str,
+    timeout: Duration,
+) -> Result<std::collections::BTreeMap<String, f64>, String> {
+    let path = format!("/api/v1/nodes/{node}/proxy/metrics");
+    let out = kubectl(kubeconfig, &["get", "--raw", &path], None, timeout).await?;
+    if !out.ok {
+        return Err(format!("kubectl get --raw {path}: {}", out.stderr));
+    }
+    let prefix = "kubelet_websocket_streaming_requests_total{subresource=\"";
+    Ok(out
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(prefix)?;
+            let (sub, value) = rest.split_once("\"}")?;
+            Some((sub.to_string(), value.trim().parse().ok()?))
+        })
+        .collect())
+}

@@ -7,6 +7,10 @@
 //! `kubectl attach`,
 //! `kubectl port-forward` with real traffic, and `get --raw` of the stats
 //! summary and resource metrics against the pod's own cgroup.
+//! keelson declares `ExtendWebSocketsToKubelet`, so kubectl's WebSocket
+//! requests reach it unchanged and it translates them to SPDY toward
+//! containerd (exec/attach) or tunnels them (port-forward); its
+//! `kubelet_websocket_streaming_requests_total` proves that path.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -19,7 +23,7 @@ use std::time::Duration;
 
 use keelson::config::KubeDuration;
 use keelson_tests::containerd::Containerd;
-use keelson_tests::node_api::{kubectl, kubectl_exec_tty_resize};
+use keelson_tests::node_api::{kubectl, kubectl_exec_tty_resize, websocket_streaming_requests};
 use keelson_tests::node_harness::{BinaryNode, BinaryNodeOptions};
 use keelson_tests::support::{require_root, wait_for};
 use keelson_tests::testapi::{TestApiOptions, TestApiServer};
@@ -355,6 +359,15 @@ async fn system_kubectl_exec_attach_port_forward_and_stats() {
     .unwrap();
     assert!(out.ok, "{out:?}");
     assert_eq!(out.stdout, "hello stdin\n");
+    // 4 MiB through stdin and back while it is still being written: input
+    // and output move at once (no stall, nothing lost).
+    let big: Vec<u8> = (0..4 << 20).map(|i| b'a' + (i % 26) as u8).collect();
+    let out = kubectl(&kc, &["exec", "-i", "web", "--", "cat"], Some(&big), T)
+        .await
+        .unwrap();
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(out.stdout.len(), big.len());
+    assert!(out.stdout.as_bytes() == big.as_slice());
     // exec -it under a pseudo-terminal: the command has a tty, of the
     // size of kubectl's terminal, and a resize of that terminal reaches it.
     let text = kubectl_exec_tty_resize(&kc, None, "web", T).await.unwrap();
@@ -414,6 +427,16 @@ async fn system_kubectl_exec_attach_port_forward_and_stats() {
         .await
         .unwrap();
     assert!(out.stdout.contains("got hi"), "{out:?}");
+
+    // Every one of those went over WebSocket to keelson: three execs, an
+    // attach, a port-forward.
+    let counts = websocket_streaming_requests(&kc, &w.node_name, T)
+        .await
+        .unwrap();
+    let n = |k: &str| counts.get(k).copied().unwrap_or(0.0);
+    assert!(n("exec") >= 3.0, "{counts:?}");
+    assert!(n("attach") >= 1.0, "{counts:?}");
+    assert!(n("portforward") >= 1.0, "{counts:?}");
 
     // stats summary and resource metrics against the pod's cgroup.
     let pod = w.pods().get("web").await.unwrap();

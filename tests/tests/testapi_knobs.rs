@@ -291,3 +291,94 @@ async fn negotiation_discovery_and_extra_listener() {
         "kube-root-ca.crt"
     );
 }
+
+/// A WebSocket exec/port-forward request (kubectl v1.36's first try) goes
+/// to a node that declares `ExtendWebSocketsToKubelet`, as kube-apiserver
+/// proxies it there; toward any other node it is refused with 400, which
+/// makes kubectl fall back to SPDY (kube-apiserver would translate it).
+#[tokio::test]
+async fn websocket_streaming_goes_only_to_nodes_that_declare_it() {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::{Patch, PatchParams};
+    let api = server().await;
+    let client = api.client().await;
+    // A port nobody listens on: dialing the "node" fails (503).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    for (node, declared) in [("ws-yes", true), ("ws-no", false)] {
+        let n: Node = serde_json::from_value(json!({"metadata": {"name": node}})).expect("node");
+        nodes
+            .create(&PostParams::default(), &n)
+            .await
+            .expect("node");
+        let mut status = json!({
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": closed}},
+        });
+        if declared {
+            status["declaredFeatures"] = json!(["ExtendWebSocketsToKubelet"]);
+        }
+        nodes
+            .patch_status(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+            .expect("node status");
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("on-{node}")},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+        }))
+        .expect("pod");
+        pods.create(&PostParams::default(), &p).await.expect("pod");
+    }
+    let base = api.http_url();
+    let ws = |path: String, protocol: &'static str| {
+        let url = format!("{base}{path}");
+        async move {
+            let client =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build_http::<Empty<Bytes>>();
+            let req = http::Request::get(url)
+                .header("connection", "Upgrade")
+                .header("upgrade", "websocket")
+                .header("sec-websocket-version", "13")
+                .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+                .header("sec-websocket-protocol", protocol)
+                .body(Empty::new())
+                .expect("request");
+            let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
+                .await
+                .expect("answer before deadline")
+                .expect("response");
+            let code = resp.status().as_u16();
+            let body = resp.into_body().collect().await.expect("body").to_bytes();
+            (code, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    let exec =
+        |pod: &str| format!("/api/v1/namespaces/default/pods/{pod}/exec?command=ls&stdout=true");
+    let pf = |pod: &str| format!("/api/v1/namespaces/default/pods/{pod}/portforward?ports=80");
+    for (path, protocol) in [
+        (exec("on-ws-no"), "v5.channel.k8s.io"),
+        (pf("on-ws-no"), "SPDY/3.1+portforward.k8s.io"),
+    ] {
+        let (code, body) = ws(path, protocol).await;
+        assert_eq!(code, 400, "{body}");
+        assert!(body.contains("use SPDY"), "{body}");
+    }
+    for (path, protocol) in [
+        (exec("on-ws-yes"), "v5.channel.k8s.io"),
+        (pf("on-ws-yes"), "SPDY/3.1+portforward.k8s.io"),
+    ] {
+        // Proxied: the dial of the node fails.
+        let (code, body) = ws(path, protocol).await;
+        assert_eq!(code, 503, "{body}");
+    }
+}

@@ -10,9 +10,12 @@
 //! (`--kubelet-certificate-authority`; without it kube-apiserver does not
 //! verify either). Upgrades (SPDY) are relayed byte for byte.
 //!
-//! Difference: kube-apiserver translates kubectl's WebSocket requests
-//! (`v5.channel.k8s.io`, port-forward tunneling) into SPDY toward nodes
-//! that do not declare `ExtendWebSocketsToKubelet`; this server refuses
+//! WebSocket exec, attach and port-forward (kubectl v1.36 tries them
+//! first) go straight to nodes whose `status.declaredFeatures` has
+//! `ExtendWebSocketsToKubelet`, as kube-apiserver does
+//! (`pkg/registry/core/pod/rest/subresources.go`,
+//! `checkNodeSupportsWebsockets`). Difference: toward other nodes
+//! kube-apiserver translates them to SPDY itself; this server refuses
 //! them with 400, which makes kubectl fall back to SPDY, what the
 //! translation would have sent the node anyway.
 
@@ -390,6 +393,34 @@ fn pod_location(
     Ok((addr, pq))
 }
 
+/// The node-declared feature that makes kube-apiserver proxy WebSocket
+/// streaming to the node unchanged.
+pub const EXTEND_WEBSOCKETS_TO_KUBELET: &str = "ExtendWebSocketsToKubelet";
+
+/// Whether the node of pod `ns/name` declares `feature`
+/// (`status.declaredFeatures`).
+fn node_declares(state: &ApiState, ns: &str, name: &str, feature: &str) -> bool {
+    let node = state
+        .store
+        .get("pods", ns, name)
+        .and_then(|p| p.value().ok())
+        .and_then(|p| {
+            p.pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+    let Some(node) = node.filter(|n| !n.is_empty()) else {
+        return false;
+    };
+    state
+        .store
+        .get("nodes", "", &node)
+        .and_then(|n| n.value().ok())
+        .and_then(|n| n.pointer("/status/declaredFeatures").cloned())
+        .and_then(|f| f.as_array().cloned())
+        .is_some_and(|f| f.iter().any(|x| x.as_str() == Some(feature)))
+}
+
 fn is_websocket(req: &Request<Incoming>) -> bool {
     req.headers()
         .get(header::UPGRADE)
@@ -410,7 +441,10 @@ pub async fn serve(
     let query = req.uri().query().map(str::to_string);
     let (addr, path_query, status_errors) = match &target {
         Target::Pod { ns, name, sub } => {
-            if sub != "log" && is_websocket(&req) {
+            if sub != "log"
+                && is_websocket(&req)
+                && !node_declares(state, ns, name, EXTEND_WEBSOCKETS_TO_KUBELET)
+            {
                 return Err(ApiError::bad_request(
                     "WebSocket streaming is not translated by the test API server; use SPDY (kubectl falls back to it)",
                 ));

@@ -5,7 +5,10 @@
 //! `--previous`), `kubectl exec` (stdin, exit codes, `-it` with the
 //! terminal's size and a resize), `kubectl attach`, `kubectl
 //! port-forward` with traffic, `get --raw` of the stats summary and the
-//! resource metrics, and the node's own 401/403 answers.
+//! resource metrics, and the node's own 401/403 answers. Both agents
+//! declare `ExtendWebSocketsToKubelet`, so kube-apiserver proxies
+//! kubectl's WebSocket exec/attach/port-forward to them unchanged; each
+//! counts them in `kubelet_websocket_streaming_requests_total`.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -14,7 +17,9 @@ use std::time::Duration;
 use anyhow::{anyhow, ensure};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
-use keelson_tests::node_api::{Credentials, kubectl, kubectl_exec_tty_resize, request_on};
+use keelson_tests::node_api::{
+    Credentials, kubectl, kubectl_exec_tty_resize, request_on, websocket_streaming_requests,
+};
 use keelson_tests::upstream::{Agents, Case, Env};
 use kube::Api;
 use kube::api::PostParams;
@@ -303,6 +308,16 @@ async fn node_api_exec_attach_port_forward(env: Arc<Env>, agents: Agents) -> any
     )
     .await?;
     ensure!(out.stdout.contains("got hello"), "{out:?}");
+    // All of it went over WebSocket to the node, which translated (exec,
+    // attach) or tunneled (port-forward) it.
+    let counts = websocket_streaming_requests(env.cp.admin_kubeconfig(), &node.name, T)
+        .await
+        .map_err(|e| anyhow!(e))?;
+    let n = |k: &str| counts.get(k).copied().unwrap_or(0.0);
+    ensure!(
+        n("exec") >= 3.0 && n("attach") >= 1.0 && n("portforward") >= 1.0,
+        "WebSocket streaming requests the node handled: {counts:?}"
+    );
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 //! kubelet's server metrics (`pkg/kubelet/server/metrics/metrics.go`):
 //! requests, in-flight requests and durations, by method bucket, path
 //! bucket, server type (`readwrite`/`readonly`) and whether the request is
-//! long-running (exec, attach, portforward).
+//! long-running (exec, attach, portforward); and the WebSocket streaming
+//! requests kubelet handles itself.
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
@@ -16,6 +17,10 @@ pub struct ServerMetrics {
     pub inflight: IntGaugeVec,
     /// `kubelet_http_requests_duration_seconds`.
     pub duration: HistogramVec,
+    /// `kubelet_websocket_streaming_requests_total{subresource}`: the
+    /// WebSocket exec/attach/portforward requests kubelet itself
+    /// translated or tunneled (`ExtendWebSocketsToKubelet`).
+    pub websocket_streaming: IntCounterVec,
 }
 
 const LABELS: &[&str] = &["method", "path", "server_type", "long_running"];
@@ -47,13 +52,23 @@ impl ServerMetrics {
             LABELS,
         )
         .expect("constant metric options are valid");
+        let websocket_streaming = IntCounterVec::new(
+            Opts::new(
+                "kubelet_websocket_streaming_requests_total",
+                "Total number of WebSocket streaming requests (exec/attach/portforward) received by the kubelet.",
+            ),
+            &["subresource"],
+        )
+        .expect("constant metric options are valid");
         register(registry, requests.clone());
         register(registry, inflight.clone());
         register(registry, duration.clone());
+        register(registry, websocket_streaming.clone());
         ServerMetrics {
             requests,
             inflight,
             duration,
+            websocket_streaming,
         }
     }
 }

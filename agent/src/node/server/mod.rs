@@ -14,7 +14,9 @@
 //!   authorization (TokenReview, SubjectAccessReview, caches);
 //! - [`routes`]: the paths, with kubelet's answers; the handlers live in
 //!   [`container_logs`], [`streaming`] (exec/attach/port-forward/run
-//!   through CRI and the runtime's streaming server), [`basic`] (`/pods`,
+//!   through CRI and the runtime's streaming server; WebSocket v5
+//!   exec/attach through [`ws_translator`] and its SPDY client [`spdy`],
+//!   WebSocket port-forward through [`ws_tunnel`]), [`basic`] (`/pods`,
 //!   `/runningpods/`, `/healthz`, `/configz`) and [`stats_routes`]
 //!   (`/stats/summary`, `/metrics/*`).
 
@@ -30,10 +32,14 @@ pub mod retry;
 pub mod routes;
 pub mod serving_bootstrap;
 pub mod serving_cert;
+pub mod spdy;
 pub mod stats_routes;
 pub mod streaming;
 pub mod ttl_cache;
 pub mod upgrade_proxy;
+pub mod ws_translator;
+pub mod ws_tunnel;
+pub mod wsstream;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};

@@ -4,6 +4,14 @@
 //! `pkg/kubelet/kubelet_pods.go`): find the running container (or the
 //! ready sandbox) through CRI, ask the runtime for a streaming URL, proxy
 //! the upgraded connection to it ([`super::upgrade_proxy`]).
+//!
+//! `ExtendWebSocketsToKubelet` (beta, on in v1.36): a WebSocket exec or
+//! attach asking for `v5.channel.k8s.io` is translated to SPDY toward the
+//! runtime ([`super::ws_translator`]), a WebSocket port-forward asking for
+//! a `SPDY/3.1+…k8s.io` protocol is tunneled ([`super::ws_tunnel`], with
+//! no `port` query check); each counts in
+//! `kubelet_websocket_streaming_requests_total`. SPDY and the older
+//! WebSocket protocols keep the plain proxy.
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -234,17 +242,28 @@ pub async fn serve(
                 .await
         }
     };
-    match url {
-        Ok(u) => {
-            super::upgrade_proxy::proxy(
-                req,
-                &u,
-                api.ctx.config.node.streaming_connection_idle_timeout.get(),
-            )
-            .await
-        }
-        Err(e) => write_cri_error(&e),
+    let u = match url {
+        Ok(u) => u,
+        Err(e) => return write_cri_error(&e),
+    };
+    if super::wsstream::with_stream_close_protocol(req.headers()) {
+        let sub = if kind == Kind::Attach {
+            "attach"
+        } else {
+            "exec"
+        };
+        api.metrics
+            .websocket_streaming
+            .with_label_values(&[sub])
+            .inc();
+        return super::ws_translator::serve(req, u, opts);
     }
+    super::upgrade_proxy::proxy(
+        req,
+        &u,
+        api.ctx.config.node.streaming_connection_idle_timeout.get(),
+    )
+    .await
 }
 
 /// The `port` query parameters of a WebSocket port-forward
@@ -300,9 +319,16 @@ pub async fn port_forward(
         .query()
         .map(super::basic::url_pairs)
         .unwrap_or_default();
-    let ports = match websocket_ports(&req, &pairs) {
-        Ok(p) => p,
-        Err(e) => return body::text(StatusCode::BAD_REQUEST, e),
+    // A tunneling WebSocket skips the port query check (its ports travel
+    // in SPDY streams, as with SPDY).
+    let tunnel = super::wsstream::with_tunneling_protocol(req.headers());
+    let ports = if tunnel {
+        Vec::new()
+    } else {
+        match websocket_ports(&req, &pairs) {
+            Ok(p) => p,
+            Err(e) => return body::text(StatusCode::BAD_REQUEST, e),
+        }
     };
     let Some(pod) = api.pods.get().and_then(|p| p.pod_by_name(ns, pod_name)) else {
         return body::text(StatusCode::NOT_FOUND, "pod does not exist");
@@ -328,15 +354,16 @@ pub async fn port_forward(
             format!("pod not found ({:?})", format!("{pod_name}_{ns}")),
         );
     };
+    let idle = api.ctx.config.node.streaming_connection_idle_timeout.get();
     match api.cri.port_forward(&sandbox, ports).await {
-        Ok(u) => {
-            super::upgrade_proxy::proxy(
-                req,
-                &u,
-                api.ctx.config.node.streaming_connection_idle_timeout.get(),
-            )
-            .await
+        Ok(u) if tunnel => {
+            api.metrics
+                .websocket_streaming
+                .with_label_values(&["portforward"])
+                .inc();
+            super::ws_tunnel::serve(req, &u, idle).await
         }
+        Ok(u) => super::upgrade_proxy::proxy(req, &u, idle).await,
         Err(e) => write_cri_error(&e),
     }
 }

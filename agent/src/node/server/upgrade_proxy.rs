@@ -39,9 +39,73 @@ pub fn is_upgrade(req: &Request<Incoming>) -> bool {
 }
 
 /// kubelet's responder: errors while proxying are 500 with the text.
-fn proxy_error(msg: impl std::fmt::Display) -> Response<Body> {
+pub fn proxy_error(msg: impl std::fmt::Display) -> Response<Body> {
     tracing::warn!(error = %msg, "error while proxying request");
     body::http_error(StatusCode::INTERNAL_SERVER_ERROR, &msg.to_string())
+}
+
+/// Sends an upgrade request to the runtime's streaming URL `location`
+/// (an `http://host:port/path` URL): its path, `method` and `headers`
+/// (`Host` is the runtime's). The answer's body or upgrade belongs to the
+/// caller; errors are kubelet's responder text.
+pub async fn request_upgrade(
+    location: &str,
+    method: http::Method,
+    headers: &http::HeaderMap,
+) -> Result<Response<Incoming>, String> {
+    let uri: http::Uri = location
+        .parse()
+        .map_err(|e| format!("invalid streaming URL {location:?}: {e}"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!(
+            "streaming URL {location:?}: only http:// runtime streaming servers are supported"
+        ));
+    }
+    let Some(authority) = uri.authority().cloned() else {
+        return Err(format!("streaming URL {location:?} has no host"));
+    };
+    let stream = tokio::net::TcpStream::connect(authority.as_str())
+        .await
+        .map_err(|e| format!("error dialing backend: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake::<_, http_body_util::Empty<Bytes>>(TokioIo::new(
+            stream,
+        ))
+        .await
+        .map_err(|e| format!("error dialing backend: {e}"))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(error = %e, "streaming backend connection ended");
+        }
+    });
+    let path = uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let mut out = Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        if k == header::HOST {
+            continue;
+        }
+        out = out.header(k, v);
+    }
+    out = out.header(header::HOST, authority.as_str());
+    let out = out
+        .body(http_body_util::Empty::new())
+        .map_err(|e| e.to_string())?;
+    sender
+        .send_request(out)
+        .await
+        .map_err(|e| format!("error proxying to the runtime: {e}"))
+}
+
+/// Relays a runtime answer that is not an upgrade (e.g. an unsupported
+/// protocol) as is.
+pub fn relay(resp: Response<Incoming>) -> Response<Body> {
+    let (parts, b) = resp.into_parts();
+    let b = b.map_err(std::io::Error::other).boxed();
+    Response::from_parts(parts, b)
 }
 
 /// Proxies `req` to `location` (an `http://host:port/path` URL).
@@ -53,63 +117,14 @@ pub async fn proxy(
     if !is_upgrade(&req) {
         return proxy_error("Upgrade request required");
     }
-    let uri: http::Uri = match location.parse() {
-        Ok(u) => u,
-        Err(e) => return proxy_error(format!("invalid streaming URL {location:?}: {e}")),
-    };
-    if uri.scheme_str() != Some("http") {
-        return proxy_error(format!(
-            "streaming URL {location:?}: only http:// runtime streaming servers are supported"
-        ));
-    }
-    let Some(authority) = uri.authority().cloned() else {
-        return proxy_error(format!("streaming URL {location:?} has no host"));
-    };
-    let stream = match tokio::net::TcpStream::connect(authority.as_str()).await {
-        Ok(s) => s,
-        Err(e) => return proxy_error(format!("error dialing backend: {e}")),
-    };
-    let _ = stream.set_nodelay(true);
-    let (mut sender, conn) = match hyper::client::conn::http1::handshake::<
-        _,
-        http_body_util::Empty<Bytes>,
-    >(TokioIo::new(stream))
-    .await
-    {
-        Ok(x) => x,
-        Err(e) => return proxy_error(format!("error dialing backend: {e}")),
-    };
-    tokio::spawn(async move {
-        if let Err(e) = conn.with_upgrades().await {
-            tracing::debug!(error = %e, "streaming backend connection ended");
-        }
-    });
     let client_upgrade = hyper::upgrade::on(&mut req);
-    let path = uri
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "/".into());
-    let mut out = Request::builder().method(req.method().clone()).uri(path);
-    for (k, v) in req.headers() {
-        if k == header::HOST {
-            continue;
-        }
-        out = out.header(k, v);
-    }
-    out = out.header(header::HOST, authority.as_str());
-    let out = match out.body(http_body_util::Empty::new()) {
+    let mut resp = match request_upgrade(location, req.method().clone(), req.headers()).await {
         Ok(r) => r,
         Err(e) => return proxy_error(e),
     };
-    let mut resp = match sender.send_request(out).await {
-        Ok(r) => r,
-        Err(e) => return proxy_error(format!("error proxying to the runtime: {e}")),
-    };
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         // Relay the runtime's refusal (e.g. an unsupported protocol).
-        let (parts, b) = resp.into_parts();
-        let b = b.map_err(std::io::Error::other).boxed();
-        return Response::from_parts(parts, b);
+        return relay(resp);
     }
     let backend_upgrade = hyper::upgrade::on(&mut resp);
     let mut answer = Response::new(body::empty());

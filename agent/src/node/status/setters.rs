@@ -353,6 +353,7 @@ mod tests {
         assert_eq!(
             s.declared_features.unwrap_or_default(),
             [
+                "ExtendWebSocketsToKubelet",
                 "InPlacePodLevelResourcesVerticalScaling",
                 "RestartAllContainersOnContainerExits"
             ]

@@ -29,6 +29,10 @@ pub const FAILED_CHECK_EVENT: &str = "FailedNodeDeclaredFeaturesCheck";
 pub const DECLARED: &[&str] = &[
     "RestartAllContainersOnContainerExits",
     "InPlacePodLevelResourcesVerticalScaling",
+    // The node API translates WebSocket exec/attach and tunnels WebSocket
+    // port-forward itself (`node/server/ws_translator.rs`, `ws_tunnel.rs`),
+    // so kube-apiserver proxies those requests here unchanged.
+    "ExtendWebSocketsToKubelet",
 ];
 
 /// `InferForScheduling` of every registered feature, in registry order.
