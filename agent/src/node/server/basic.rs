@@ -158,7 +158,14 @@ pub fn configz(api: &NodeApi) -> Response<Body> {
         m.insert("kind".into(), json!("KubeletConfiguration"));
         m.insert("apiVersion".into(), json!("kubelet.config.k8s.io/v1beta1"));
     }
-    body::json(&json!({ "kubeletconfig": cfg }))
+    // component-base's configz handler: JSON and `nosniff`
+    // (`staging/src/k8s.io/component-base/configz/configz.go`).
+    let mut r = body::json(&json!({ "kubeletconfig": cfg }));
+    r.headers_mut().insert(
+        http::header::HeaderName::from_static("x-content-type-options"),
+        http::header::HeaderValue::from_static("nosniff"),
+    );
+    r
 }
 
 #[cfg(test)]
