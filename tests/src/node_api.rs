@@ -202,6 +202,46 @@ pub async fn request_with(
     collect_text(resp).await
 }
 
+/// [`request_with`] over a new connection to `addr`.
+pub async fn request_connect(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    creds: &Credentials,
+    connect: Connect,
+) -> Result<http::Response<String>, String> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    request_with(tcp, addr, method, path, creds, connect).await
+}
+
+/// The pod `namespace/name` of a `/runningpods/` answer once it has
+/// containers: an error (to wait on) while the answer is not a v1 PodList
+/// or the pod is not in it with containers yet.
+pub fn running_pod(
+    list: &serde_json::Value,
+    namespace: &str,
+    name: &str,
+) -> Result<serde_json::Value, String> {
+    if list["kind"] != "PodList" || list["apiVersion"] != "v1" {
+        return Err(format!("not a v1 PodList: {list}"));
+    }
+    list["items"]
+        .as_array()
+        .and_then(|i| {
+            i.iter()
+                .find(|p| p["metadata"]["name"] == name && p["metadata"]["namespace"] == namespace)
+        })
+        .filter(|p| {
+            p["spec"]["containers"]
+                .as_array()
+                .is_some_and(|c| !c.is_empty())
+        })
+        .cloned()
+        .ok_or_else(|| format!("{namespace}/{name} and its containers not yet in {list}"))
+}
+
 /// One plain-HTTP GET (the read-only port): (status, body).
 pub async fn request_plain(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
     let tcp = tokio::net::TcpStream::connect(addr)
