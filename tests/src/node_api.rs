@@ -63,14 +63,37 @@ impl rustls::client::danger::ServerCertVerifier for AnyServer {
     }
 }
 
+/// How [`request_with`] connects.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Connect {
+    /// Offer TLS 1.2 only (else 1.2 and 1.3).
+    pub tls12_only: bool,
+    /// Offer only `h2` by ALPN and speak HTTP/2 (else `http/1.1`).
+    pub http2: bool,
+}
+
 /// The TLS client config for `creds`; `ca`: verify the server against it.
 pub fn tls_config(
     creds: &Credentials,
     ca: Option<&str>,
 ) -> Result<Arc<rustls::ClientConfig>, String> {
+    tls_config_with(creds, ca, Connect::default())
+}
+
+/// [`tls_config`] with the TLS versions and ALPN of `connect`.
+pub fn tls_config_with(
+    creds: &Credentials,
+    ca: Option<&str>,
+    connect: Connect,
+) -> Result<Arc<rustls::ClientConfig>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let versions: &[&'static rustls::SupportedProtocolVersion] = if connect.tls12_only {
+        &[&rustls::version::TLS12]
+    } else {
+        rustls::DEFAULT_VERSIONS
+    };
     let b = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .map_err(|e| e.to_string())?;
     let b = match ca {
         Some(pem) => {
@@ -99,7 +122,11 @@ pub fn tls_config(
         }
         _ => b.with_no_client_auth(),
     };
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    cfg.alpn_protocols = if connect.http2 {
+        vec![b"h2".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
     Ok(Arc::new(cfg))
 }
 
@@ -124,33 +151,172 @@ pub async fn request_on(
     path: &str,
     creds: &Credentials,
 ) -> Result<(u16, String), String> {
-    let tls = tokio_rustls::TlsConnector::from(tls_config(creds, None)?)
+    let resp = request_with(tcp, addr, method, path, creds, Connect::default()).await?;
+    Ok((resp.status().as_u16(), resp.into_body()))
+}
+
+/// One HTTPS request over `tcp`, connecting as `connect` says: the whole
+/// answer (status, headers, HTTP version, body as text). A refused TLS
+/// handshake is an error starting with `TLS: `.
+pub async fn request_with(
+    tcp: tokio::net::TcpStream,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    creds: &Credentials,
+    connect: Connect,
+) -> Result<http::Response<String>, String> {
+    let tls = tokio_rustls::TlsConnector::from(tls_config_with(creds, None, connect)?)
         .connect(ServerName::IpAddress(addr.ip().into()), tcp)
         .await
         .map_err(|e| format!("TLS: {e}"))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+    let io = TokioIo::new(tls);
+    let mut req = http::Request::builder().method(method);
+    let resp = if connect.http2 {
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        req = req.uri(format!("https://{addr}{path}"));
+        if let Credentials::Token(t) = creds {
+            req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
+        tokio::time::timeout(Duration::from_secs(30), sender.send_request(req)).await
+    } else {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        req = req.uri(path).header(http::header::HOST, addr.to_string());
+        if let Credentials::Token(t) = creds {
+            req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
+        tokio::time::timeout(Duration::from_secs(30), sender.send_request(req)).await
+    };
+    let resp = resp
+        .map_err(|_| "no answer within 30s".to_string())?
+        .map_err(|e| e.to_string())?;
+    collect_text(resp).await
+}
+
+/// [`request_with`] over a new connection to `addr`.
+pub async fn request_connect(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    creds: &Credentials,
+    connect: Connect,
+) -> Result<http::Response<String>, String> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    request_with(tcp, addr, method, path, creds, connect).await
+}
+
+/// The pod `namespace/name` of a `/runningpods/` answer once it has
+/// containers: an error (to wait on) while the answer is not a v1 PodList
+/// or the pod is not in it with containers yet.
+pub fn running_pod(
+    list: &serde_json::Value,
+    namespace: &str,
+    name: &str,
+) -> Result<serde_json::Value, String> {
+    if list["kind"] != "PodList" || list["apiVersion"] != "v1" {
+        return Err(format!("not a v1 PodList: {list}"));
+    }
+    list["items"]
+        .as_array()
+        .and_then(|i| {
+            i.iter()
+                .find(|p| p["metadata"]["name"] == name && p["metadata"]["namespace"] == namespace)
+        })
+        .filter(|p| {
+            p["spec"]["containers"]
+                .as_array()
+                .is_some_and(|c| !c.is_empty())
+        })
+        .cloned()
+        .ok_or_else(|| format!("{namespace}/{name} and its containers not yet in {list}"))
+}
+
+/// One plain-HTTP GET (the read-only port): (status, body).
+pub async fn request_plain(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(conn);
-    let mut req = http::Request::builder()
-        .method(method)
+    let req = http::Request::builder()
         .uri(path)
-        .header(http::header::HOST, addr.to_string());
-    if let Credentials::Token(t) = creds {
-        req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
-    }
-    let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
+        .header(http::header::HOST, addr.to_string())
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
     let resp = tokio::time::timeout(Duration::from_secs(30), sender.send_request(req))
         .await
         .map_err(|_| "no answer within 30s".to_string())?
         .map_err(|e| e.to_string())?;
-    let status = resp.status().as_u16();
-    let body = tokio::time::timeout(Duration::from_secs(30), resp.into_body().collect())
+    let resp = collect_text(resp).await?;
+    Ok((resp.status().as_u16(), resp.into_body()))
+}
+
+async fn collect_text(
+    resp: http::Response<hyper::body::Incoming>,
+) -> Result<http::Response<String>, String> {
+    let (parts, body) = resp.into_parts();
+    let body = tokio::time::timeout(Duration::from_secs(30), body.collect())
         .await
         .map_err(|_| "body not done within 30s".to_string())?
         .map_err(|e| e.to_string())?
         .to_bytes();
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    Ok(http::Response::from_parts(
+        parts,
+        String::from_utf8_lossy(&body).into_owned(),
+    ))
+}
+
+/// The TCP ports this process listens on (its sockets in LISTEN state,
+/// from `/proc/self/fd` and `/proc/self/net/tcp{,6}`): what an in-process
+/// node bound, whatever else the host runs.
+pub fn own_listening_ports() -> Result<std::collections::BTreeSet<u16>, String> {
+    let mut inodes = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir("/proc/self/fd").map_err(|e| e.to_string())? {
+        let Ok(e) = e else { continue };
+        if let Ok(t) = std::fs::read_link(e.path())
+            && let Some(i) = t
+                .to_string_lossy()
+                .strip_prefix("socket:[")
+                .and_then(|r| r.strip_suffix(']'))
+        {
+            inodes.insert(i.to_string());
+        }
+    }
+    let mut ports = std::collections::BTreeSet::new();
+    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for row in text.lines().skip(1) {
+            let f: Vec<&str> = row.split_whitespace().collect();
+            // sl local_address rem_address st ... uid timeout inode
+            let (Some(local), Some(state), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else {
+                continue;
+            };
+            if *state != "0A" || !inodes.contains(*inode) {
+                continue;
+            }
+            if let Some(p) = local
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok())
+            {
+                ports.insert(p);
+            }
+        }
+    }
+    Ok(ports)
 }
 
 /// What kubectl printed.

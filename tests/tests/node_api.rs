@@ -3,7 +3,11 @@
 //! certificates, bearer tokens through TokenReview, 401 without
 //! credentials), authorization through SubjectAccessReview with kubelet's
 //! attributes and 403 text, `kubectl logs` and `kubectl get --raw
-//! .../proxy/stats/summary` through the test API server's node proxy.
+//! .../proxy/stats/summary` through the test API server's node proxy,
+//! `/configz` and `/runningpods/` (their shape and their `configz`/`pods`
+//! subresources), HTTP/2 by ALPN, the read-only port (off unless set, then
+//! only kubelet's unauthenticated paths), `tlsMinVersion` and
+//! `tlsCipherSuites`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -11,8 +15,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use keelson_tests::node_api::{Credentials, kubectl, request};
-use keelson_tests::node_harness::{InProcessNode, NodeHarnessOptions};
+use keelson_tests::node_api::{
+    Connect, Credentials, kubectl, own_listening_ports, request, request_connect, request_plain,
+    running_pod,
+};
+use keelson_tests::node_harness::{Configure, InProcessNode, NodeHarnessOptions, free_host_port};
 use keelson_tests::support::wait_for;
 use keelson_tests::testapi::{StaticToken, TestApiOptions};
 use kube::Api;
@@ -30,7 +37,11 @@ fn token(t: &str, u: &str) -> StaticToken {
 }
 
 async fn start() -> (InProcessNode, SocketAddr) {
-    let opts = NodeHarnessOptions {
+    start_with(None).await
+}
+
+fn harness_options(configure: Option<Configure>) -> NodeHarnessOptions {
+    NodeHarnessOptions {
         api: TestApiOptions {
             tokens: vec![
                 token("admin-token", "admin"),
@@ -39,9 +50,15 @@ async fn start() -> (InProcessNode, SocketAddr) {
             ],
             ..Default::default()
         },
+        configure,
         ..Default::default()
-    };
-    let node = InProcessNode::start(opts).await.expect("node starts");
+    }
+}
+
+async fn start_with(configure: Option<Configure>) -> (InProcessNode, SocketAddr) {
+    let node = InProcessNode::start(harness_options(configure))
+        .await
+        .expect("node starts");
     node.fake.add_image(IMAGE);
     let addr = SocketAddr::new(
         node.config.node.address.parse().unwrap(),
@@ -64,7 +81,8 @@ async fn start() -> (InProcessNode, SocketAddr) {
     (node, addr)
 }
 
-async fn grant_viewer_stats(node: &InProcessNode) {
+/// Grants the user `viewer` `get` on `nodes/<subresource>`.
+async fn grant_viewer(node: &InProcessNode, subresource: &str) {
     let apply = |kind: &str, body: Value| {
         let client = node.admin.clone();
         let kind = kind.to_string();
@@ -79,27 +97,37 @@ async fn grant_viewer_stats(node: &InProcessNode) {
             api.create(&PostParams::default(), &obj).await.unwrap();
         }
     };
+    let role = format!("node-{subresource}-reader");
     apply(
         "ClusterRole",
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-               "metadata": {"name": "node-stats-reader"},
-               "rules": [{"apiGroups": [""], "resources": ["nodes/stats"], "verbs": ["get"]}]}),
+               "metadata": {"name": role},
+               "rules": [{"apiGroups": [""], "resources": [format!("nodes/{subresource}")], "verbs": ["get"]}]}),
     )
     .await;
     apply(
         "ClusterRoleBinding",
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": "viewer-stats"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-stats-reader"},
+               "metadata": {"name": format!("viewer-{subresource}")},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
                "subjects": [{"kind": "User", "name": "viewer", "apiGroup": "rbac.authorization.k8s.io"}]}),
     )
     .await;
 }
 
+/// A client certificate in `system:masters`.
+fn admin_cert(node: &InProcessNode) -> Credentials {
+    let (cert, key) = node
+        .api
+        .issue_client_certificate("cluster-admin", Some("system:masters"))
+        .unwrap();
+    Credentials::Cert(cert, key)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authentication_and_authorization_read_as_kubelet() {
     let (node, addr) = start().await;
-    grant_viewer_stats(&node).await;
+    grant_viewer(&node, "stats").await;
     let tok = |t: &str| Credentials::Token(t.to_string());
 
     // No credentials, and a token the API server does not know: 401.
@@ -373,4 +401,278 @@ async fn kubectl_logs_and_stats_through_the_api_server() {
         (code, body.as_str()),
         (400, "you must specify at least 1 of stdin, stdout, stderr")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configz_runningpods_and_http2_read_as_kubelet() {
+    let (node, addr) = start().await;
+    let admin = admin_cert(&node);
+    // /configz: component-base's configz answer, `{"kubeletconfig": ...}`
+    // with the effective KubeletConfiguration (v1beta1 field names).
+    let resp = request_connect(addr, "GET", "/configz", &admin, Connect::default())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.body());
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
+    let z: Value = serde_json::from_str(resp.body()).unwrap();
+    let top: Vec<&String> = z.as_object().unwrap().keys().collect();
+    assert_eq!(top, ["kubeletconfig"], "{z}");
+    let c = &z["kubeletconfig"];
+    assert_eq!(c["kind"], "KubeletConfiguration", "{c}");
+    assert_eq!(c["apiVersion"], "kubelet.config.k8s.io/v1beta1", "{c}");
+    assert_eq!(c["port"], json!(addr.port()), "{c}");
+    assert_eq!(c["address"], json!(addr.ip().to_string()), "{c}");
+    assert_eq!(c["authentication"]["webhook"]["enabled"], true, "{c}");
+    assert_eq!(c["authentication"]["anonymous"]["enabled"], false, "{c}");
+    assert_eq!(
+        c["authentication"]["x509"]["clientCAFile"],
+        json!(node.config.node.authentication.x509.client_ca_file),
+        "{c}"
+    );
+    assert_eq!(c["authorization"]["mode"], "Webhook", "{c}");
+    assert!(
+        c["readOnlyPort"].is_null() || c["readOnlyPort"] == 0,
+        "readOnlyPort is off by default: {c}"
+    );
+    assert_eq!(c["enableDebuggingHandlers"], true, "{c}");
+    // Only KubeletConfiguration fields: kubelet's flags are not in it.
+    for flag in ["kubeconfig", "rootDir", "nodeIP", "nodeLabels", "enabled"] {
+        assert!(c.get(flag).is_none(), "{flag} in {c}");
+    }
+    // Its authorization: nodes/configz, then nodes/proxy. (A denial is
+    // cached for cacheUnauthorizedTTL, so the user granted is another.)
+    let nobody = Credentials::Token("nobody-token".into());
+    assert_eq!(
+        request(addr, "GET", "/configz", &nobody).await.unwrap(),
+        (
+            403,
+            "Forbidden (user=nobody, verb=get, resource=nodes, subresource(s)=[configz proxy])\n"
+                .to_string()
+        )
+    );
+    let viewer = Credentials::Token("viewer-token".into());
+    grant_viewer(&node, "configz").await;
+    let (code, body) = request(addr, "GET", "/configz", &viewer).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["kubeletconfig"]["port"],
+        json!(addr.port())
+    );
+    // nodes/configz does not open /runningpods/ (nodes/pods or proxy).
+    assert_eq!(
+        request(addr, "GET", "/runningpods/", &viewer)
+            .await
+            .unwrap(),
+        (
+            403,
+            "Forbidden (user=viewer, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
+                .to_string()
+        )
+    );
+
+    // /runningpods/: what the runtime runs, as a PodList of name,
+    // namespace, UID and containers (name, image as the runtime has it).
+    let pods: Api<Pod> = Api::namespaced(node.admin.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "runner"},
+        "spec": {"nodeName": node.node_name, "containers": [{"name": "app", "image": IMAGE}]}
+    }))
+    .unwrap();
+    let uid = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let item = wait_for(
+        "runner in /runningpods/",
+        T,
+        Duration::from_millis(200),
+        || async {
+            let (code, body) = request(addr, "GET", "/runningpods/", &admin).await?;
+            if code != 200 {
+                return Err(format!("{code} {body}"));
+            }
+            let l: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+            running_pod(&l, "default", "runner")
+        },
+    )
+    .await
+    .unwrap();
+    let runtime_image = node
+        .fake
+        .containers()
+        .into_iter()
+        .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == "app"))
+        .and_then(|c| c.image)
+        .map(|i| i.image)
+        .unwrap();
+    assert!(!runtime_image.is_empty());
+    // Exactly kubelet's fields (tests/tests/upstream/node_api_cases.rs
+    // holds the real kubelet to the same).
+    assert_eq!(
+        item,
+        json!({
+            "metadata": {"name": "runner", "namespace": "default", "uid": uid},
+            "spec": {"containers": [{"name": "app", "image": runtime_image, "resources": {}}]},
+            "status": {},
+        })
+    );
+
+    // HTTP/2 by ALPN: a GET answered over h2.
+    let resp = request_connect(
+        addr,
+        "GET",
+        "/pods",
+        &admin,
+        Connect {
+            http2: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    assert_eq!(resp.status(), 200, "{}", resp.body());
+    let l: Value = serde_json::from_str(resp.body()).unwrap();
+    assert!(
+        l["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["metadata"]["name"] == "runner"),
+        "{l}"
+    );
+
+    // No read-only port unless configured: this process listens on the
+    // node API's port and on no 10255.
+    let ports = own_listening_ports().unwrap();
+    assert!(ports.contains(&addr.port()), "{ports:?}");
+    assert!(!ports.contains(&10255), "{ports:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_port_serves_only_the_unauthenticated_paths() {
+    let ro = free_host_port().unwrap();
+    let (node, addr) = start_with(Some(std::sync::Arc::new(move |c| {
+        c.node.read_only_port = i32::from(ro);
+    })))
+    .await;
+    let ro_addr = SocketAddr::new(addr.ip(), ro);
+    assert!(own_listening_ports().unwrap().contains(&ro));
+    // Plain HTTP, no credentials: kubelet's InstallAuthNotRequiredHandlers.
+    let (code, body) = request_plain(ro_addr, "/healthz").await.unwrap();
+    assert_eq!((code, body.as_str()), (200, "ok"));
+    let (code, body) = request_plain(ro_addr, "/pods").await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["kind"],
+        "PodList"
+    );
+    let (code, body) = request_plain(ro_addr, "/stats/summary").await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    // Nothing of the authenticated server's own paths.
+    for path in [
+        "/configz",
+        "/runningpods/",
+        "/containerLogs/default/p/c",
+        "/exec/default/p/c",
+    ] {
+        assert_eq!(
+            request_plain(ro_addr, path).await.unwrap(),
+            (404, "404 page not found".to_string()),
+            "{path}"
+        );
+    }
+    // The secure port's /configz reports it.
+    let (code, body) = request(addr, "GET", "/configz", &admin_cert(&node))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["kubeletconfig"]["readOnlyPort"],
+        json!(ro)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls13_minimum_refuses_tls12_clients_and_debugging_handlers_off() {
+    let (node, addr) = start_with(Some(std::sync::Arc::new(|c| {
+        c.node.tls_min_version = "VersionTLS13".into();
+        c.node.enable_debugging_handlers = false;
+    })))
+    .await;
+    let admin = admin_cert(&node);
+    // A client offering only TLS 1.2: the handshake fails.
+    let e = request_connect(
+        addr,
+        "GET",
+        "/pods",
+        &admin,
+        Connect {
+            tls12_only: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(e.starts_with("TLS: "), "{e}");
+    // TLS 1.3 (and HTTP/2 over it): answered.
+    let resp = request_connect(
+        addr,
+        "GET",
+        "/pods",
+        &admin,
+        Connect {
+            http2: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.body());
+    // enableDebuggingHandlers: false. kubelet installs /configz with the
+    // debugging handlers: an unknown path; /runningpods/ gets the
+    // "disabled" answer.
+    assert_eq!(
+        request(addr, "GET", "/configz", &admin).await.unwrap(),
+        (404, "404 page not found".to_string())
+    );
+    assert_eq!(
+        request(addr, "GET", "/runningpods/", &admin).await.unwrap(),
+        (405, "Debug endpoints are disabled.\n".to_string())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_settings_kubelet_does_not_know_fail_the_start() {
+    for (configure, want) in [
+        (
+            std::sync::Arc::new(|c: &mut keelson::config::Config| {
+                c.node.tls_cipher_suites = vec!["TLS_MADE_UP_SUITE".into()];
+            }) as Configure,
+            "TLS_MADE_UP_SUITE (unknown cipher suite)",
+        ),
+        (
+            std::sync::Arc::new(|c: &mut keelson::config::Config| {
+                c.node.tls_min_version = "TLS13".into();
+            }) as Configure,
+            "unknown tls version",
+        ),
+    ] {
+        let e = InProcessNode::start(harness_options(Some(configure)))
+            .await
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}");
+        let field = if want.contains("suite") {
+            "node.tlsCipherSuites"
+        } else {
+            "node.tlsMinVersion"
+        };
+        assert!(e.contains(field), "{e}");
+    }
 }

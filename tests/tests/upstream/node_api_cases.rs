@@ -5,7 +5,9 @@
 //! `--previous`), `kubectl exec` (stdin, exit codes, `-it` with the
 //! terminal's size and a resize), `kubectl attach`, `kubectl
 //! port-forward` with traffic, `get --raw` of the stats summary and the
-//! resource metrics, and the node's own 401/403 answers. Both agents
+//! resource metrics, `/configz` (`{"kubeletconfig": ...}` with the
+//! fields both agents must agree on) and `/runningpods/` (a PodList of
+//! what the runtime runs), and the node's own 401/403 answers. Both agents
 //! declare `ExtendWebSocketsToKubelet`, so kube-apiserver proxies
 //! kubectl's WebSocket exec/attach/port-forward to them unchanged; each
 //! counts them in `kubelet_websocket_streaming_requests_total`.
@@ -18,7 +20,8 @@ use anyhow::{anyhow, ensure};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use keelson_tests::node_api::{
-    Credentials, kubectl, kubectl_exec_tty_resize, request_on, websocket_streaming_requests,
+    Credentials, kubectl, kubectl_exec_tty_resize, request_on, running_pod,
+    websocket_streaming_requests,
 };
 use keelson_tests::upstream::{Agents, Case, Env};
 use kube::Api;
@@ -42,6 +45,11 @@ pub const CASES: &[Case] = &[
         name: "node_api_stats",
         agents: &Agents::ALL,
         run: |env, agents| Box::pin(node_api_stats(env, agents)),
+    },
+    Case {
+        name: "node_api_configz_runningpods",
+        agents: &Agents::ALL,
+        run: |env, agents| Box::pin(node_api_configz_runningpods(env, agents)),
     },
     Case {
         name: "node_api_authn_authz",
@@ -422,5 +430,90 @@ async fn node_api_authn_authz(env: Arc<Env>, agents: Agents) -> anyhow::Result<(
         .await
         .map_err(|e| anyhow!(e))?;
     ensure!(!out.ok && out.stderr.contains("Forbidden"), "{out:?}");
+    Ok(())
+}
+
+/// `get --raw /api/v1/nodes/<node>/proxy/<path>` as JSON.
+async fn proxy_json(env: &Env, node: &str, path: &str) -> anyhow::Result<serde_json::Value> {
+    let raw = format!("/api/v1/nodes/{node}/proxy/{path}");
+    let out = k(env, &["get", "--raw", &raw], None).await?;
+    ensure!(out.ok, "{raw}: {out:?}");
+    serde_json::from_str(&out.stdout).map_err(|e| anyhow!("{raw}: {e}: {}", out.stdout))
+}
+
+async fn node_api_configz_runningpods(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
+    let node = env.node(agents).await?;
+    // /configz: component-base's `{"kubeletconfig": <v1beta1
+    // KubeletConfiguration>}`; the fields both agents have the same way.
+    let z = proxy_json(&env, &node.name, "configz").await?;
+    let top: Vec<&String> = z
+        .as_object()
+        .ok_or_else(|| anyhow!("{z}"))?
+        .keys()
+        .collect();
+    ensure!(top == ["kubeletconfig"], "{z}");
+    let c = &z["kubeletconfig"];
+    ensure!(c["kind"] == "KubeletConfiguration", "{c}");
+    ensure!(c["apiVersion"] == "kubelet.config.k8s.io/v1beta1", "{c}");
+    ensure!(c["port"] == 10250, "{c}");
+    ensure!(c["authentication"]["webhook"]["enabled"] == true, "{c}");
+    ensure!(c["authentication"]["anonymous"]["enabled"] == false, "{c}");
+    ensure!(
+        c["authentication"]["x509"]["clientCAFile"].is_string(),
+        "{c}"
+    );
+    ensure!(c["authorization"]["mode"] == "Webhook", "{c}");
+    ensure!(c["enableDebuggingHandlers"] == true, "{c}");
+    ensure!(
+        c["readOnlyPort"].is_null() || c["readOnlyPort"] == 0,
+        "the read-only port is off: {c}"
+    );
+    // Only KubeletConfiguration fields (a strict v1beta1 decoder takes
+    // it): kubelet's flags are not in it.
+    for flag in ["kubeconfig", "rootDir", "nodeIP", "nodeLabels", "enabled"] {
+        ensure!(c.get(flag).is_none(), "{flag} in {c}");
+    }
+    // /runningpods/: the pod as the runtime runs it.
+    let ns = namespace(&env.admin, "runningpods").await?;
+    create_pod(
+        &env.admin,
+        &ns,
+        busybox_pod("runner", &node.name, "sleep 3600"),
+    )
+    .await?;
+    running(&env, &ns, "runner").await?;
+    let uid = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(env.admin.clone(), &ns)
+        .get("runner")
+        .await?
+        .metadata
+        .uid
+        .ok_or_else(|| anyhow!("no uid"))?;
+    // kubelet answers from its runtime cache (refreshed when older than
+    // 2 s): the containers show once it has seen them.
+    let item = keelson_tests::support::wait_for(
+        "runner and its container in /runningpods/",
+        T,
+        Duration::from_millis(500),
+        || async {
+            let l = proxy_json(&env, &node.name, "runningpods/")
+                .await
+                .map_err(|e| e.to_string())?;
+            running_pod(&l, &ns, "runner")
+        },
+    )
+    .await?;
+    // Exactly kubelet's fields: metadata name/namespace/uid, containers
+    // name/image (the image the runtime runs, by ID)/resources.
+    let image = item["spec"]["containers"][0]["image"].clone();
+    ensure!(
+        image.as_str().is_some_and(|i| i.starts_with("sha256:")),
+        "{item}"
+    );
+    let want = serde_json::json!({
+        "metadata": {"name": "runner", "namespace": ns, "uid": uid},
+        "spec": {"containers": [{"name": "main", "image": image, "resources": {}}]},
+        "status": {},
+    });
+    ensure!(item == want, "{item} is not {want}");
     Ok(())
 }

@@ -97,7 +97,8 @@ pub fn pods(api: &NodeApi) -> Response<Body> {
 
 /// `/runningpods/`: the pods the runtime runs (ready sandboxes and their
 /// running containers), as a v1 PodList of name, namespace, UID and
-/// containers (name, image), as kubelet's `GetRunningPods`.
+/// containers (name, image), as kubelet's `GetRunningPods` (no
+/// `creationTimestamp`: v1.36's ObjectMeta leaves a zero one out).
 pub async fn running_pods(api: &NodeApi) -> Response<Body> {
     let ready = api::PodSandboxFilter {
         state: Some(api::PodSandboxStateValue {
@@ -137,7 +138,7 @@ pub async fn running_pods(api: &NodeApi) -> Response<Body> {
             })
             .collect();
         items.push(json!({
-            "metadata": {"name": m.name, "namespace": m.namespace, "uid": m.uid, "creationTimestamp": null},
+            "metadata": {"name": m.name, "namespace": m.namespace, "uid": m.uid},
             "spec": {"containers": cs},
             "status": {},
         }));
@@ -150,15 +151,39 @@ pub async fn running_pods(api: &NodeApi) -> Response<Body> {
     }))
 }
 
+/// Settings of `node:` that are kubelet flags, not KubeletConfiguration
+/// fields (`staging/src/k8s.io/kubelet/config/v1beta1/types.go`): left out
+/// of `/configz`, whose `kubeletconfig` is a v1beta1 KubeletConfiguration
+/// a strict decoder (`kubelet --config`) takes as it is.
+const NOT_KUBELET_CONFIGURATION: &[&str] = &[
+    "enabled",
+    "kubeconfig",
+    "bootstrapKubeconfig",
+    "rootDir",
+    "nodeIP",
+    "nodeLabels",
+    "housekeepingInterval",
+];
+
 /// `/configz`: `{"kubeletconfig": {...}}`, the node role's effective
 /// settings (KubeletConfiguration field names; nothing secret is in them).
 pub fn configz(api: &NodeApi) -> Response<Body> {
     let mut cfg = serde_json::to_value(&api.ctx.config.node).unwrap_or(Value::Null);
     if let Value::Object(m) = &mut cfg {
+        for k in NOT_KUBELET_CONFIGURATION {
+            m.remove(*k);
+        }
         m.insert("kind".into(), json!("KubeletConfiguration"));
         m.insert("apiVersion".into(), json!("kubelet.config.k8s.io/v1beta1"));
     }
-    body::json(&json!({ "kubeletconfig": cfg }))
+    // component-base's configz handler: JSON and `nosniff`
+    // (`staging/src/k8s.io/component-base/configz/configz.go`).
+    let mut r = body::json(&json!({ "kubeletconfig": cfg }));
+    r.headers_mut().insert(
+        http::header::HeaderName::from_static("x-content-type-options"),
+        http::header::HeaderValue::from_static("nosniff"),
+    );
+    r
 }
 
 #[cfg(test)]

@@ -148,6 +148,18 @@ async fn dispatch(api: &Arc<NodeApi>, req: Request<Incoming>) -> Response<Body> 
     if !secure {
         return body::not_found();
     }
+    // kubelet installs `/configz` with the debugging handlers
+    // (`InstallAuthRequiredHandlers`, `pkg/kubelet/server/server.go`
+    // `NewServer`): with them disabled it is an unknown path.
+    if path == "/configz" {
+        return if !api.ctx.config.node.enable_debugging_handlers {
+            body::not_found()
+        } else if get {
+            super::basic::configz(api)
+        } else {
+            body::method_not_allowed()
+        };
+    }
     let debug_paths = [
         "/run/",
         "/exec/",
@@ -163,13 +175,6 @@ async fn dispatch(api: &Arc<NodeApi>, req: Request<Incoming>) -> Response<Body> 
             StatusCode::METHOD_NOT_ALLOWED,
             "Debug endpoints are disabled.",
         );
-    }
-    if path == "/configz" {
-        return if get {
-            super::basic::configz(api)
-        } else {
-            body::method_not_allowed()
-        };
     }
     if path == "/runningpods/" || path == "/runningpods" {
         return if get {
