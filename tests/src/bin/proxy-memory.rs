@@ -264,7 +264,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|(k, s)| (k.clone(), s.clone()))
         .collect();
     let mut table = FamilyTable::new(id);
-    let mut empty = |_: &str, _: Option<&[&[u8]]>| Some(HashMap::new());
+    let mut empty = |_: &str, _: Option<&[&[u8]]>| {
+        Some(keelson_netplane::nftables::table::KernelElements::default())
+    };
     let mut plan = table
         .plan_full(
             FullSyncInput {
