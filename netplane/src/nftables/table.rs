@@ -130,6 +130,9 @@ pub type FastHash = foldhash::fast::RandomState;
 /// Elements as read from the kernel: key bytes -> value.
 pub type KernelElements = HashMap<Vec<u8>, KernelValue, FastHash>;
 
+/// Desired elements of one set by key.
+type DesiredElements = HashMap<Vec<u8>, Element, FastHash>;
+
 /// Reads the elements of a set from the kernel: all of them, or those of
 /// the given keys (absent ones are left out). `None`: cannot tell; the set
 /// is then flushed and refilled.
@@ -991,11 +994,10 @@ impl FamilyTable {
         }
 
         // Elements: only the difference from what the kernel has.
-        let mut fixed_sets: Vec<(&'static str, HashMap<Vec<u8>, Element, FastHash>)> =
-            ElementSet::ALL
-                .into_iter()
-                .map(|s| (s.name(), by_set.remove(&s).unwrap_or_default()))
-                .collect();
+        let mut fixed_sets: Vec<(&'static str, DesiredElements)> = ElementSet::ALL
+            .into_iter()
+            .map(|s| (s.name(), by_set.remove(&s).unwrap_or_default()))
+            .collect();
         if fixed.sets.iter().any(nodeport_set_name) {
             fixed_sets.push((
                 NODEPORT_IPS,

@@ -15,7 +15,6 @@
 #![allow(unsafe_code)] // the counting allocator below, nothing else
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
