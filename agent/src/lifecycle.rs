@@ -2,8 +2,30 @@
 //! systemd notification protocol (`Type=notify`) is spoken when systemd
 //! asked for it (`$NOTIFY_SOCKET` set).
 
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
+
+static STARTED: OnceLock<Instant> = OnceLock::new();
+
+/// Marks the process's start (call first thing in `main`); later calls do
+/// nothing.
+pub fn mark_started() {
+    STARTED.get_or_init(Instant::now);
+}
+
+/// Time since [`mark_started`] (zero if it was never called): start-up
+/// phases are logged with it (`since_start_ms`).
+pub fn since_start() -> Duration {
+    STARTED.get().map(Instant::elapsed).unwrap_or_default()
+}
+
+/// [`since_start`] in milliseconds, for log fields.
+pub fn since_start_ms() -> u64 {
+    u64::try_from(since_start().as_millis()).unwrap_or(u64::MAX)
+}
 
 /// Cancels `token` on the first SIGTERM or SIGINT. A second signal exits
 /// the process at once (an operator insisting).

@@ -129,6 +129,7 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    lifecycle::mark_started();
     let cli = Cli::parse();
     match cli.command {
         Command::Version => {

@@ -207,21 +207,64 @@ pub async fn run(ctx: RoleContext) -> Result<(), ProxyError> {
     };
     let node_ips = settings::node_ips(&node);
     let families = settings::families(&node_ips);
-    tracing::info!(node = %ctx.node_name, ?families, mode = ?cfg.mode, "starting the proxy role");
+    tracing::info!(node = %ctx.node_name, ?families, mode = ?cfg.mode,
+        since_start_ms = crate::lifecycle::since_start_ms(), "starting the proxy role");
 
     let nft = nftables_config(&cfg, &families, &node_ips)?;
-    let backend = open_backend(&cfg, nft)?;
-    let mode = backend.name();
-    let (proxier, handle) = Proxier::new(
+    let (mut proxier, handle) = Proxier::pending(
         ProxierConfig {
             node_name: ctx.node_name.clone(),
             families: families.clone(),
             min_sync_period: cfg.min_sync_period.into(),
             sync_period: cfg.sync_period.into(),
         },
-        backend,
         &ctx.registry,
     )?;
+    // The watchers start first: the initial Service and EndpointSlice
+    // lists (hundreds of milliseconds at 10,000 Services) load while the
+    // data plane opens (eBPF: loading the programs and reading back the
+    // pinned maps). The first sync waits for both.
+    watch::apply_node(&node, &handle, &families, &spec);
+    let shutdown = ctx.shutdown.clone();
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(watch::services(
+        Api::<objects::ProxyService>::all(ctx.client.clone()),
+        handle.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(watch::endpoint_slices(
+        Api::<objects::ProxyEndpointSlice>::all(ctx.client.clone()),
+        handle.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(watch::node(
+        nodes,
+        ctx.node_name.clone(),
+        handle.clone(),
+        families.clone(),
+        spec.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(watch::service_cidrs(
+        Api::<ServiceCIDR>::all(ctx.client.clone()),
+        handle.clone(),
+        families.clone(),
+        shutdown.clone(),
+    ));
+    // On this thread (the nftables socket is opened in the thread's
+    // network namespace), letting the runtime move its other tasks away.
+    let open = || open_backend(&cfg, nft);
+    let backend = match tokio::runtime::Handle::current().runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::CurrentThread => open(),
+        _ => tokio::task::block_in_place(open),
+    }?;
+    tracing::info!(
+        mode = backend.name(),
+        since_start_ms = crate::lifecycle::since_start_ms(),
+        "data plane opened"
+    );
+    let mode = backend.name();
+    proxier.set_backend(backend);
     ctx.introspection
         .set_proxy(Arc::new(introspect::ProxyIntrospector::new(
             handle.clone(),
@@ -290,40 +333,13 @@ pub async fn run(ctx: RoleContext) -> Result<(), ProxyError> {
         Some(handle.health().serve(listener))
     };
 
-    watch::apply_node(&node, &handle, &families, &spec);
-    let shutdown = ctx.shutdown.clone();
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(watch::services(
-        Api::<objects::ProxyService>::all(ctx.client.clone()),
-        handle.clone(),
-        shutdown.clone(),
-    ));
-    tasks.spawn(watch::endpoint_slices(
-        Api::<objects::ProxyEndpointSlice>::all(ctx.client.clone()),
-        handle.clone(),
-        shutdown.clone(),
-    ));
-    tasks.spawn(watch::node(
-        nodes,
-        ctx.node_name.clone(),
-        handle.clone(),
-        families.clone(),
-        spec,
-        shutdown.clone(),
-    ));
-    tasks.spawn(watch::service_cidrs(
-        Api::<ServiceCIDR>::all(ctx.client.clone()),
-        handle.clone(),
-        families,
-        shutdown.clone(),
-    ));
     let readiness = handle.clone();
     tasks.spawn(async move {
         // Ready once the first full sync programmed the initial lists.
         let start = tokio::time::Instant::now();
         readiness.programmed().await;
         synced.set_ok();
-        tracing::info!(after = ?start.elapsed(), "proxy rules programmed");
+        tracing::info!(after = ?start.elapsed(), since_start_ms = crate::lifecycle::since_start_ms(), "proxy rules programmed");
     });
     proxier.run(shutdown).await;
     tasks.abort_all();

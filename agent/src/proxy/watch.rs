@@ -63,6 +63,7 @@ async fn watch<K>(
     let stream = watcher::watcher(api, cfg).default_backoff();
     futures::pin_mut!(stream);
     let mut init: Vec<K> = Vec::new();
+    let mut listing = std::time::Instant::now();
     loop {
         let item = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -73,9 +74,24 @@ async fn watch<K>(
             Some(Err(e)) => {
                 tracing::warn!(error = %crate::error_chain::error_chain(&e), "watching {what} failed; retrying")
             }
-            Some(Ok(Event::Init)) => init.clear(),
+            Some(Ok(Event::Init)) => {
+                init.clear();
+                listing = std::time::Instant::now();
+            }
             Some(Ok(Event::InitApply(o))) => init.push(o),
-            Some(Ok(Event::InitDone)) => apply(Change::Listed(std::mem::take(&mut init))),
+            Some(Ok(Event::InitDone)) => {
+                let objects = init.len();
+                let listed = listing.elapsed();
+                apply(Change::Listed(std::mem::take(&mut init)));
+                tracing::info!(
+                    what,
+                    objects,
+                    list_ms = listed.as_millis() as u64,
+                    apply_ms = (listing.elapsed() - listed).as_millis() as u64,
+                    since_start_ms = crate::lifecycle::since_start_ms(),
+                    "initial list handed to the proxier"
+                );
+            }
             Some(Ok(Event::Apply(o))) => apply(Change::Applied(o)),
             Some(Ok(Event::Delete(o))) => apply(Change::Deleted(o)),
         }

@@ -118,13 +118,25 @@ impl Backend for EbpfBackend {
     }
 
     fn full_sync(&mut self, snapshot: &ProxySnapshot) -> Result<SyncOutcome, BackendError> {
+        let t0 = std::time::Instant::now();
+        let desired = desired_of(snapshot);
+        let t1 = std::time::Instant::now();
         let (lb, repaired) = self
             .lb
-            .verify_and_replace_all(desired_of(snapshot))
+            .verify_and_replace_all(desired)
             .map_err(sync_error)?;
+        let t2 = std::time::Instant::now();
         let mut lb = outcome(lb);
         lb.repaired = repaired;
         let ns = self.north_south.full_sync(snapshot)?;
+        let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
+        tracing::debug!(
+            render_ms = ms(t1 - t0),
+            socket_lb_ms = ms(t2 - t1),
+            nftables_ms = ms(t2.elapsed()),
+            socket_lb_writes = lb.objects_changed,
+            "eBPF full sync"
+        );
         Ok(merge(lb, ns))
     }
 

@@ -130,12 +130,13 @@ pub fn check_support(config: &EbpfConfig) -> Result<(), EbpfError> {
 }
 
 /// An object loader without the kernel's BTF: the programs read their
-/// context's fields directly and need no CO-RE relocation, and aya would
-/// otherwise parse `/sys/kernel/btf/vmlinux` (megabytes) for every load.
+/// context's fields directly and need no CO-RE relocation. aya's
+/// `EbpfLoader::new()` parses `/sys/kernel/btf/vmlinux` (5.5 MB here:
+/// ~18 MiB of heap and ~100 ms) even when `.btf(None)` follows
+/// (aya-rs/aya#1172); `without_kernel_btf` is keelson's patch of aya
+/// (`vendor/aya`), which never reads it.
 fn loader<'a>() -> EbpfLoader<'a> {
-    let mut l = EbpfLoader::new();
-    l.btf(None);
-    l
+    EbpfLoader::without_kernel_btf()
 }
 
 fn check_kernel_version() -> Result<(), EbpfError> {
@@ -235,19 +236,28 @@ impl SocketLb {
             .iter()
             .map(|spec| (spec.name, maps_dir.join(spec.name)))
             .collect::<Vec<_>>();
+        let t0 = std::time::Instant::now();
         let mut bpf = load_object(&paths, MIN_SIZES)?;
+        let t1 = std::time::Instant::now();
         load_programs(&mut bpf)?;
+        let t2 = std::time::Instant::now();
         attach(&mut bpf, &cgroup, &config.links_dir())?;
+        let t3 = std::time::Instant::now();
 
         let (maps, sizes) = take_sized_maps(&mut bpf)?;
         let affinity = lru(take_map(&mut bpf, "kl_affinity")?, "kl_affinity")?;
         let revnat = lru(take_map(&mut bpf, "kl_revnat")?, "kl_revnat")?;
         let (syncer, stats) = Syncer::adopt(maps)?;
+        let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
         tracing::info!(
             cgroup = %cgroup.display(),
             pins = %config.pin_dir().display(),
             adopted = syncer.written_len(),
             ?sizes,
+            load_object_ms = ms(t1 - t0),
+            load_programs_ms = ms(t2 - t1),
+            attach_ms = ms(t3 - t2),
+            adopt_ms = ms(t3.elapsed()),
             "eBPF socket LB attached"
         );
         Ok((

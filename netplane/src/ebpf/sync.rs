@@ -18,7 +18,7 @@
 //! is freed only after an RCU grace period: readers see the old or the new
 //! element, never a mix.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 
 use super::layout::{
@@ -194,6 +194,10 @@ pub struct Syncer<M> {
     reserved: BTreeMap<Frontend, u32>,
     /// A write failed: re-read the maps before the next apply.
     resync: bool,
+    /// `written` was read from the maps and nothing was written since:
+    /// a verification now would read the same (the first full sync right
+    /// after [`Syncer::adopt`] skips it).
+    just_read: bool,
 }
 
 /// The slot array a desired service needs, sorted and without duplicates,
@@ -227,6 +231,7 @@ impl<M: LbMaps> Syncer<M> {
             next_id: 1,
             reserved: BTreeMap::new(),
             resync: false,
+            just_read: false,
         };
         let stats = s.read_back()?;
         Ok((s, stats))
@@ -294,76 +299,81 @@ impl<M: LbMaps> Syncer<M> {
     }
 
     /// Rebuilds `written` from the kernel, deleting unreachable entries.
+    /// The maps are walked entry by entry (nothing is collected but what
+    /// `written` keeps and the keys to delete); members are walked by key
+    /// only.
     fn read_back(&mut self) -> Result<SyncStats, SyncError> {
         let mut stats = SyncStats::default();
-        let services = self.maps.dump(LbMap::Services).map_err(SyncError::Dump)?;
-        let backends = self.maps.dump(LbMap::Backends).map_err(SyncError::Dump)?;
-        let members = self.maps.dump(LbMap::Members).map_err(SyncError::Dump)?;
-
         let mut junk: Vec<(LbMap, Vec<u8>)> = Vec::new();
         let mut written: BTreeMap<Frontend, Written> = BTreeMap::new();
-        let mut by_id: BTreeMap<u32, Frontend> = BTreeMap::new();
-        for (k, v) in services {
-            let key = <[u8; 20]>::try_from(k.as_slice())
-                .ok()
-                .and_then(|kb| decode_svc_key(&kb));
-            let value = <[u8; 16]>::try_from(v.as_slice())
-                .ok()
-                .and_then(|vb| decode_svc_value(&vb));
-            let (Some(f), Some(sv)) = (key, value) else {
-                junk.push((LbMap::Services, k));
-                continue;
-            };
-            if sv.id == 0 || by_id.contains_key(&sv.id) {
-                junk.push((LbMap::Services, k));
-                continue;
-            }
-            by_id.insert(sv.id, f);
-            written.insert(
-                f,
-                Written {
-                    id: sv.id,
-                    generation: sv.generation,
-                    count: sv.count,
-                    flags: sv.flags,
-                    affinity_timeout: sv.affinity_timeout,
-                    slots: [Slots::default(), Slots::default()],
-                },
-            );
-        }
-        for (k, v) in backends {
-            let key = <[u8; 8]>::try_from(k.as_slice())
-                .ok()
-                .and_then(|kb| decode_backend_key(&kb));
-            let value = <[u8; 20]>::try_from(v.as_slice())
-                .ok()
-                .and_then(|vb| decode_backend_value(&vb));
-            let w = key
-                .and_then(|bk| by_id.get(&bk.svc_id))
-                .and_then(|f| written.get_mut(f));
-            match (key, value, w) {
-                (Some(bk), Some(addr), Some(w))
-                    if bk.generation != w.generation || bk.slot < w.count =>
-                {
-                    w.slots[usize::from(bk.generation)].insert(bk.slot, addr);
+        let mut by_id: HashMap<u32, Frontend> = HashMap::new();
+        self.maps
+            .scan(LbMap::Services, &mut |k, v| {
+                let key = <[u8; 20]>::try_from(k)
+                    .ok()
+                    .and_then(|kb| decode_svc_key(&kb));
+                let value = <[u8; 16]>::try_from(v)
+                    .ok()
+                    .and_then(|vb| decode_svc_value(&vb));
+                let (Some(f), Some(sv)) = (key, value) else {
+                    junk.push((LbMap::Services, k.to_vec()));
+                    return;
+                };
+                if sv.id == 0 || by_id.contains_key(&sv.id) {
+                    junk.push((LbMap::Services, k.to_vec()));
+                    return;
                 }
-                // Undecodable, of no service, or beyond the active count.
-                _ => junk.push((LbMap::Backends, k)),
-            }
-        }
+                by_id.insert(sv.id, f);
+                written.insert(
+                    f,
+                    Written {
+                        id: sv.id,
+                        generation: sv.generation,
+                        count: sv.count,
+                        flags: sv.flags,
+                        affinity_timeout: sv.affinity_timeout,
+                        slots: [Slots::default(), Slots::default()],
+                    },
+                );
+            })
+            .map_err(SyncError::Dump)?;
+        self.maps
+            .scan(LbMap::Backends, &mut |k, v| {
+                let key = <[u8; 8]>::try_from(k)
+                    .ok()
+                    .and_then(|kb| decode_backend_key(&kb));
+                let value = <[u8; 20]>::try_from(v)
+                    .ok()
+                    .and_then(|vb| decode_backend_value(&vb));
+                let w = key
+                    .and_then(|bk| by_id.get(&bk.svc_id))
+                    .and_then(|f| written.get_mut(f));
+                match (key, value, w) {
+                    (Some(bk), Some(addr), Some(w))
+                        if bk.generation != w.generation || bk.slot < w.count =>
+                    {
+                        w.slots[usize::from(bk.generation)].insert(bk.slot, addr);
+                    }
+                    // Undecodable, of no service, or beyond the active count.
+                    _ => junk.push((LbMap::Backends, k.to_vec())),
+                }
+            })
+            .map_err(SyncError::Dump)?;
         // Members: exactly the active backends of each service; anything
         // else is left from an interrupted update (or not keelson's).
         let mut missing: BTreeMap<u32, BTreeSet<SocketAddr>> =
             written.values().map(|w| (w.id, w.members())).collect();
-        for (k, _) in members {
-            let decoded = <[u8; 24]>::try_from(k.as_slice())
-                .ok()
-                .and_then(|kb| decode_member_key(&kb));
-            match decoded.and_then(|(id, addr)| missing.get_mut(&id).map(|m| m.remove(&addr))) {
-                Some(true) => {}
-                _ => junk.push((LbMap::Members, k)),
-            }
-        }
+        self.maps
+            .scan_keys(LbMap::Members, &mut |k| {
+                let decoded = <[u8; 24]>::try_from(k)
+                    .ok()
+                    .and_then(|kb| decode_member_key(&kb));
+                match decoded.and_then(|(id, addr)| missing.get_mut(&id).map(|m| m.remove(&addr))) {
+                    Some(true) => {}
+                    _ => junk.push((LbMap::Members, k.to_vec())),
+                }
+            })
+            .map_err(SyncError::Dump)?;
         for (map, key) in junk {
             self.maps.delete(map, &key).map_err(SyncError::Dump)?;
             stats.deletes += 1;
@@ -381,6 +391,7 @@ impl<M: LbMaps> Syncer<M> {
         self.ids.extend(self.reserved.values());
         self.written = written;
         self.resync = false;
+        self.just_read = true;
         Ok(stats)
     }
 
@@ -392,6 +403,12 @@ impl<M: LbMaps> Syncer<M> {
         &mut self,
         desired: BTreeMap<Frontend, LbService>,
     ) -> Result<(SyncStats, bool), SyncErrors> {
+        if std::mem::take(&mut self.just_read) {
+            // Adopted a moment ago and nothing written since (the first
+            // full sync after a restart): reading the maps again would
+            // find what `written` holds. Later verifications read them.
+            return Ok((self.replace_all(desired)?, false));
+        }
         let remembered = self.written.clone();
         let cleaned = self.read_back().map_err(|e| SyncErrors(vec![e]))?;
         let repaired = cleaned.deletes > 0 || cleaned.puts > 0 || remembered != self.written;
@@ -455,6 +472,7 @@ impl<M: LbMaps> Syncer<M> {
                 Err(e) => return Err(SyncErrors(vec![e])),
             }
         }
+        let writes_before = (stats.puts, stats.deletes);
         for f in touched {
             if let Err(e) = self.reconcile(&f, &mut stats) {
                 if matches!(e, SyncError::Map { .. }) {
@@ -463,6 +481,9 @@ impl<M: LbMaps> Syncer<M> {
                 tracing::warn!(frontend = %f, error = %e, "socket-LB sync failed");
                 errors.push(e);
             }
+        }
+        if !errors.is_empty() || (stats.puts, stats.deletes) != writes_before {
+            self.just_read = false;
         }
         if errors.is_empty() {
             Ok(stats)
@@ -913,6 +934,30 @@ mod tests {
             "count 0: programs leave it to nftables"
         );
         assert!(v[&fe(1)].3.is_empty());
+    }
+
+    #[test]
+    fn the_first_full_sync_after_adoption_does_not_read_the_maps_again() {
+        let mut a = new_syncer();
+        let desired: BTreeMap<_, _> = (0..20).map(|i| (fe(i), svc(i, 3, None))).collect();
+        a.replace_all(desired.clone()).expect("initial");
+        let (mut b, _) = Syncer::adopt(a.maps().clone()).expect("adopt");
+        let reads = b.maps().reads.get();
+        let (st, repaired) = b.verify_and_replace_all(desired.clone()).expect("same");
+        assert_eq!((st.puts, st.deletes, repaired), (0, 0, false));
+        assert_eq!(b.maps().reads.get(), reads, "read back twice");
+        // Later verifications read the maps (someone may have written
+        // them), also after a sync that wrote nothing.
+        b.verify_and_replace_all(desired.clone()).expect("again");
+        assert!(b.maps().reads.get() > reads);
+        let mut changed = desired;
+        changed.insert(fe(1), svc(1, 2, None));
+        let (mut c, _) = Syncer::adopt(b.maps().clone()).expect("adopt");
+        c.apply([(fe(1), Some(svc(1, 2, None)))]).expect("write");
+        let reads = c.maps().reads.get();
+        c.verify_and_replace_all(changed.clone()).expect("verify");
+        assert!(c.maps().reads.get() > reads, "a write since adoption");
+        assert_eq!(view(c.maps()), expect_view(&changed));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use netlink_bindings::nftables::{PushRuleAttrs, PushTableAttrs, TableAttrs};
 
@@ -64,6 +64,18 @@ fn io_err(context: &str) -> impl FnOnce(std::io::Error) -> BackendError + '_ {
         context: context.into(),
         source,
     }
+}
+
+/// Where a full rewrite's time went (logged).
+#[derive(Debug, Default)]
+struct FullSyncTiming {
+    read_table: Duration,
+    read_elements: Duration,
+    plan: Duration,
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e4).round() / 10.0
 }
 
 type PortChanges = Vec<(ServicePortKey, Option<Arc<ServicePortState>>)>;
@@ -236,14 +248,17 @@ impl NftablesBackend {
         let now = Instant::now();
         let ids: Vec<TableId> = self.tables.keys().copied().collect();
         let mut plans = Vec::new();
+        let mut timing = FullSyncTiming::default();
         for id in ids {
             let name = table_name(&self.config.table, id.index);
+            let t = Instant::now();
             let kernel = if delete_first {
                 KernelTable::default()
             } else {
                 read_table(&mut self.socket, id.family, &name)
                     .map_err(io_err("reading the nftables table"))?
             };
+            timing.read_table += t.elapsed();
             let fixed = fixed_for(&self.config, id.family, &self.node_ports);
             let desired: Vec<(ServicePortKey, Arc<ServicePortState>)> = snapshot
                 .services
@@ -261,11 +276,14 @@ impl NftablesBackend {
             let Some(table) = tables.get(&id) else {
                 continue;
             };
+            let mut read_elements_time = Duration::ZERO;
             let mut reader = |set: &str, keys: Option<&[&[u8]]>| {
+                let t = Instant::now();
                 let read = match keys {
                     None => read_elements(socket, id.family, &name, set),
                     Some(keys) => read_elements_by_key(socket, id.family, &name, set, keys),
                 };
+                read_elements_time += t.elapsed();
                 match read {
                     Ok(e) => Some(e),
                     Err(e) => {
@@ -281,9 +299,12 @@ impl NftablesBackend {
                 kernel: &kernel,
                 reset_base_chains: !*base_chains_reset && !delete_first,
             };
+            let t = Instant::now();
             let mut plan = table
                 .plan_full(input, desired, &mut reader)
                 .map_err(|e| BackendError::Invalid(e.to_string()))?;
+            timing.plan += t.elapsed();
+            timing.read_elements += read_elements_time;
             if delete_first {
                 let mut ops = vec![
                     Op::AddTable {
@@ -297,7 +318,17 @@ impl NftablesBackend {
             }
             plans.push((id, plan));
         }
+        let t = Instant::now();
         let outcome = self.run(plans, now)?;
+        tracing::info!(
+            read_table_ms = ms(timing.read_table),
+            read_elements_ms = ms(timing.read_elements),
+            plan_ms = ms(timing.plan.saturating_sub(timing.read_elements)),
+            write_ms = ms(t.elapsed()),
+            objects = outcome.objects_changed,
+            messages = outcome.messages,
+            "nftables table adopted"
+        );
         self.base_chains_reset = true;
         Ok(SyncOutcome {
             repaired: true,

@@ -211,6 +211,22 @@ impl NfSocket {
         family: IpFamily,
         attrs: impl FnOnce(&mut Vec<u8>),
     ) -> io::Result<(Vec<Vec<u8>>, i32)> {
+        let mut out = Vec::new();
+        let (_, errno) = self.request_items_with(kind, family, attrs, |r| out.push(r.to_vec()))?;
+        Ok((out, errno))
+    }
+
+    /// Like [`NfSocket::request_items`], handing each reply's payload to
+    /// `on_reply` as it is received instead of copying it (reading the
+    /// endpoint maps back is one reply per element); returns the number of
+    /// replies and the errno.
+    pub fn request_items_with(
+        &mut self,
+        kind: MsgKind,
+        family: IpFamily,
+        attrs: impl FnOnce(&mut Vec<u8>),
+        mut on_reply: impl FnMut(&[u8]),
+    ) -> io::Result<(usize, i32)> {
         let seq = self.next_seq(0);
         let mut req = Vec::with_capacity(4096);
         let off = begin_message(
@@ -225,7 +241,7 @@ impl NfSocket {
         end_message(&mut req, off);
         self.ensure_sndbuf(req.len())?;
         send(self.fd.as_raw_fd(), &req, MsgFlags::empty()).map_err(nix_io)?;
-        let mut out = Vec::new();
+        let mut count = 0;
         loop {
             let n = recv(self.fd.as_raw_fd(), &mut self.rbuf, MsgFlags::empty()).map_err(nix_io)?;
             for reply in wire::parse_replies(&self.rbuf[..n]) {
@@ -233,9 +249,10 @@ impl NfSocket {
                     continue;
                 }
                 if reply.msg_type == NLMSG_ERROR {
-                    return Ok((out, -wire::error_code(reply.payload)));
+                    return Ok((count, -wire::error_code(reply.payload)));
                 }
-                out.push(reply.payload.get(4..).unwrap_or_default().to_vec());
+                count += 1;
+                on_reply(reply.payload.get(4..).unwrap_or_default());
             }
         }
     }

@@ -5,7 +5,6 @@
 //! keelson wrote says what it is in its userdata, and anything else does
 //! not match and is rewritten.
 
-use std::collections::HashMap;
 use std::io;
 
 use netlink_bindings::nftables::{
@@ -15,7 +14,7 @@ use netlink_bindings::nftables::{
 
 use super::encode::{parse_rule_userdata, push_element_keys};
 use super::netlink::NfSocket;
-use super::table::{KernelTable, KernelValue};
+use super::table::{KernelElements, KernelTable, KernelValue};
 use super::wire::MsgKind;
 use crate::model::IpFamily;
 
@@ -90,13 +89,13 @@ pub fn read_elements(
     family: IpFamily,
     table: &str,
     set: &str,
-) -> io::Result<HashMap<Vec<u8>, KernelValue>> {
+) -> io::Result<KernelElements> {
     let replies = socket.request(MsgKind::GetSetElem, family, true, |b| {
         PushSetelemListAttrs::new(b)
             .push_table_bytes(table.as_bytes())
             .push_set_bytes(set.as_bytes());
     })?;
-    let mut out = HashMap::new();
+    let mut out = KernelElements::default();
     parse_elements(&replies, &mut out);
     Ok(out)
 }
@@ -113,16 +112,17 @@ pub fn read_elements_by_key(
     table: &str,
     set: &str,
     keys: &[&[u8]],
-) -> io::Result<HashMap<Vec<u8>, KernelValue>> {
-    let mut out = HashMap::with_capacity(keys.len());
+) -> io::Result<KernelElements> {
+    let mut out = KernelElements::with_capacity_and_hasher(keys.len(), Default::default());
     let mut rest = keys;
     while !rest.is_empty() {
         let batch = &rest[..rest.len().min(KEYS_PER_REQUEST)];
-        let (replies, errno) = socket.request_items(MsgKind::GetSetElem, family, |b| {
-            push_element_keys(b, table.as_bytes(), set, batch)
-        })?;
-        let answered = replies.len();
-        parse_elements(&replies, &mut out);
+        let (answered, errno) = socket.request_items_with(
+            MsgKind::GetSetElem,
+            family,
+            |b| push_element_keys(b, table.as_bytes(), set, batch),
+            |reply| parse_element_reply(reply, &mut out),
+        )?;
         match errno {
             0 => rest = &rest[batch.len()..],
             // The kernel stops at the first absent key: skip it.
@@ -133,36 +133,40 @@ pub fn read_elements_by_key(
     Ok(out)
 }
 
-fn parse_elements(replies: &[Vec<u8>], out: &mut HashMap<Vec<u8>, KernelValue>) {
+fn parse_elements(replies: &[Vec<u8>], out: &mut KernelElements) {
     for reply in replies {
-        let list = SetelemListAttrs::new(reply);
-        let Ok(elements) = list.get_elements() else {
+        parse_element_reply(reply, out);
+    }
+}
+
+fn parse_element_reply(reply: &[u8], out: &mut KernelElements) {
+    let list = SetelemListAttrs::new(reply);
+    let Ok(elements) = list.get_elements() else {
+        return;
+    };
+    for elem in elements.get_elem() {
+        let Some(key) = elem
+            .get_key()
+            .ok()
+            .and_then(|k| k.get_value().ok())
+            .map(<[u8]>::to_vec)
+        else {
             continue;
         };
-        for elem in elements.get_elem() {
-            let Some(key) = elem
-                .get_key()
-                .ok()
-                .and_then(|k| k.get_value().ok())
-                .map(<[u8]>::to_vec)
-            else {
-                continue;
-            };
-            let value = match elem.get_data() {
-                Err(_) => KernelValue::None,
-                Ok(data) => match (data.get_value(), data.get_verdict()) {
-                    (Ok(v), _) => KernelValue::Data(v.to_vec()),
-                    (_, Ok(verdict)) => KernelValue::Verdict(
-                        verdict.get_code().map(|c| c as i32).unwrap_or(i32::MIN),
-                        verdict
-                            .get_chain()
-                            .ok()
-                            .map(|c| c.to_string_lossy().into_owned()),
-                    ),
-                    _ => KernelValue::None,
-                },
-            };
-            out.insert(key, value);
-        }
+        let value = match elem.get_data() {
+            Err(_) => KernelValue::None,
+            Ok(data) => match (data.get_value(), data.get_verdict()) {
+                (Ok(v), _) => KernelValue::Data(v.to_vec()),
+                (_, Ok(verdict)) => KernelValue::Verdict(
+                    verdict.get_code().map(|c| c as i32).unwrap_or(i32::MIN),
+                    verdict
+                        .get_chain()
+                        .ok()
+                        .map(|c| c.to_string_lossy().into_owned()),
+                ),
+                _ => KernelValue::None,
+            },
+        };
+        out.insert(key, value);
     }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::config::{LocalTraffic, NftablesConfig};
 use super::layout::fixed_layout;
 use super::objects::{Op, TableId};
-use super::table::{FamilyTable, FullSyncInput, KernelTable, KernelValue, Plan};
+use super::table::{FamilyTable, FullSyncInput, KernelElements, KernelTable, KernelValue, Plan};
 use crate::fixtures::{EndpointSpec as Ep, ServiceBuilder, SliceBuilder};
 use crate::model::{
     ChangeTracker, IpFamily, NodePortAddresses, NodeTopology, Protocol, ServicePortKey,
@@ -93,7 +93,7 @@ fn full(tracker: &ChangeTracker, kernel: &KernelTable) -> Plan {
         .into_iter()
         .filter_map(|(k, s)| s.map(|s| (k, s)))
         .collect();
-    let mut empty = |_: &str, _: Option<&[&[u8]]>| Some(HashMap::new());
+    let mut empty = |_: &str, _: Option<&[&[u8]]>| Some(KernelElements::default());
     FamilyTable::new(table_id())
         .plan_full(
             FullSyncInput {
@@ -407,7 +407,7 @@ fn adopting_an_identical_table_writes_nothing_but_the_base_chains() {
     let cold = full(&tracker, &KernelTable::default());
     // What the kernel holds after the cold plan.
     let mut kernel = KernelTable::default();
-    let mut elements: HashMap<String, HashMap<Vec<u8>, KernelValue>> = HashMap::new();
+    let mut elements: HashMap<String, KernelElements> = HashMap::new();
     for op in &cold.ops {
         match op {
             Op::AddChain { name, .. } => {

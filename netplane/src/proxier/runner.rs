@@ -111,6 +111,11 @@ impl Shared {
     }
 }
 
+/// Milliseconds, for log fields.
+pub(crate) fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e4).round() / 10.0
+}
+
 fn unix_seconds(t: SystemTime) -> f64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -307,6 +312,18 @@ impl Proxier {
         backend: Box<dyn Backend>,
         registry: &prometheus::Registry,
     ) -> prometheus::Result<(Proxier, ProxyHandle)> {
+        let (mut proxier, handle) = Proxier::pending(config, registry)?;
+        proxier.backend = Some(backend);
+        Ok((proxier, handle))
+    }
+
+    /// A proxier whose backend is given later ([`Proxier::set_backend`],
+    /// before [`Proxier::run`]): its handle takes changes at once, so the
+    /// initial lists can load while the data plane opens.
+    pub fn pending(
+        config: ProxierConfig,
+        registry: &prometheus::Registry,
+    ) -> prometheus::Result<(Proxier, ProxyHandle)> {
         let metrics = ProxyMetrics::register(registry)?;
         let health = ProxyHealth::new(config.sync_period * 2, Some(metrics.clone()));
         let tracker = ChangeTracker::new(
@@ -332,7 +349,7 @@ impl Proxier {
             Proxier {
                 shared,
                 config,
-                backend: Some(backend),
+                backend: None,
                 conntrack: None,
                 health_checks: None,
                 events: Arc::new(LogEvents),
@@ -341,6 +358,11 @@ impl Proxier {
             },
             handle,
         ))
+    }
+
+    /// Gives the proxier its backend (see [`Proxier::pending`]).
+    pub fn set_backend(&mut self, backend: Box<dyn Backend>) {
+        self.backend = Some(backend);
     }
 
     /// Cleans stale UDP conntrack entries with `cleaner` after each sync.
@@ -370,7 +392,8 @@ impl Proxier {
     /// `full`, otherwise only the pending changes. Blocks on the backend
     /// (call it from a blocking context).
     pub fn sync_now(&mut self, full: bool) -> Result<SyncReport, BackendError> {
-        let full = full || !self.initialized;
+        let first = !self.initialized;
+        let full = full || first;
         let start = Instant::now();
         let (diff, snapshot) = {
             let t = self.shared.tracker();
@@ -378,6 +401,7 @@ impl Proxier {
             let snapshot = full.then(|| t.snapshot(&diff));
             (diff, snapshot)
         };
+        let modelled = start.elapsed();
         if !full && diff.is_empty() {
             return Ok(SyncReport::default());
         }
@@ -412,6 +436,17 @@ impl Proxier {
         self.after_sync(&diff, full, elapsed, &outcome);
         let conntrack_deleted = self.clean_conntrack(&diff);
         self.sync_health_checks(&diff, full);
+        if first {
+            tracing::info!(
+                backend = name,
+                service_ports = diff.changes.len(),
+                objects_changed = outcome.objects_changed,
+                model_ms = ms(modelled),
+                backend_ms = ms(elapsed - modelled),
+                after_ms = ms(start.elapsed() - elapsed),
+                "first sync"
+            );
+        }
         Ok(SyncReport {
             full,
             service_ports: diff.changes.len(),

@@ -15,7 +15,6 @@
 #![allow(unsafe_code)] // the counting allocator below, nothing else
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
@@ -264,7 +263,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|(k, s)| (k.clone(), s.clone()))
         .collect();
     let mut table = FamilyTable::new(id);
-    let mut empty = |_: &str, _: Option<&[&[u8]]>| Some(HashMap::new());
+    let mut empty = |_: &str, _: Option<&[&[u8]]>| {
+        Some(keelson_netplane::nftables::table::KernelElements::default())
+    };
     let mut plan = table
         .plan_full(
             FullSyncInput {
