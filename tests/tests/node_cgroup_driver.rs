@@ -196,11 +196,16 @@ async fn systemd_driver_makes_qos_and_pod_slices_over_dbus() {
         prop(&double, "kubepods.slice", "CPUWeight"),
         Some(PropValue::U64(_))
     ));
-    // BestEffort: 2 shares, weight 1.
-    assert_eq!(
-        prop(&double, "kubepods-besteffort.slice", "CPUWeight"),
-        Some(PropValue::U64(1))
-    );
+    // BestEffort: 2 shares, weight 1 (set right after the unit starts:
+    // waited for, not read once).
+    wait_for("the BestEffort slice's CPUWeight", T, POLL, || async {
+        match prop(&double, "kubepods-besteffort.slice", "CPUWeight") {
+            Some(PropValue::U64(1)) => Ok(()),
+            other => Err(format!("CPUWeight {other:?}")),
+        }
+    })
+    .await
+    .expect("BestEffort CPUWeight 1");
     assert!(
         tree.join("kubepods.slice/kubepods-besteffort.slice")
             .is_dir()
