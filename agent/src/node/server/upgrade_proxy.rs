@@ -157,16 +157,7 @@ where
     let up = pump(ar, bw, last.clone(), start);
     let down = pump(br, aw, last.clone(), start);
     let both = async { tokio::join!(up, down) };
-    let watchdog = async {
-        loop {
-            let seen = Duration::from_millis(last.load(Ordering::Relaxed));
-            let deadline = start + seen + idle;
-            if Instant::now() >= deadline {
-                return;
-            }
-            tokio::time::sleep_until(deadline).await;
-        }
-    };
+    let watchdog = idle_watchdog(start, &last, idle);
     tokio::select! {
         _ = both => {}
         _ = watchdog => tracing::debug!(?idle, "stream idle too long; closed"),
@@ -228,5 +219,18 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+}
+
+/// Ends once nothing was seen for `idle`: `last` holds the milliseconds
+/// since `start` of the last traffic (`streamingConnectionIdleTimeout`).
+pub(super) async fn idle_watchdog(start: Instant, last: &AtomicU64, idle: Duration) {
+    loop {
+        let seen = Duration::from_millis(last.load(Ordering::Relaxed));
+        let deadline = start + seen + idle;
+        if Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep_until(deadline).await;
     }
 }

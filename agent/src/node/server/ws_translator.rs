@@ -501,16 +501,7 @@ pub async fn translate<S>(
         Some((sink, decode_error_stream(&protocol, &status)))
     };
 
-    let watchdog = async {
-        loop {
-            let seen = Duration::from_millis(last.load(Ordering::Relaxed));
-            let deadline = start + seen + idle;
-            if Instant::now() >= deadline {
-                return;
-            }
-            tokio::time::sleep_until(deadline).await;
-        }
-    };
+    let watchdog = super::upgrade_proxy::idle_watchdog(start, &last, idle);
 
     tokio::pin!(input);
     let done = tokio::select! {

@@ -183,16 +183,7 @@ where
             })))
             .await;
     };
-    let watchdog = async {
-        loop {
-            let seen = Duration::from_millis(last.load(Ordering::Relaxed));
-            let deadline = start + seen + idle;
-            if Instant::now() >= deadline {
-                return;
-            }
-            tokio::time::sleep_until(deadline).await;
-        }
-    };
+    let watchdog = super::upgrade_proxy::idle_watchdog(start, &last, idle);
     tokio::select! {
         _ = up => {}
         _ = down => {}
