@@ -187,6 +187,19 @@ where
     let _ = w.shutdown().await;
 }
 
+/// Ends once nothing was seen for `idle`: `last` holds the milliseconds
+/// since `start` of the last traffic (`streamingConnectionIdleTimeout`).
+pub(super) async fn idle_watchdog(start: Instant, last: &AtomicU64, idle: Duration) {
+    loop {
+        let seen = Duration::from_millis(last.load(Ordering::Relaxed));
+        let deadline = start + seen + idle;
+        if Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep_until(deadline).await;
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
@@ -219,18 +232,5 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-    }
-}
-
-/// Ends once nothing was seen for `idle`: `last` holds the milliseconds
-/// since `start` of the last traffic (`streamingConnectionIdleTimeout`).
-pub(super) async fn idle_watchdog(start: Instant, last: &AtomicU64, idle: Duration) {
-    loop {
-        let seen = Duration::from_millis(last.load(Ordering::Relaxed));
-        let deadline = start + seen + idle;
-        if Instant::now() >= deadline {
-            return;
-        }
-        tokio::time::sleep_until(deadline).await;
     }
 }
