@@ -35,6 +35,11 @@ pub struct BenchConfig {
     pub service_cidr: String,
     /// `minSyncPeriod` of every contestant.
     pub min_sync_period: Duration,
+    /// kube-proxy's iptables mode runs the legacy iptables backend
+    /// (`iptables-legacy*`) instead of the host's default (Debian's is
+    /// `iptables-nft`).
+    #[serde(default)]
+    pub iptables_legacy: bool,
     /// Client-side API QPS of every contestant (`None`: upstream's 5).
     pub api_qps: Option<f32>,
     /// Client-side API burst of every contestant (`None`: upstream's 10).
@@ -81,6 +86,7 @@ impl BenchConfig {
             upstream_bin: None,
             service_cidr: "10.96.0.0/12".into(),
             min_sync_period: Duration::ZERO,
+            iptables_legacy: false,
             api_qps: None,
             api_burst: None,
             churn_rate: 100.0,

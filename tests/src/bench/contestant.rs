@@ -98,6 +98,8 @@ pub struct ContestantSettings {
     /// The API server speaks JSON only (the test API server): kube-proxy
     /// gets `--kube-api-content-type=application/json`.
     pub json_only_api: bool,
+    /// kube-proxy's iptables mode runs on the legacy iptables backend.
+    pub iptables_legacy: bool,
     /// Client-side API rate for every contestant (`clientConnection.qps`,
     /// `--kube-api-qps`); `None`: their default (5, as upstream).
     pub api_qps: Option<f32>,
@@ -261,6 +263,44 @@ pub fn kube_proxy_args(
     Ok(args)
 }
 
+/// The multi-call binary of the legacy iptables backend (Debian's
+/// `iptables` package ships it beside `xtables-nft-multi`).
+pub const XTABLES_LEGACY_MULTI: &str = "/usr/sbin/xtables-legacy-multi";
+
+/// The names kube-proxy's iptables mode runs (pkg/util/iptables: the
+/// `iptables`, `-save` and `-restore` commands of both families).
+const IPTABLES_COMMANDS: [&str; 6] = [
+    "iptables",
+    "iptables-save",
+    "iptables-restore",
+    "ip6tables",
+    "ip6tables-save",
+    "ip6tables-restore",
+];
+
+/// A directory under `work_dir` whose `iptables*` commands are the legacy
+/// backend (symbolic links to [`XTABLES_LEGACY_MULTI`], which picks its
+/// command from the name it is run as); put first in kube-proxy's PATH.
+pub fn legacy_iptables_dir(work_dir: &Path) -> Result<PathBuf> {
+    let multi = Path::new(XTABLES_LEGACY_MULTI);
+    if !multi.exists() {
+        return Err(BenchError::Invalid(format!(
+            "--iptables-legacy needs {XTABLES_LEGACY_MULTI} (Debian package iptables)"
+        )));
+    }
+    let dir = work_dir.join("iptables-legacy-bin");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| BenchError::io(format!("creating {}", dir.display()), e))?;
+    for name in IPTABLES_COMMANDS {
+        let link = dir.join(name);
+        if link.symlink_metadata().is_err() {
+            std::os::unix::fs::symlink(multi, &link)
+                .map_err(|e| BenchError::io(format!("linking {}", link.display()), e))?;
+        }
+    }
+    Ok(dir)
+}
+
 /// What [`ProxyProcess::start`] needs.
 #[derive(Debug, Clone, Copy)]
 pub struct Launch<'a> {
@@ -313,6 +353,11 @@ impl ProxyProcess {
                 .ok_or_else(|| BenchError::Invalid(format!("{kind} needs --kube-proxy PATH")))?;
             cmd.arg(bin)
                 .args(kube_proxy_args(kind, settings, node_name, kubeconfig)?);
+            if kind == ContestantKind::KubeProxyIptables && settings.iptables_legacy {
+                let dir = legacy_iptables_dir(work_dir)?;
+                let path = std::env::var("PATH").unwrap_or_default();
+                cmd.env("PATH", format!("{}:{path}", dir.display()));
+            }
         } else {
             let cfg = keelson_config(kind, settings, node_name, kubeconfig, ebpf)?;
             let path = work_dir.join(format!("{}.yaml", kind.slug()));
@@ -421,6 +466,7 @@ mod tests {
             kube_proxy_bin: Some("/bin/kube-proxy".into()),
             min_sync_period: KubeDuration::from_millis(0),
             json_only_api: true,
+            iptables_legacy: false,
             api_qps: Some(50.0),
             api_burst: Some(100),
         }

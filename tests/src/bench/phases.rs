@@ -280,6 +280,9 @@ async fn phases(
 
     // Kernel objects and the contestant's own figures.
     let mut counts = kernel::nft_counts(&node.node.ns)?;
+    if kind == ContestantKind::KubeProxyIptables && cfg.iptables_legacy {
+        kernel::add_legacy_iptables(&node.node.ns, &mut counts)?;
+    }
     if let Some(env) = ebpf {
         counts.bpf_map_entries = kernel::bpf_map_entries(&env.maps_dir())?;
     }

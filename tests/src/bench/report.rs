@@ -383,6 +383,14 @@ pub fn markdown(report: &BenchReport) -> String {
         c.idle_probes,
         c.latency_samples
     );
+    if c.contestants.contains(&ContestantKind::KubeProxyIptables) {
+        let backend = if c.iptables_legacy {
+            "the legacy iptables backend (`iptables-legacy*` first in its PATH; its rules counted with `iptables-legacy-save`)"
+        } else {
+            "the host's default `iptables` (Debian: `iptables-nft`, whose rules are nftables objects)"
+        };
+        let _ = writeln!(out, "- kube-proxy iptables runs on {backend}");
+    }
     for &n in &c.services {
         let runs: Vec<&RunResult> = report.runs.iter().filter(|r| r.services == n).collect();
         let baseline = report.baselines.iter().find(|b| b.services == n);

@@ -102,6 +102,7 @@ pub async fn run(cfg: BenchConfig, exe: &Path, command: String) -> Result<BenchR
         kube_proxy_bin: cfg.kube_proxy_bin.clone(),
         min_sync_period: cfg.min_sync_period_kube(),
         json_only_api: api.is_test_server(),
+        iptables_legacy: cfg.iptables_legacy,
         api_qps: cfg.api_qps,
         api_burst: cfg.api_burst,
     };

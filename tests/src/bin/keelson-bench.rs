@@ -85,6 +85,11 @@ struct Opts {
     /// minSyncPeriod of every contestant (Go duration; default 0s).
     #[arg(long)]
     min_sync_period: Option<String>,
+    /// Run kube-proxy's iptables mode on the legacy iptables backend
+    /// (`iptables-legacy`, `iptables-legacy-save`, `iptables-legacy-restore`
+    /// first in its PATH) instead of the host's default `iptables`.
+    #[arg(long)]
+    iptables_legacy: bool,
     /// Client-side API QPS of every contestant (keelson
     /// `clientConnection.qps`, kube-proxy `--kube-api-qps`; default 5).
     #[arg(long)]
@@ -166,6 +171,7 @@ fn config(opts: &Opts) -> Result<BenchConfig> {
     }
     c.api_qps = opts.api_qps;
     c.api_burst = opts.api_burst;
+    c.iptables_legacy = opts.iptables_legacy;
     if let Some(v) = opts.churn_rate {
         c.churn_rate = v;
     }
