@@ -67,7 +67,7 @@ pub async fn run_contestant(ctx: RunContext<'_>, kind: ContestantKind) -> RunRes
 }
 
 async fn run_inner(ctx: RunContext<'_>, kind: ContestantKind, r: &mut RunResult) -> Result<()> {
-    reset_node(&ctx.node.node.ns);
+    reset_node(&ctx.node.node.ns, ctx.cfg.iptables_legacy);
     let ebpf = match kind {
         ContestantKind::KeelsonEbpf => Some(EbpfEnv::create()?),
         _ => None,
@@ -86,10 +86,23 @@ async fn run_inner(ctx: RunContext<'_>, kind: ContestantKind, r: &mut RunResult)
     result
 }
 
-/// Flushes what a previous contestant left in the namespace.
-fn reset_node(ns: &crate::netns::NetNs) {
+/// Flushes what a previous contestant left in the namespace: nftables
+/// (iptables-nft's rules included) and, when kube-proxy runs on the
+/// legacy backend, the legacy iptables tables, which `nft` does not see.
+fn reset_node(ns: &crate::netns::NetNs, iptables_legacy: bool) {
     if let Err(e) = ns.exec("nft", &["flush", "ruleset"]) {
         tracing::warn!(error = %e, "flushing the node's ruleset");
+    }
+    if iptables_legacy {
+        for cmd in ["iptables-legacy", "ip6tables-legacy"] {
+            for table in ["filter", "nat", "mangle", "raw"] {
+                for op in ["-F", "-X"] {
+                    if let Err(e) = ns.exec(cmd, &["-t", table, op]) {
+                        tracing::warn!(error = %e, cmd, table, "flushing legacy iptables");
+                    }
+                }
+            }
+        }
     }
     // conntrack -F fails harmlessly when the table is empty or unloaded.
     let _ = ns.exec("conntrack", &["-F"]);
