@@ -85,8 +85,16 @@ fn probed_pod(name: &str, node: &str) -> serde_json::Value {
 }
 
 fn kubelets_pods_json(node: &str) -> Vec<serde_json::Value> {
-    // Two containers, the second with a liveness probe (a liveness result
-    // lost in the handover would restart it).
+    // Two containers, the first with resources (a Burstable pod: its
+    // allocated and actuated resources are in the root dir's checkpoints,
+    // its containers' resources in the status), the second with a
+    // liveness probe (a liveness result lost in the handover would
+    // restart it).
+    let mut first = container("first", "exec sleep 3600");
+    first["resources"] = serde_json::json!({
+        "requests": {"cpu": "50m", "memory": "32Mi"},
+        "limits": {"cpu": "100m", "memory": "64Mi"},
+    });
     let mut second = container("second", "exec sleep 3600");
     second["livenessProbe"] = serde_json::json!({
         "exec": {"command": ["true"]},
@@ -104,12 +112,7 @@ fn kubelets_pods_json(node: &str) -> Vec<serde_json::Value> {
     flaky["volumeMounts"] = serde_json::json!([{"name": "data", "mountPath": "/data"}]);
     vec![
         probed_pod("web", node),
-        pod_json(
-            "pair",
-            node,
-            vec![container("first", "exec sleep 3600"), second],
-            serde_json::json!([]),
-        ),
+        pod_json("pair", node, vec![first, second], serde_json::json!([])),
         pod_json(
             "flaky",
             node,
@@ -506,17 +509,17 @@ fn adoption_logged(log: &str, ns: &str, pod: &str, sandbox: &str) -> bool {
     })
 }
 
-/// Pods the real kubelet runs (a ConfigMap volume and a readiness probe,
-/// two containers with a liveness probe, one restarted once) are adopted
-/// by keelson started as the migration starts it: the same sandboxes and
-/// containers in containerd, the same container ids, restart counts and
-/// start times in the API, the Node Ready with keelson's heartbeat, the
-/// probes running under keelson (readiness flips), a ConfigMap update
-/// reaching the volume, keelson's log naming each adopted sandbox. Then
-/// keelson restarts one container (restartCount 2) and starts a pod of its
-/// own, and the rollback: keelson stops, kubelet starts on its files and
-/// adopts every sandbox and container, kubelet's and keelson's, with the
-/// same checks.
+/// Pods the real kubelet runs (a ConfigMap volume and a readiness probe;
+/// two containers with resources and a liveness probe; one restarted once)
+/// are adopted by keelson started as the migration starts it: the same
+/// sandboxes and containers in containerd, the same container ids, restart
+/// counts, start times and statuses in the API, the Node Ready with
+/// keelson's heartbeat, the probes running under keelson (readiness
+/// flips), a ConfigMap update reaching the volume, keelson's log naming
+/// each adopted sandbox. Then keelson restarts one container (restartCount
+/// 2) and starts a pod of its own, and the rollback: keelson stops, kubelet
+/// starts on its files and adopts every sandbox and container, kubelet's
+/// and keelson's, with the same checks.
 async fn migrate_adopts_kubelets_pods_and_back(env: Arc<Env>) -> anyhow::Result<()> {
     let spec = NodeSpec {
         node: NodeAgent::Kubelet,
@@ -582,7 +585,7 @@ async fn run(env: &Env, node: &ClusterNode) -> anyhow::Result<()> {
         api_before["flaky"]
     );
     clock.say("kubelet runs web, pair and flaky (restarted once)");
-    wait_settled_status(env, &ns, &kubelets).await?;
+    wait_settled_status(env, node, &ns, &kubelets).await?;
     let status_kubelet = status_lines(&env.admin, &ns).await?;
 
     // kubelet → keelson, as `keelson migrate --from-kubelet --apply`.
@@ -659,7 +662,7 @@ async fn run(env: &Env, node: &ClusterNode) -> anyhow::Result<()> {
     wait_all_ready(env, &ns, &all, "keelson's restart and pod").await?;
     let mid = cri_view(cri, &ns).await?;
     let api_mid = api_view(&env.admin, &ns).await?;
-    wait_settled_status(env, &ns, &all).await?;
+    wait_settled_status(env, node, &ns, &all).await?;
     let status_keelson = status_lines(&env.admin, &ns).await?;
     let every: Vec<(&str, &[&str])> = KUBELETS_PODS
         .iter()
@@ -710,14 +713,20 @@ async fn run(env: &Env, node: &ClusterNode) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits until each pod's status shows the pod cgroup's memory limit in
-/// the pod-level `status.resources`. kubelet shows it only from a sync
-/// after the one that reported Running (kubelet_pods.go
-/// convertToAPIPodLevelResourcesStatus reads the cgroup only when the
-/// previous status's phase is Running; before, the allocated resources:
-/// none for these BestEffort pods), so this is the next periodic sync:
-/// the statuses compared across a handover are then the settled ones.
-async fn wait_settled_status(env: &Env, ns: &str, pods: &[&str]) -> anyhow::Result<()> {
+/// Waits until each pod's pod-level `status.resources` shows its pod
+/// cgroup's memory limit. kubelet reads the cgroup only at a sync whose
+/// previous status already said Running (kubelet_pods.go
+/// convertToAPIPodLevelResourcesStatus; before, it shows the allocated
+/// limits: none for a BestEffort pod, the containers' sum for a Burstable
+/// one), so this is its next periodic sync; keelson, taking over Running
+/// pods, reads the cgroup at once. The statuses compared across a
+/// handover are then the settled ones.
+async fn wait_settled_status(
+    env: &Env,
+    node: &ClusterNode,
+    ns: &str,
+    pods: &[&str],
+) -> anyhow::Result<()> {
     for pod in pods {
         wait_pod(
             &env.admin,
@@ -726,18 +735,80 @@ async fn wait_settled_status(env: &Env, ns: &str, pods: &[&str]) -> anyhow::Resu
             &format!("the pod cgroup's memory limit in the status.resources of {pod}"),
             Duration::from_secs(30),
             |p| {
-                p.status
+                let cgroup = pod_cgroup_memory_limit(node, p)?;
+                let shown = p
+                    .status
                     .as_ref()
                     .and_then(|s| s.resources.as_ref())
                     .and_then(|r| r.limits.as_ref())
                     .and_then(|l| l.get("memory"))
-                    .map(drop)
-                    .ok_or_else(|| "not yet".to_string())
+                    .map(|q| q.0.clone())
+                    .unwrap_or_default();
+                if binary_quantity(&shown) == Some(cgroup) {
+                    Ok(())
+                } else {
+                    Err(format!("status {shown:?}, cgroup {cgroup}"))
+                }
             },
         )
         .await?;
     }
     Ok(())
+}
+
+/// The pod cgroup's memory limit in bytes: kubelet's cgroupfs names below
+/// the node's cgroup root (`kubepods[/burstable|/besteffort]/pod<uid>`),
+/// cgroup v1's `memory.limit_in_bytes` or v2's `memory.max` (`max` as
+/// `i64::MAX`).
+fn pod_cgroup_memory_limit(node: &ClusterNode, p: &Pod) -> Result<i64, String> {
+    let uid = p.metadata.uid.clone().unwrap_or_default();
+    let qos = p
+        .status
+        .as_ref()
+        .and_then(|s| s.qos_class.clone())
+        .unwrap_or_default();
+    let mut rel =
+        std::path::PathBuf::from(node.containerd().cgroup_parent().trim_start_matches('/'));
+    rel.push("kubepods");
+    match qos.as_str() {
+        "Burstable" => rel.push("burstable"),
+        "BestEffort" => rel.push("besteffort"),
+        _ => {}
+    }
+    rel.push(format!("pod{uid}"));
+    let v1 = std::path::Path::new("/sys/fs/cgroup/memory")
+        .join(&rel)
+        .join("memory.limit_in_bytes");
+    let v2 = std::path::Path::new("/sys/fs/cgroup")
+        .join(&rel)
+        .join("memory.max");
+    let text = std::fs::read_to_string(&v1)
+        .or_else(|_| std::fs::read_to_string(&v2))
+        .map_err(|e| format!("{} or {}: {e}", v1.display(), v2.display()))?;
+    match text.trim() {
+        "max" => Ok(i64::MAX),
+        n => n.parse().map_err(|e| format!("{n:?}: {e}")),
+    }
+}
+
+/// A memory quantity as apimachinery writes it (`64Mi`,
+/// `9007199254740988Ki`, plain bytes) in bytes.
+fn binary_quantity(q: &str) -> Option<i64> {
+    let (digits, unit) = match q.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => q.split_at(i),
+        None => (q, ""),
+    };
+    let shift = match unit {
+        "" => 0,
+        "Ki" => 10,
+        "Mi" => 20,
+        "Gi" => 30,
+        "Ti" => 40,
+        "Pi" => 50,
+        "Ei" => 60,
+        _ => return None,
+    };
+    digits.parse::<i64>().ok()?.checked_mul(1_i64 << shift)
 }
 
 /// flaky's container has restarted `count` times and is running.
