@@ -13,7 +13,7 @@
 //! (`nsenter --net`).
 
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use nix::mount::{MsFlags, mount};
@@ -141,11 +141,16 @@ pub fn create_cgroup_root(cgroup_root: &str) -> Result<(), UpstreamError> {
     Ok(())
 }
 
+/// kubelet's `--root-dir` below the node's agents' directory `dir`.
+pub fn root_dir(dir: &Path) -> PathBuf {
+    dir.join("kubelet-root")
+}
+
 /// The command that starts kubelet in `ns` with its kernel settings
 /// redirected to files (see the module doc). Makes `dir/kubelet-root` a
 /// shared mount (detached with the containerd instance's directory).
 pub fn command(ns: &NetNs, kubelet: &Path, l: &Layout<'_>) -> Result<Command, UpstreamError> {
-    let root = l.dir.join("kubelet-root");
+    let root = root_dir(l.dir);
     std::fs::create_dir_all(&root).map_err(UpstreamError::io("creating kubelet's root dir"))?;
     let none: Option<&str> = None;
     let mounted = crate::containerd::mounts_under(&root).contains(&root);

@@ -344,7 +344,7 @@ impl ClusterNode {
         let pki = self.dir.join("kubelet-pki");
         std::fs::create_dir_all(&pki).map_err(UpstreamError::io("creating kubelet pki"))?;
         let (crt, key) = serving.write(&pki, "kubelet")?;
-        let kc = self.dir.join("kubelet.kubeconfig");
+        let kc = self.kubelet_kubeconfig_path();
         self.cp.write_node_kubeconfig(&kc, &self.name)?;
         let mut config = kubelet::config(&kubelet::ConfigInputs {
             runtime_endpoint: &self.ctrd.endpoint(),
@@ -370,19 +370,39 @@ impl ClusterNode {
     fn spawn_kubelet(&self) -> Result<Daemon, UpstreamError> {
         kubelet::create_cgroup_root(&self.ctrd.cgroup_parent())?;
         let (path, kc) = self.write_kubelet_files()?;
+        self.spawn_kubelet_with(&path, &kc)
+    }
+
+    /// kubelet on files already written (its root dir is always
+    /// `kubelet-root`, its certificates `kubelet-pki`).
+    fn spawn_kubelet_with(
+        &self,
+        config: &Path,
+        kubeconfig: &Path,
+    ) -> Result<Daemon, UpstreamError> {
         let cmd = kubelet::command(
             self.ctrd.netns(),
             &self.cp.bins().path("kubelet"),
             &kubelet::Layout {
                 dir: &self.dir,
-                config: &path,
-                kubeconfig: &kc,
+                config,
+                kubeconfig,
                 node_name: &self.name,
                 node_ip: IpAddr::V4(self.ip),
                 verbosity: if self.spec.quiet { 0 } else { 2 },
             },
         )?;
         Daemon::spawn("kubelet", cmd, &self.dir.join("kubelet.log"))
+    }
+
+    /// kubelet's root dir on this node (`--root-dir` of [`kubelet::command`]).
+    pub fn kubelet_root_dir(&self) -> PathBuf {
+        kubelet::root_dir(&self.dir)
+    }
+
+    /// The node kubeconfig kubelet runs with (`--kubeconfig`).
+    fn kubelet_kubeconfig_path(&self) -> PathBuf {
+        self.dir.join("kubelet.kubeconfig")
     }
 
     /// Writes kube-proxy's configuration file (with the spec's edits) and
@@ -408,6 +428,24 @@ impl ClusterNode {
     /// role runs in the same process, and kubelet's flags.
     fn spawn_keelson_from_upstream_files(&self, proxy_role: bool) -> Result<Daemon, UpstreamError> {
         let (config, kc) = self.write_kubelet_files()?;
+        self.spawn_keelson_with_kubelet_files(
+            &config,
+            &kc,
+            &self.dir.join("keelson-root"),
+            proxy_role,
+        )
+    }
+
+    /// `keelson run --kubelet-config <config> --kubeconfig <kubeconfig>
+    /// --root-dir <root_dir> --node-ip ... --hostname-override ...`, with
+    /// kube-proxy's file (`proxy_role`) or `--node-only`.
+    fn spawn_keelson_with_kubelet_files(
+        &self,
+        config: &Path,
+        kc: &Path,
+        root_dir: &Path,
+        proxy_role: bool,
+    ) -> Result<Daemon, UpstreamError> {
         let bin = keelson_bin().map_err(|e| UpstreamError::Setup {
             context: "finding keelson".into(),
             message: e.to_string(),
@@ -416,10 +454,7 @@ impl ClusterNode {
         cmd.arg("run")
             .arg(format!("--kubelet-config={}", config.display()))
             .arg(format!("--kubeconfig={}", kc.display()))
-            .arg(format!(
-                "--root-dir={}",
-                self.dir.join("keelson-root").display()
-            ))
+            .arg(format!("--root-dir={}", root_dir.display()))
             .arg(format!("--node-ip={}", self.ip))
             .arg(format!("--hostname-override={}", self.name));
         if proxy_role {
@@ -553,6 +588,53 @@ impl ClusterNode {
         self.name = name.to_string();
         self.spec = spec;
         self.start_agents()
+    }
+
+    /// Stops the node agent alone, as `systemctl stop` does (SIGTERM, grace,
+    /// SIGKILL); containerd and the pods' containers stay. Returns how it
+    /// ended.
+    pub fn stop_node_agent(&self) -> String {
+        lock(&self.node_agent)
+            .take()
+            .map_or_else(|| "not running".to_string(), |mut d| d.stop())
+    }
+
+    /// Starts `agent` as the node agent of a node whose kubelet ran before,
+    /// on the very files that kubelet was started with (not written again):
+    /// kubelet once more, or keelson as `keelson migrate --from-kubelet`
+    /// runs it (agent/src/migrate/plan.rs) — kubelet's KubeletConfiguration,
+    /// kubelet's kubeconfig (the node's identity) and kubelet's root dir as
+    /// overrides, the node's IP and name as kubeadm's flags file gives them,
+    /// the proxy role off. Fails while a node agent runs.
+    pub fn start_node_agent_on_kubelets_files(
+        &self,
+        agent: NodeAgent,
+    ) -> Result<(), UpstreamError> {
+        let mut slot = lock(&self.node_agent);
+        if slot.is_some() {
+            return Err(UpstreamError::Setup {
+                context: format!("starting {agent:?} on node {}", self.name),
+                message: "a node agent is still running".into(),
+            });
+        }
+        let config = self.kubelet_config_path();
+        let kc = self.kubelet_kubeconfig_path();
+        if !config.is_file() || !kc.is_file() {
+            return Err(UpstreamError::Setup {
+                context: format!("starting {agent:?} on node {}", self.name),
+                message: "kubelet's files were never written (no kubelet ran here)".into(),
+            });
+        }
+        *slot = Some(match agent {
+            NodeAgent::Kubelet => self.spawn_kubelet_with(&config, &kc)?,
+            NodeAgent::Keelson => self.spawn_keelson_with_kubelet_files(
+                &config,
+                &kc,
+                &self.kubelet_root_dir(),
+                false,
+            )?,
+        });
+        Ok(())
     }
 
     /// Stops the agents (SIGTERM, grace, SIGKILL); containerd and the pods stay.

@@ -8,6 +8,7 @@
 
 mod config_cases;
 mod diagnose_cases;
+mod migrate_cases;
 mod node_api_cases;
 mod node_cases;
 mod pod_cases;
@@ -29,6 +30,7 @@ fn main() -> std::process::ExitCode {
         diagnose_cases::CASES,
         config_cases::CASES,
         serving_bootstrap_cases::CASES,
+        migrate_cases::CASES,
     ]
     .concat();
     runner::main(&cases)

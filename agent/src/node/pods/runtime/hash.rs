@@ -35,7 +35,7 @@ pub fn hash_label(c: &Container) -> String {
     format!("{:x}", hash_container(c))
 }
 
-fn fnv32a(data: &[u8]) -> u32 {
+pub(crate) fn fnv32a(data: &[u8]) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
     for b in data {
         h ^= u32::from(*b);

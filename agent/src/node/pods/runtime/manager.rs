@@ -2,9 +2,10 @@
 //! pod's state from CRI and drives sandboxes and containers. The sync, start
 //! and kill paths live in `sync`, `start` and `kill`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use keelson_cri::{CriError, RuntimeClient, api};
@@ -90,6 +91,11 @@ pub struct RuntimeManager {
     pub(super) clock: SharedClock,
     pub(super) runtime_classes: Arc<dyn RuntimeClasses>,
     pub(super) actuated: Arc<Checkpoint>,
+    /// When this manager was made (the process's start): sandboxes
+    /// created before were started by an earlier keelson or a kubelet.
+    pub(super) started: SystemTime,
+    /// Pods whose first sync over such a sandbox was logged.
+    pub(super) adoption_logged: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for RuntimeManager {
@@ -153,6 +159,8 @@ impl RuntimeManager {
             clock: p.clock,
             runtime_classes: p.runtime_classes,
             actuated: p.actuated,
+            started: SystemTime::now(),
+            adoption_logged: Mutex::new(HashSet::new()),
         }
     }
 

@@ -213,6 +213,62 @@ impl RuntimeManager {
         None
     }
 
+    /// The first sync of a pod whose sandbox an earlier keelson or a
+    /// kubelet started says, once, what was found and what is kept: the
+    /// proof in the log that a restart or a takeover from kubelet adopted
+    /// the pod (or, at warn, what it is about to replace).
+    fn log_adoption(
+        &self,
+        pod: &Pod,
+        status: &RuntimePodStatus,
+        actions: &super::actions::PodActions,
+    ) {
+        let Some(sandbox) = status.sandboxes.first() else {
+            return;
+        };
+        if from_nanos(sandbox.created_at) >= self.started {
+            return;
+        }
+        let first = self
+            .adoption_logged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(podutil::uid(pod).to_string());
+        if !first {
+            return;
+        }
+        let running: Vec<String> = status
+            .containers
+            .iter()
+            .filter(|c| c.state == ContainerState::Running)
+            .map(|c| format!("{}={}", c.name, c.id))
+            .collect();
+        let killed: Vec<&str> = actions
+            .containers_to_kill
+            .iter()
+            .map(|k| k.name.as_str())
+            .collect();
+        if actions.create_sandbox || actions.kill_pod || !killed.is_empty() {
+            tracing::warn!(
+                pod = %podutil::key(pod),
+                sandbox = %sandbox.id,
+                containers = ?running,
+                create_sandbox = actions.create_sandbox,
+                kill_pod = actions.kill_pod,
+                kill = ?killed,
+                "found the pod running from before this start and replaces part of it"
+            );
+        } else {
+            tracing::info!(
+                pod = %podutil::key(pod),
+                sandbox = %sandbox.id,
+                attempt = sandbox.attempt,
+                containers = ?running,
+                "adopted the pod's running sandbox and containers"
+            );
+        }
+    }
+
     /// kubelet's `SyncPod` for a pod that should run; `restart_all`: the
     /// pod's `AllContainersRestarting` condition is True; `sandbox_ready`
     /// is kubelet's `RuntimeHelper.OnPodSandboxReady`, called once a new
@@ -232,6 +288,7 @@ impl RuntimeManager {
         let actions =
             compute_pod_actions_with(pod, status, probes, Some(&*self.actuated), restart_all);
         tracing::debug!(pod = %podutil::key(pod), ?actions, "computed pod actions");
+        self.log_adoption(pod, status, &actions);
         let mut result = PodSyncResult::default();
         if actions.create_sandbox && !actions.sandbox_id.is_empty() {
             self.events.pod(
