@@ -864,9 +864,19 @@ mod tests {
         (url, task)
     }
 
-    #[tokio::test]
-    async fn v5_session_translated_to_spdy() {
-        let (url, runtime) = fake_runtime(0).await;
+    type Client = WebSocketStream<tokio::io::DuplexStream>;
+
+    /// A stdin/stdout/stderr session against [`fake_runtime`]: the
+    /// runtime's task, the translator's task, and the client, which has
+    /// read the connection-established message.
+    async fn session(
+        extra: usize,
+    ) -> (
+        tokio::task::JoinHandle<Seen>,
+        tokio::task::JoinHandle<()>,
+        Client,
+    ) {
+        let (url, runtime) = fake_runtime(extra).await;
         let (client_io, server_io) = tokio::io::duplex(1 << 16);
         let server = WebSocketStream::from_raw_socket(server_io, Role::Server, None).await;
         let opts = StreamOptions {
@@ -879,6 +889,12 @@ mod tests {
         let mut client = WebSocketStream::from_raw_socket(client_io, Role::Client, None).await;
         // The connection-established message on stdout.
         assert_eq!(client.next().await.unwrap().unwrap(), frame(STDOUT, &[]));
+        (runtime, t, client)
+    }
+
+    #[tokio::test]
+    async fn v5_session_translated_to_spdy() {
+        let (runtime, t, mut client) = session(0).await;
         // kubectl's heartbeat pings are answered while the session idles.
         client
             .send(Message::Ping(Bytes::from_static(b"hb")))
@@ -934,18 +950,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_leaves_ends_stdin_and_the_command_runs_to_its_end() {
         for polite in [false, true] {
-            let (url, runtime) = fake_runtime(4 << 20).await;
-            let (client_io, server_io) = tokio::io::duplex(1 << 16);
-            let server = WebSocketStream::from_raw_socket(server_io, Role::Server, None).await;
-            let opts = StreamOptions {
-                stdin: true,
-                stdout: true,
-                stderr: true,
-                tty: false,
-            };
-            let t = tokio::spawn(async move { translate(server, &url, opts, IDLE_TIMEOUT).await });
-            let mut client = WebSocketStream::from_raw_socket(client_io, Role::Client, None).await;
-            assert_eq!(client.next().await.unwrap().unwrap(), frame(STDOUT, &[]));
+            let (runtime, t, mut client) = session(4 << 20).await;
             client.send(frame(STDIN, b"bye")).await.unwrap();
             if polite {
                 // A close: answered by a close, and nothing else comes.
