@@ -456,6 +456,22 @@ pub async fn translate<S>(
                 let m = tokio::select! {
                     m = source.next() => m,
                     _ = gone.cancelled() => break,
+                    // The runtime ended stdin: close our side too, and
+                    // drop what the client still sends on it (the second
+                    // goroutine of `copyStdin` in client-go's `v2.go`).
+                    d = async {
+                        match stdin.as_mut() {
+                            Some(s) => s.rx.recv().await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        if d.is_none()
+                            && let Some(s) = stdin.take()
+                        {
+                            let _ = s.close_write().await;
+                        }
+                        continue;
+                    }
                 };
                 let data: Bytes = match m {
                     Some(Ok(Message::Binary(b))) => b,
@@ -727,8 +743,12 @@ mod tests {
     /// A runtime streaming server for one exec: accepts the SPDY upgrade
     /// (v4), the streams the client opens, upper-cases stdin onto stdout
     /// until stdin's FIN, then writes `extra` more bytes on stdout, `err`
-    /// on stderr, and exits 3; then waits for the client to close.
-    async fn fake_runtime(extra: usize) -> (String, tokio::task::JoinHandle<Seen>) {
+    /// on stderr, and exits 3; then waits for the client to close. With
+    /// `end_stdin_first` it half-closes stdin at the first data on it.
+    async fn fake_runtime(
+        extra: usize,
+        end_stdin_first: bool,
+    ) -> (String, tokio::task::JoinHandle<Seen>) {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/exec/abc", l.local_addr().unwrap());
         let task = tokio::spawn(async move {
@@ -823,6 +843,18 @@ mod tests {
                         data,
                     } if Some(&stream_id) == types.get("stdin") => {
                         seen.stdin.extend_from_slice(&data);
+                        if end_stdin_first && !data.is_empty() {
+                            // The runtime half-closes stdin first.
+                            enc.encode(
+                                &Frame::Data {
+                                    stream_id,
+                                    flags: frame::FLAG_FIN,
+                                    data: Bytes::new(),
+                                },
+                                &mut out,
+                            )
+                            .unwrap();
+                        }
                         if flags & frame::FLAG_FIN != 0 {
                             seen.stdin_fin = true;
                             let data = |t: &str, d: &[u8], fin: bool| Frame::Data {
@@ -871,12 +903,13 @@ mod tests {
     /// read the connection-established message.
     async fn session(
         extra: usize,
+        end_stdin_first: bool,
     ) -> (
         tokio::task::JoinHandle<Seen>,
         tokio::task::JoinHandle<()>,
         Client,
     ) {
-        let (url, runtime) = fake_runtime(extra).await;
+        let (url, runtime) = fake_runtime(extra, end_stdin_first).await;
         let (client_io, server_io) = tokio::io::duplex(1 << 16);
         let server = WebSocketStream::from_raw_socket(server_io, Role::Server, None).await;
         let opts = StreamOptions {
@@ -894,7 +927,7 @@ mod tests {
 
     #[tokio::test]
     async fn v5_session_translated_to_spdy() {
-        let (runtime, t, mut client) = session(0).await;
+        let (runtime, t, mut client) = session(0, false).await;
         // kubectl's heartbeat pings are answered while the session idles.
         client
             .send(Message::Ping(Bytes::from_static(b"hb")))
@@ -950,7 +983,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_leaves_ends_stdin_and_the_command_runs_to_its_end() {
         for polite in [false, true] {
-            let (runtime, t, mut client) = session(4 << 20).await;
+            let (runtime, t, mut client) = session(4 << 20, false).await;
             client.send(frame(STDIN, b"bye")).await.unwrap();
             if polite {
                 // A close: answered by a close, and nothing else comes.
@@ -979,6 +1012,33 @@ mod tests {
                 .unwrap()
                 .unwrap();
         }
+    }
+
+    /// The runtime ending stdin ends the client's side of it too (as
+    /// client-go's `copyStdin` does), so a command that waits for its
+    /// stdin to close finishes though the client never closed it.
+    #[tokio::test]
+    async fn the_runtime_ending_stdin_closes_it() {
+        let (runtime, t, mut client) = session(0, true).await;
+        client.send(frame(STDIN, b"x")).await.unwrap();
+        let mut got: std::collections::BTreeMap<u8, Vec<u8>> = Default::default();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(Ok(m)) = client.next().await {
+                if let Message::Binary(b) = m {
+                    got.entry(b[0]).or_default().extend_from_slice(&b[1..]);
+                }
+            }
+        })
+        .await
+        .expect("the session ends");
+        assert_eq!(got[&STDOUT], b"X");
+        assert_eq!(got[&ERROR], Status::exit_code(3).to_json());
+        let seen = runtime.await.unwrap();
+        assert!(seen.stdin_fin && seen.closed_after_output, "{seen:?}");
+        tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .unwrap()
+            .unwrap();
     }
 
     #[tokio::test]
