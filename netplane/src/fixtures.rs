@@ -1,9 +1,13 @@
 //! Builders of `v1.Service` and `discovery.k8s.io/v1` EndpointSlice objects
-//! for tests, the shared Service-case table and benchmarks. They produce
+//! for tests, the shared Service-case table and benchmarks, and a few
+//! model values (a ClusterIP port, an endpoint, a port's state) for the
+//! backends' own tests. They produce
 //! what the API server would store (defaults filled in: `ipFamilies`,
 //! `clusterIPs`, protocol TCP, `kubernetes.io/service-name` label).
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     ClientIPConfig, LoadBalancerIngress, LoadBalancerStatus, Service, ServicePort, ServiceSpec,
@@ -15,7 +19,11 @@ use k8s_openapi::api::discovery::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::model::{ANNOTATION_LAST_CHANGE_TRIGGER_TIME, LABEL_SERVICE_NAME, Protocol};
+use crate::model::{
+    ANNOTATION_LAST_CHANGE_TRIGGER_TIME, Endpoint, IpFamily, LABEL_SERVICE_NAME, NodeTopology,
+    Protocol, ServicePortInfo, ServicePortKey, ServicePortName, ServicePortState, SessionAffinity,
+    SliceEndpoint,
+};
 
 /// Builds a Service.
 #[derive(Debug, Clone)]
@@ -395,4 +403,70 @@ impl SliceBuilder {
         slice.endpoints = Some(self.endpoints.iter().map(EndpointSpec::build).collect());
         slice
     }
+}
+
+// ---- model values, for tests of what renders from the model ----
+
+/// A ClusterIP-only service port (no NodePort, external or load-balancer
+/// IPs, no affinity, `Cluster` traffic policies).
+pub fn cluster_ip_port(cluster_ip: IpAddr, port: u16, protocol: Protocol) -> ServicePortInfo {
+    ServicePortInfo {
+        cluster_ip,
+        port,
+        protocol,
+        node_port: None,
+        external_ips: Vec::new(),
+        load_balancer_ips: Vec::new(),
+        load_balancer_source_ranges: Vec::new(),
+        session_affinity: SessionAffinity::None,
+        external_policy_local: false,
+        internal_policy_local: false,
+        health_check_node_port: None,
+        traffic_distribution: None,
+    }
+}
+
+/// A serving endpoint `ip:port` on `node`, as seen from node [`LOCAL_NODE`].
+pub fn model_endpoint(
+    ip: IpAddr,
+    port: u16,
+    ready: bool,
+    terminating: bool,
+    node: &str,
+) -> Endpoint {
+    let core = SliceEndpoint {
+        ip,
+        ready,
+        serving: true,
+        terminating,
+        node_name: Some(node.into()),
+        zone: None,
+        hints: None,
+    };
+    Endpoint::new(Arc::new(core), port, LOCAL_NODE)
+}
+
+/// The node [`port_state`] and [`model_endpoint`] see from (no zone).
+pub const LOCAL_NODE: &str = "me";
+
+/// The state of port `p` of Service `ns/<service>` (family from the
+/// ClusterIP) on node [`LOCAL_NODE`].
+pub fn port_state(
+    service: &str,
+    info: ServicePortInfo,
+    endpoints: Vec<Endpoint>,
+) -> ServicePortState {
+    let key = ServicePortKey {
+        family: IpFamily::of(&info.cluster_ip),
+        name: ServicePortName::new("ns", service, "p", info.protocol),
+    };
+    ServicePortState::new(
+        key,
+        Arc::new(info),
+        endpoints,
+        &NodeTopology {
+            name: LOCAL_NODE.into(),
+            zone: None,
+        },
+    )
 }

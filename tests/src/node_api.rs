@@ -70,6 +70,10 @@ pub struct Connect {
     pub tls12_only: bool,
     /// Offer only `h2` by ALPN and speak HTTP/2 (else `http/1.1`).
     pub http2: bool,
+    /// Offer this TLS 1.2 cipher suite only, by its IANA name (as
+    /// `tlsCipherSuites` names them), e.g.
+    /// `TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256` (else every one rustls has).
+    pub tls12_suite: Option<&'static str>,
 }
 
 /// The TLS client config for `creds`; `ca`: verify the server against it.
@@ -86,7 +90,21 @@ pub fn tls_config_with(
     ca: Option<&str>,
     connect: Connect,
 ) -> Result<Arc<rustls::ClientConfig>, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut provider = rustls::crypto::ring::default_provider();
+    if let Some(name) = connect.tls12_suite {
+        provider.cipher_suites.retain(|s| match s {
+            rustls::SupportedCipherSuite::Tls13(_) => true,
+            rustls::SupportedCipherSuite::Tls12(_) => s.suite().as_str() == Some(name),
+        });
+        if provider
+            .cipher_suites
+            .iter()
+            .all(|s| s.version() != &rustls::version::TLS12)
+        {
+            return Err(format!("rustls has no TLS 1.2 suite {name}"));
+        }
+    }
+    let provider = Arc::new(provider);
     let versions: &[&'static rustls::SupportedProtocolVersion] = if connect.tls12_only {
         &[&rustls::version::TLS12]
     } else {

@@ -646,6 +646,36 @@ async fn tls13_minimum_refuses_tls12_clients_and_debugging_handlers_off() {
     );
 }
 
+/// `tlsCipherSuites` limits TLS 1.2 as kubelet's `tls.Config.CipherSuites`
+/// does: a client offering only a suite outside the list fails the
+/// handshake, one offering a listed suite is served, and TLS 1.3 (whose
+/// suites Go does not let one configure) is unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_cipher_suites_limit_tls12_clients() {
+    let (node, addr) = start_with(Some(std::sync::Arc::new(|c| {
+        c.node.tls_cipher_suites = vec!["TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384".into()];
+    })))
+    .await;
+    let admin = admin_cert(&node);
+    let tls12 = |suite| Connect {
+        tls12_only: true,
+        tls12_suite: Some(suite),
+        ..Default::default()
+    };
+    let get = |connect| request_connect(addr, "GET", "/pods", &admin, connect);
+    let e = get(tls12("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"))
+        .await
+        .unwrap_err();
+    assert!(e.starts_with("TLS: "), "{e}");
+    for connect in [
+        tls12("TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"),
+        Connect::default(),
+    ] {
+        let resp = get(connect).await.unwrap();
+        assert_eq!(resp.status(), 200, "{connect:?}: {}", resp.body());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_settings_kubelet_does_not_know_fail_the_start() {
     for (configure, want) in [

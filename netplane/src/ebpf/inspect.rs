@@ -288,59 +288,21 @@ pub fn stale_frontends(
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::sync::Arc;
 
     use super::*;
     use crate::ebpf::layout::{L4Proto, member_key};
     use crate::ebpf::maps::FakeMaps;
     use crate::ebpf::sync::Syncer;
-    use crate::model::{
-        Endpoint, IpFamily, NodeTopology, Protocol, ServicePortInfo, ServicePortKey,
-        ServicePortName, SessionAffinity, SliceEndpoint,
-    };
+    use crate::fixtures::{cluster_ip_port, model_endpoint, port_state};
+    use crate::model::Protocol;
 
     fn state(port: u16, protocol: Protocol, eps: &[&str]) -> ServicePortState {
-        let info = ServicePortInfo {
-            cluster_ip: IpAddr::from([10, 96, 0, 10]),
-            port,
-            protocol,
-            node_port: None,
-            external_ips: Vec::new(),
-            load_balancer_ips: Vec::new(),
-            load_balancer_source_ranges: Vec::new(),
-            session_affinity: SessionAffinity::None,
-            external_policy_local: false,
-            internal_policy_local: false,
-            health_check_node_port: None,
-            traffic_distribution: None,
-        };
+        let info = cluster_ip_port(IpAddr::from([10, 96, 0, 10]), port, protocol);
         let endpoints = eps
             .iter()
-            .map(|ip| {
-                let core = SliceEndpoint {
-                    ip: ip.parse().expect("ip"),
-                    ready: true,
-                    serving: true,
-                    terminating: false,
-                    node_name: Some("n1".into()),
-                    zone: None,
-                    hints: None,
-                };
-                Endpoint::new(Arc::new(core), 8080, "me")
-            })
+            .map(|ip| model_endpoint(ip.parse().expect("ip"), 8080, true, false, "n1"))
             .collect();
-        ServicePortState::new(
-            ServicePortKey {
-                family: IpFamily::V4,
-                name: ServicePortName::new("ns", "web", "p", protocol),
-            },
-            Arc::new(info),
-            endpoints,
-            &NodeTopology {
-                name: "me".into(),
-                zone: None,
-            },
-        )
+        port_state("web", info, endpoints)
     }
 
     /// The maps as the syncer writes them for `states`.

@@ -89,57 +89,21 @@ mod tests {
     use std::net::IpAddr;
     use std::sync::Arc;
 
-    use crate::model::{
-        Endpoint, IpFamily, NodeTopology, ServicePortChange, ServicePortInfo, ServicePortKey,
-        ServicePortName, SessionAffinity, SliceEndpoint,
-    };
+    use crate::fixtures::{cluster_ip_port, model_endpoint, port_state};
+    use crate::model::{Endpoint, ServicePortChange, ServicePortInfo, SessionAffinity};
 
     use super::*;
 
     fn info(ip: &str, port: u16, protocol: Protocol) -> ServicePortInfo {
-        ServicePortInfo {
-            cluster_ip: ip.parse().expect("ip"),
-            port,
-            protocol,
-            node_port: None,
-            external_ips: Vec::new(),
-            load_balancer_ips: Vec::new(),
-            load_balancer_source_ranges: Vec::new(),
-            session_affinity: SessionAffinity::None,
-            external_policy_local: false,
-            internal_policy_local: false,
-            health_check_node_port: None,
-            traffic_distribution: None,
-        }
+        cluster_ip_port(ip.parse().expect("ip"), port, protocol)
     }
 
     fn ep(ip: &str, port: u16, ready: bool, terminating: bool, node: &str) -> Endpoint {
-        let core = SliceEndpoint {
-            ip: ip.parse().expect("ip"),
-            ready,
-            serving: true,
-            terminating,
-            node_name: Some(node.into()),
-            zone: None,
-            hints: None,
-        };
-        Endpoint::new(Arc::new(core), port, "me")
+        model_endpoint(ip.parse().expect("ip"), port, ready, terminating, node)
     }
 
     fn state(name: &str, info: ServicePortInfo, eps: Vec<Endpoint>) -> Arc<ServicePortState> {
-        let key = ServicePortKey {
-            family: IpFamily::of(&info.cluster_ip),
-            name: ServicePortName::new("ns", name, "p", info.protocol),
-        };
-        Arc::new(ServicePortState::new(
-            key,
-            Arc::new(info),
-            eps,
-            &NodeTopology {
-                name: "me".into(),
-                zone: None,
-            },
-        ))
+        Arc::new(port_state(name, info, eps))
     }
 
     fn addrs(s: &LbService) -> Vec<String> {

@@ -11,8 +11,10 @@
 //! The session ends when stdout, stderr and the error stream have ended;
 //! the runtime's v4 status (exit code) is then re-encoded as client-go's
 //! translator does and written on channel 3, and the WebSocket closed
-//! normally. A client that goes away ends the SPDY connection (upstream
-//! waits for the command to end with nobody reading its output).
+//! normally. A client that goes away (or breaks the protocol, or idles
+//! for `streamingConnectionIdleTimeout`) loses only the WebSocket: the
+//! runtime sees stdin end, and the command's output is read and dropped
+//! until it ends, as upstream does (see [`translate`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +35,7 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_util::sync::CancellationToken;
 
 use super::body::Body;
 use super::spdy::session::{Connection, Stream};
@@ -44,6 +47,9 @@ use super::wsstream;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
 /// The SPDY client's ping period (`RoundTripperConfig.PingPeriod`).
 pub const PING_PERIOD: Duration = Duration::from_secs(5);
+/// How long writing the status or the close may take
+/// (`writeErrorDeadline` in upstream's `websocket.go`).
+const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 
 const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
@@ -54,8 +60,10 @@ const CHANNELS: u8 = 5;
 const STREAM_CLOSE: u8 = 255;
 
 /// The SPDY protocols offered to the runtime, best first (client-go's
-/// `SupportedStreamingProtocols` without the v1 protocol).
+/// `NewSPDYExecutorForTransports` list without the v1 protocol; v5 is
+/// handled as v4, as `streamProtocolV5` is).
 const SPDY_PROTOCOLS: &[&str] = &[
+    "v5.channel.k8s.io",
     "v4.channel.k8s.io",
     "v3.channel.k8s.io",
     "v2.channel.k8s.io",
@@ -182,7 +190,7 @@ pub fn decode_error_stream(protocol: &str, message: &[u8]) -> Status {
     if message.is_empty() {
         return Status::success();
     }
-    if protocol != "v4.channel.k8s.io" {
+    if !speaks_v4(protocol) {
         return Status::internal(format!(
             "error executing remote command: {}",
             String::from_utf8_lossy(message)
@@ -214,9 +222,12 @@ pub fn decode_error_stream(protocol: &str, message: &[u8]) -> Status {
                     continue;
                 }
                 let m = c.get("message").and_then(Value::as_str).unwrap_or_default();
-                return match m.parse::<u8>() {
-                    Ok(rc) => Status::exit_code(rc),
-                    Err(_) => Status::internal(format!(
+                // `strconv.ParseUint(m, 10, 8)`: digits only (Rust's
+                // parser would also take a leading `+`).
+                let digits = !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit());
+                return match m.parse::<u8>().ok().filter(|_| digits) {
+                    Some(rc) => Status::exit_code(rc),
+                    None => Status::internal(format!(
                         "error stream protocol error: invalid exit code value {m:?}"
                     )),
                 };
@@ -226,6 +237,12 @@ pub fn decode_error_stream(protocol: &str, message: &[u8]) -> Status {
         "Failure" => Status::internal(field("message")),
         _ => Status::internal("error stream protocol error: unknown error"),
     }
+}
+
+/// Whether the negotiated SPDY protocol reports exit codes as a
+/// `metav1.Status` (v4, and v5 which is v4 over SPDY).
+fn speaks_v4(protocol: &str) -> bool {
+    matches!(protocol, "v4.channel.k8s.io" | "v5.channel.k8s.io")
 }
 
 /// The SPDY connection to the runtime and the negotiated protocol.
@@ -239,7 +256,11 @@ async fn connect(location: &str) -> Result<(Spdy, String), String> {
     for p in SPDY_PROTOCOLS {
         h.append("x-stream-protocol-version", HeaderValue::from_static(p));
     }
-    let mut resp = super::upgrade_proxy::request_upgrade(location, Method::POST, &h).await?;
+    // `spdy.Negotiate`: the request failing is "error sending request"
+    // with Go's `url.Error` text (method and quoted URL) before the cause.
+    let mut resp = super::upgrade_proxy::request_upgrade(location, Method::POST, &h)
+        .await
+        .map_err(|e| format!("error sending request: Post {location:?}: {e}"))?;
     let get = |n: &str| {
         resp.headers()
             .get(n)
@@ -355,6 +376,19 @@ async fn next(rx: &mut Option<tokio::sync::mpsc::Receiver<Bytes>>) -> Option<Byt
 }
 
 /// Runs one translated session on an upgraded WebSocket.
+///
+/// A client that goes away (or breaks the protocol, or is idle for
+/// `idle`) ends only the WebSocket side, as upstream's
+/// `wsstream.Conn.handle` does when its read loop fails
+/// (`k8s.io/streaming/pkg/httpstream/wsstream/conn.go`): every channel is
+/// closed, so the runtime sees stdin end (`copyStdin` closes the remote
+/// stdin at EOF, `client-go/tools/remotecommand/v2.go`), and the
+/// WebSocket is closed. The SPDY session goes on: stdout and stderr are
+/// read and dropped until the runtime ends them (`copyStdout`'s deferred
+/// `io.Copy(io.Discard, ...)`), then the error stream is read, and only
+/// then is the SPDY connection closed (`StreamWithContext` returns; its
+/// context is the hijacked request's, which a client leaving does not
+/// cancel — `streamtranslator.go`).
 pub async fn translate<S>(
     ws: WebSocketStream<S>,
     location: &str,
@@ -408,18 +442,42 @@ pub async fn translate<S>(
             last.store(ms, Ordering::Relaxed);
         }
     };
+    // Cancelled once the client is gone: its read side ended, or the
+    // WebSocket was idle too long (upstream's read deadline).
+    let gone = CancellationToken::new();
 
     // Client → runtime: stdin, its close signal, resizes.
     let input = {
         let touch = touch.clone();
+        let gone = gone.clone();
         async move {
             let mut stdin = stdin;
-            while let Some(m) = source.next().await {
+            loop {
+                let m = tokio::select! {
+                    m = source.next() => m,
+                    _ = gone.cancelled() => break,
+                    // The runtime ended stdin: close our side too, and
+                    // drop what the client still sends on it (the second
+                    // goroutine of `copyStdin` in client-go's `v2.go`).
+                    d = async {
+                        match stdin.as_mut() {
+                            Some(s) => s.rx.recv().await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        if d.is_none()
+                            && let Some(s) = stdin.take()
+                        {
+                            let _ = s.close_write().await;
+                        }
+                        continue;
+                    }
+                };
                 let data: Bytes = match m {
-                    Ok(Message::Binary(b)) => b,
-                    Ok(Message::Text(t)) => Bytes::copy_from_slice(t.as_bytes()),
-                    Ok(Message::Close(_)) | Err(_) => break,
-                    Ok(_) => continue,
+                    Some(Ok(Message::Binary(b))) => b,
+                    Some(Ok(Message::Text(t))) => Bytes::copy_from_slice(t.as_bytes()),
+                    Some(Ok(Message::Close(_)) | Err(_)) | None => break,
+                    Some(Ok(_)) => continue,
                 };
                 touch();
                 let Some((&channel, rest)) = data.split_first() else {
@@ -453,72 +511,131 @@ pub async fn translate<S>(
                     tracing::debug!(channel, "write to the runtime failed");
                 }
             }
-            // The client is gone (or broke the protocol).
+            // The client is gone (or broke the protocol): its channels
+            // close, so the runtime sees stdin end. The resize stream
+            // stays open, as upstream's `handleResizes` leaves it.
+            if let Some(s) = stdin.take() {
+                let _ = s.close_write().await;
+            }
+            // With the sink dropped too, the connection closes.
+            drop(source);
+            gone.cancel();
         }
     };
 
-    // Runtime → client: stdout, stderr, then the status.
-    let output = async move {
-        let mut out_rx = stdout.map(|s| s.rx);
-        let mut err_rx = stderr.map(|s| s.rx);
-        let mut status_rx = Some(&mut error.rx);
-        let mut status = Vec::new();
-        while out_rx.is_some() || err_rx.is_some() || status_rx.is_some() {
-            tokio::select! {
-                d = next(&mut out_rx) => match d {
-                    Some(d) => {
-                        touch();
-                        if sink.send(frame(STDOUT, &d)).await.is_err() {
-                            return None;
+    // Runtime → client: stdout, stderr, then the status. Once the client
+    // is gone the output is read and dropped.
+    let output = {
+        let gone = gone.clone();
+        async move {
+            let mut sink = Some(sink);
+            let mut out_rx = stdout.map(|s| s.rx);
+            let mut err_rx = stderr.map(|s| s.rx);
+            let mut status_rx = Some(&mut error.rx);
+            let mut status = Vec::new();
+            while out_rx.is_some() || err_rx.is_some() || status_rx.is_some() {
+                let (channel, data) = tokio::select! {
+                    d = next(&mut out_rx) => match d {
+                        Some(d) => (STDOUT, d),
+                        None => {
+                            out_rx = None;
+                            continue;
                         }
-                    }
-                    None => out_rx = None,
-                },
-                d = next(&mut err_rx) => match d {
-                    Some(d) => {
-                        touch();
-                        if sink.send(frame(STDERR, &d)).await.is_err() {
-                            return None;
+                    },
+                    d = next(&mut err_rx) => match d {
+                        Some(d) => (STDERR, d),
+                        None => {
+                            err_rx = None;
+                            continue;
                         }
-                    }
-                    None => err_rx = None,
-                },
-                d = async {
-                    match status_rx.as_mut() {
-                        Some(r) => r.recv().await,
-                        None => std::future::pending().await,
-                    }
-                } => match d {
-                    Some(d) => {
-                        if status.len() < (1 << 20) {
-                            status.extend_from_slice(&d);
+                    },
+                    d = async {
+                        match status_rx.as_mut() {
+                            Some(r) => r.recv().await,
+                            None => std::future::pending().await,
                         }
+                    } => {
+                        match d {
+                            Some(d) if status.len() < (1 << 20) => status.extend_from_slice(&d),
+                            Some(_) => {}
+                            None => status_rx = None,
+                        }
+                        continue;
                     }
-                    None => status_rx = None,
-                },
+                    _ = gone.cancelled(), if sink.is_some() => {
+                        if let Some(mut s) = sink.take() {
+                            close_socket(&mut s).await;
+                        }
+                        continue;
+                    }
+                };
+                let Some(s) = sink.as_mut() else {
+                    // Nobody reads it any more: dropped.
+                    continue;
+                };
+                touch();
+                let sent = tokio::select! {
+                    r = s.send(frame(channel, &data)) => r.is_ok(),
+                    _ = gone.cancelled() => false,
+                };
+                if !sent {
+                    // `copyStdout`: a failed write ends the copy, and
+                    // the rest is drained.
+                    gone.cancel();
+                    sink = None;
+                }
             }
+            (sink, decode_error_stream(&protocol, &status))
         }
-        Some((sink, decode_error_stream(&protocol, &status)))
     };
 
     let watchdog = super::upgrade_proxy::idle_watchdog(start, &last, idle);
-
-    tokio::pin!(input);
-    let done = tokio::select! {
-        r = output => r,
-        _ = &mut input => None,
-        _ = watchdog => {
-            tracing::debug!(?idle, "stream idle too long; closed");
-            None
+    tokio::pin!(input, output, watchdog);
+    let mut input_done = false;
+    let mut idle_seen = false;
+    let (sink, status) = loop {
+        tokio::select! {
+            r = &mut output => break r,
+            () = &mut input, if !input_done => input_done = true,
+            () = &mut watchdog, if !idle_seen => {
+                idle_seen = true;
+                if !gone.is_cancelled() {
+                    tracing::debug!(?idle, "WebSocket idle too long; closed");
+                    gone.cancel();
+                }
+            }
         }
     };
     conn.close().await;
-    let Some((mut sink, status)) = done else {
+    let Some(mut sink) = sink else {
+        // The client left: nobody to tell the status to (upstream's
+        // `writeStatus` fails on the closed WebSocket).
         return;
     };
     write_status(&mut sink, status).await;
     // Let the reader see the client's close reply (briefly).
-    let _ = tokio::time::timeout(Duration::from_secs(5), input).await;
+    if !input_done {
+        let _ = tokio::time::timeout(Duration::from_secs(5), input).await;
+    }
+}
+
+/// Closes the WebSocket as `wsstream.Conn.Close` does (a normal close
+/// frame), within upstream's `writeErrorDeadline`.
+async fn close_socket<S>(sink: &mut SplitSink<WebSocketStream<S>, Message>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let close = Message::Close(Some(CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
+    }));
+    let _ = tokio::time::timeout(WRITE_DEADLINE, async {
+        // Refused once the client closed first; `close` then flushes
+        // tungstenite's queued reply to the client's close.
+        let _ = sink.send(close).await;
+        let _ = sink.close().await;
+    })
+    .await;
 }
 
 /// Writes the status on the error channel and closes the WebSocket.
@@ -526,13 +643,8 @@ async fn write_status<S>(sink: &mut SplitSink<WebSocketStream<S>, Message>, stat
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let _ = sink.send(frame(ERROR, &status.to_json())).await;
-    let _ = sink
-        .send(Message::Close(Some(CloseFrame {
-            code: CloseCode::Normal,
-            reason: "".into(),
-        })))
-        .await;
+    let _ = tokio::time::timeout(WRITE_DEADLINE, sink.send(frame(ERROR, &status.to_json()))).await;
+    close_socket(sink).await;
 }
 
 /// [`write_status`], then waits (briefly) for the client's close reply.
@@ -581,6 +693,16 @@ mod tests {
         );
         let exit = br#"{"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code: error executing command [sh -c exit 3], exit code 3","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"3"}]}}"#;
         assert_eq!(decode_error_stream(v4, exit), Status::exit_code(3));
+        // v5 over SPDY is v4; a signed exit code is not one (ParseUint).
+        assert_eq!(
+            decode_error_stream("v5.channel.k8s.io", exit),
+            Status::exit_code(3)
+        );
+        let signed = String::from_utf8_lossy(exit).replace(r#""message":"3""#, r#""message":"+3""#);
+        assert_eq!(
+            decode_error_stream(v4, signed.as_bytes()),
+            Status::internal(r#"error stream protocol error: invalid exit code value "+3""#)
+        );
         assert_eq!(
             decode_error_stream(v4, br#"{"status":"Failure","message":"no such file"}"#),
             Status::internal("no such file")
@@ -604,10 +726,29 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_tungstenite::tungstenite::protocol::Role;
 
+    /// What the fake runtime saw of the session.
+    #[derive(Debug)]
+    struct Seen {
+        /// The streams opened, by `streamType`.
+        streams: Vec<String>,
+        /// What came on stdin.
+        stdin: Vec<u8>,
+        /// Stdin was half-closed (FIN).
+        stdin_fin: bool,
+        /// The connection was closed (GOAWAY or EOF) only after the
+        /// runtime had written all its output and the status.
+        closed_after_output: bool,
+    }
+
     /// A runtime streaming server for one exec: accepts the SPDY upgrade
     /// (v4), the streams the client opens, upper-cases stdin onto stdout
-    /// until stdin's FIN, writes `err` on stderr, then exits 3.
-    async fn fake_runtime() -> (String, tokio::task::JoinHandle<Vec<String>>) {
+    /// until stdin's FIN, then writes `extra` more bytes on stdout, `err`
+    /// on stderr, and exits 3; then waits for the client to close. With
+    /// `end_stdin_first` it half-closes stdin at the first data on it.
+    async fn fake_runtime(
+        extra: usize,
+        end_stdin_first: bool,
+    ) -> (String, tokio::task::JoinHandle<Seen>) {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/exec/abc", l.local_addr().unwrap());
         let task = tokio::spawn(async move {
@@ -653,14 +794,30 @@ mod tests {
             let (mut enc, mut dec, mut buf) =
                 (Encoder::new().unwrap(), Decoder::new(), BytesMut::new());
             let mut types = std::collections::HashMap::new();
-            let mut seen = Vec::new();
-            let mut stdin = Vec::new();
+            let mut seen = Seen {
+                streams: Vec::new(),
+                stdin: Vec::new(),
+                stdin_fin: false,
+                closed_after_output: false,
+            };
+            let mut output_written = false;
             loop {
+                // The next frame; EOF or GOAWAY is the client closing.
                 let f = loop {
-                    if let Some(f) = dec.decode(&mut buf).unwrap() {
-                        break f;
+                    match dec.decode(&mut buf).unwrap() {
+                        Some(f) => break Some(f),
+                        None => match io.read_buf(&mut buf).await {
+                            Ok(n) if n > 0 => {}
+                            _ => break None,
+                        },
                     }
-                    assert!(io.read_buf(&mut buf).await.unwrap() > 0);
+                };
+                let f = match f {
+                    None | Some(Frame::GoAway { .. }) => {
+                        seen.closed_after_output = output_written;
+                        return seen;
+                    }
+                    Some(f) => f,
                 };
                 let mut out = BytesMut::new();
                 match f {
@@ -668,7 +825,7 @@ mod tests {
                         stream_id, headers, ..
                     } => {
                         let t = headers[0].1.clone();
-                        seen.push(t.clone());
+                        seen.streams.push(t.clone());
                         types.insert(t, stream_id);
                         enc.encode(
                             &Frame::SynReply {
@@ -685,35 +842,74 @@ mod tests {
                         flags,
                         data,
                     } if Some(&stream_id) == types.get("stdin") => {
-                        stdin.extend_from_slice(&data);
+                        seen.stdin.extend_from_slice(&data);
+                        if end_stdin_first && !data.is_empty() {
+                            // The runtime half-closes stdin first.
+                            enc.encode(
+                                &Frame::Data {
+                                    stream_id,
+                                    flags: frame::FLAG_FIN,
+                                    data: Bytes::new(),
+                                },
+                                &mut out,
+                            )
+                            .unwrap();
+                        }
                         if flags & frame::FLAG_FIN != 0 {
+                            seen.stdin_fin = true;
                             let data = |t: &str, d: &[u8], fin: bool| Frame::Data {
                                 stream_id: types[t],
                                 flags: if fin { frame::FLAG_FIN } else { 0 },
                                 data: Bytes::copy_from_slice(d),
                             };
-                            for f in [
-                                data("stdout", &stdin.to_ascii_uppercase(), true),
+                            let mut frames =
+                                vec![data("stdout", &seen.stdin.to_ascii_uppercase(), false)];
+                            let chunk = vec![b'x'; 16 * 1024];
+                            let mut left = extra;
+                            while left > 0 {
+                                let n = left.min(chunk.len());
+                                frames.push(data("stdout", &chunk[..n], false));
+                                left -= n;
+                            }
+                            frames.extend([
+                                data("stdout", b"", true),
                                 data("stderr", b"err", true),
                                 data("error", br#"{"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code: exit status 3","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"3"}]}}"#, true),
-                            ] {
+                            ]);
+                            for f in frames {
                                 enc.encode(&f, &mut out).unwrap();
                             }
-                            io.write_all(&out).await.unwrap();
-                            return seen;
+                            if io.write_all(&out).await.is_err() {
+                                return seen;
+                            }
+                            output_written = true;
+                            continue;
                         }
                     }
                     _ => {}
                 }
-                io.write_all(&out).await.unwrap();
+                if io.write_all(&out).await.is_err() {
+                    return seen;
+                }
             }
         });
         (url, task)
     }
 
-    #[tokio::test]
-    async fn v5_session_translated_to_spdy() {
-        let (url, runtime) = fake_runtime().await;
+    type Client = WebSocketStream<tokio::io::DuplexStream>;
+
+    /// A stdin/stdout/stderr session against [`fake_runtime`]: the
+    /// runtime's task, the translator's task, and the client, which has
+    /// read the connection-established message.
+    async fn session(
+        extra: usize,
+        end_stdin_first: bool,
+    ) -> (
+        tokio::task::JoinHandle<Seen>,
+        tokio::task::JoinHandle<()>,
+        Client,
+    ) {
+        let (url, runtime) = fake_runtime(extra, end_stdin_first).await;
         let (client_io, server_io) = tokio::io::duplex(1 << 16);
         let server = WebSocketStream::from_raw_socket(server_io, Role::Server, None).await;
         let opts = StreamOptions {
@@ -726,6 +922,12 @@ mod tests {
         let mut client = WebSocketStream::from_raw_socket(client_io, Role::Client, None).await;
         // The connection-established message on stdout.
         assert_eq!(client.next().await.unwrap().unwrap(), frame(STDOUT, &[]));
+        (runtime, t, client)
+    }
+
+    #[tokio::test]
+    async fn v5_session_translated_to_spdy() {
+        let (runtime, t, mut client) = session(0, false).await;
         // kubectl's heartbeat pings are answered while the session idles.
         client
             .send(Message::Ping(Bytes::from_static(b"hb")))
@@ -763,10 +965,76 @@ mod tests {
         assert_eq!(got[&STDOUT], b"HELLO WORLD");
         assert_eq!(got[&STDERR], b"err");
         assert_eq!(got[&ERROR], Status::exit_code(3).to_json());
-        assert_eq!(
-            runtime.await.unwrap(),
-            ["error", "stdin", "stdout", "stderr"]
-        );
+        let seen = runtime.await.unwrap();
+        assert_eq!(seen.streams, ["error", "stdin", "stdout", "stderr"]);
+        assert!(seen.closed_after_output);
+        tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    /// A client that goes away (dropping the connection, or sending a
+    /// close) loses only the WebSocket: the runtime sees stdin end, its
+    /// output (more than any buffer holds) is read to the end, and only
+    /// then is the SPDY connection closed, as upstream's translator does
+    /// (`wsstream.Conn.handle` closing the channels; `copyStdout`
+    /// draining; `StreamWithContext` running on).
+    #[tokio::test]
+    async fn a_client_that_leaves_ends_stdin_and_the_command_runs_to_its_end() {
+        for polite in [false, true] {
+            let (runtime, t, mut client) = session(4 << 20, false).await;
+            client.send(frame(STDIN, b"bye")).await.unwrap();
+            if polite {
+                // A close: answered by a close, and nothing else comes.
+                client.send(Message::Close(None)).await.unwrap();
+                let mut got_close = false;
+                while let Some(Ok(m)) = client.next().await {
+                    match m {
+                        Message::Close(_) => got_close = true,
+                        Message::Binary(b) => assert_ne!(b[0], ERROR, "status after close"),
+                        _ => {}
+                    }
+                }
+                assert!(got_close, "polite={polite}");
+            } else {
+                drop(client);
+            }
+            let seen = tokio::time::timeout(Duration::from_secs(20), runtime)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(seen.stdin, b"bye", "polite={polite}");
+            assert!(seen.stdin_fin, "stdin not closed: {seen:?}");
+            assert!(seen.closed_after_output, "closed early: {seen:?}");
+            tokio::time::timeout(Duration::from_secs(10), t)
+                .await
+                .unwrap()
+                .unwrap();
+        }
+    }
+
+    /// The runtime ending stdin ends the client's side of it too (as
+    /// client-go's `copyStdin` does), so a command that waits for its
+    /// stdin to close finishes though the client never closed it.
+    #[tokio::test]
+    async fn the_runtime_ending_stdin_closes_it() {
+        let (runtime, t, mut client) = session(0, true).await;
+        client.send(frame(STDIN, b"x")).await.unwrap();
+        let mut got: std::collections::BTreeMap<u8, Vec<u8>> = Default::default();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(Ok(m)) = client.next().await {
+                if let Message::Binary(b) = m {
+                    got.entry(b[0]).or_default().extend_from_slice(&b[1..]);
+                }
+            }
+        })
+        .await
+        .expect("the session ends");
+        assert_eq!(got[&STDOUT], b"X");
+        assert_eq!(got[&ERROR], Status::exit_code(3).to_json());
+        let seen = runtime.await.unwrap();
+        assert!(seen.stdin_fin && seen.closed_after_output, "{seen:?}");
         tokio::time::timeout(Duration::from_secs(10), t)
             .await
             .unwrap()
@@ -777,6 +1045,7 @@ mod tests {
     async fn a_runtime_that_cannot_be_reached_is_an_internal_error() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/exec/x", l.local_addr().unwrap());
+        let target = url.clone();
         drop(l);
         let (client_io, server_io) = tokio::io::duplex(1 << 16);
         let server = WebSocketStream::from_raw_socket(server_io, Role::Server, None).await;
@@ -786,7 +1055,7 @@ mod tests {
             stderr: true,
             tty: false,
         };
-        tokio::spawn(async move { translate(server, &url, opts, IDLE_TIMEOUT).await });
+        tokio::spawn(async move { translate(server, &target, opts, IDLE_TIMEOUT).await });
         let mut client = WebSocketStream::from_raw_socket(client_io, Role::Client, None).await;
         assert_eq!(client.next().await.unwrap().unwrap(), frame(STDERR, &[]));
         let Message::Binary(b) = client.next().await.unwrap().unwrap() else {
@@ -796,11 +1065,11 @@ mod tests {
         let v: Value = serde_json::from_slice(&b[1..]).unwrap();
         assert_eq!(v["reason"], "InternalError");
         assert_eq!(v["code"], 500);
+        let m = v["message"].as_str().unwrap();
         assert!(
-            v["message"]
-                .as_str()
-                .unwrap()
-                .contains("error dialing backend"),
+            m.starts_with(&format!(
+                "Internal error occurred: error sending request: Post {url:?}: error dialing backend: "
+            )),
             "{v}"
         );
     }
