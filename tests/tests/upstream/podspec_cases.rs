@@ -230,14 +230,26 @@ async fn on_both(env: &Env, f: &Follow) -> anyhow::Result<(Sequence, Sequence)> 
     Ok((mine?, theirs?))
 }
 
+/// The waiting reason of a container in back-off.
+const CRASH_LOOP: &str = "waiting/CrashLoopBackOff";
+
 /// The container states to compare: without `running`, which either
 /// node may never show for a container that exits at once (it is gone
-/// before the status that would say so is written), repeated states
-/// collapsed.
+/// before the status that would say so is written), and without
+/// `waiting/CrashLoopBackOff`: kubelet writes that reason only at a sync
+/// that falls inside the back-off (the sync right after the exit writes
+/// `terminated`; the reason comes from that sync's back-off error at the
+/// next one), so whether a given back-off shows it depends on when the
+/// pod worker is requeued — a full-suite run saw kubelet skip it in the
+/// second back-off. [`same`] checks separately that both show it.
+/// Repeated states collapsed.
 fn states(s: &Sequence) -> Vec<(i32, String)> {
     let mut out: Vec<(i32, String)> = Vec::new();
     for (_, r, w) in &s.states {
-        if w == "running" || out.last().is_some_and(|(lr, lw)| (lr, lw) == (r, w)) {
+        if w == "running"
+            || w == CRASH_LOOP
+            || out.last().is_some_and(|(lr, lw)| (lr, lw) == (r, w))
+        {
             continue;
         }
         out.push((*r, w.clone()));
@@ -265,6 +277,13 @@ fn same(what: &str, mine: &Sequence, theirs: &Sequence) -> anyhow::Result<()> {
         mine.events,
         theirs.events
     );
+    let backs_off = |s: &Sequence| s.states.iter().any(|(_, _, w)| w == CRASH_LOOP);
+    ensure!(
+        backs_off(mine) == backs_off(theirs),
+        "{what}: only one node showed {CRASH_LOOP}:\n  keelson: {:?}\n  kubelet: {:?}",
+        mine.states,
+        theirs.states
+    );
     ensure!(
         states(mine) == states(theirs),
         "{what}: container states differ:\n  keelson: {:?}\n  kubelet: {:?}",
@@ -281,6 +300,17 @@ fn is_rejected_pods_mount_failure(event: &str) -> bool {
     event.starts_with("Warning FailedMount ") && event.contains("not registered")
 }
 
+/// kubelet's ConfigMap manager waits for its informer's cache with a
+/// deadline; under load a mount attempt times out and is retried at the
+/// next volume reconcile (pkg/kubelet/util/manager/watch_based_manager.go,
+/// "failed to sync configmap cache"). A full-suite run saw it for a
+/// service-account volume that then mounted. Retried, transient, and about
+/// kubelet's cache rather than the pod: left out of the comparison.
+fn is_transient_cache_sync_failure(event: &str) -> bool {
+    event.starts_with("Warning FailedMount ")
+        && event.contains("failed to sync configmap cache: timed out waiting for the condition")
+}
+
 /// Runs each case on both nodes at once; every difference is reported.
 async fn compare_all(env: &Arc<Env>, cases: Vec<(&'static str, Follow)>) -> anyhow::Result<()> {
     let runs = cases.into_iter().map(|(what, f)| {
@@ -293,6 +323,9 @@ async fn compare_all(env: &Arc<Env>, cases: Vec<(&'static str, Follow)>) -> anyh
             if theirs.phase == "Failed" && theirs.states.is_empty() {
                 theirs.events.retain(|e| !is_rejected_pods_mount_failure(e));
             }
+            theirs
+                .events
+                .retain(|e| !is_transient_cache_sync_failure(e));
             (mine, theirs)
         });
         if let Err(e) = r.and_then(|(mine, theirs)| same(what, &mine, &theirs)) {
