@@ -27,7 +27,8 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 
 use crate::support::{
-    brief_status, busybox_pod, create_pod, namespace, pod_condition, wait_pod, wait_pod_ready,
+    brief_status, busybox_pod, create_pod, namespace, pod_condition, read_pod_cgroup, wait_pod,
+    wait_pod_ready,
 };
 
 pub const CASES: &[Case] = &[Case {
@@ -756,35 +757,10 @@ async fn wait_settled_status(
     Ok(())
 }
 
-/// The pod cgroup's memory limit in bytes: kubelet's cgroupfs names below
-/// the node's cgroup root (`kubepods[/burstable|/besteffort]/pod<uid>`),
-/// cgroup v1's `memory.limit_in_bytes` or v2's `memory.max` (`max` as
-/// `i64::MAX`).
+/// The pod cgroup's memory limit in bytes: cgroup v1's
+/// `memory.limit_in_bytes` or v2's `memory.max` (`max` as `i64::MAX`).
 fn pod_cgroup_memory_limit(node: &ClusterNode, p: &Pod) -> Result<i64, String> {
-    let uid = p.metadata.uid.clone().unwrap_or_default();
-    let qos = p
-        .status
-        .as_ref()
-        .and_then(|s| s.qos_class.clone())
-        .unwrap_or_default();
-    let mut rel =
-        std::path::PathBuf::from(node.containerd().cgroup_parent().trim_start_matches('/'));
-    rel.push("kubepods");
-    match qos.as_str() {
-        "Burstable" => rel.push("burstable"),
-        "BestEffort" => rel.push("besteffort"),
-        _ => {}
-    }
-    rel.push(format!("pod{uid}"));
-    let v1 = std::path::Path::new("/sys/fs/cgroup/memory")
-        .join(&rel)
-        .join("memory.limit_in_bytes");
-    let v2 = std::path::Path::new("/sys/fs/cgroup")
-        .join(&rel)
-        .join("memory.max");
-    let text = std::fs::read_to_string(&v1)
-        .or_else(|_| std::fs::read_to_string(&v2))
-        .map_err(|e| format!("{} or {}: {e}", v1.display(), v2.display()))?;
+    let text = read_pod_cgroup(node, p, "memory", "memory.limit_in_bytes", "memory.max")?;
     match text.trim() {
         "max" => Ok(i64::MAX),
         n => n.parse().map_err(|e| format!("{n:?}: {e}")),

@@ -5,7 +5,8 @@
 //! `--previous`), `kubectl exec` (stdin, exit codes, `-it` with the
 //! terminal's size and a resize), `kubectl attach`, `kubectl
 //! port-forward` with traffic, `get --raw` of the stats summary and the
-//! resource metrics, `/configz` (`{"kubeletconfig": ...}` with the
+//! resource metrics (the pod's CPU time and memory working set against
+//! its cgroup, read by the test), `/configz` (`{"kubeletconfig": ...}` with the
 //! fields both agents must agree on) and `/runningpods/` (a PodList of
 //! what the runtime runs), and the node's own 401/403 answers. Both agents
 //! declare `ExtendWebSocketsToKubelet`, so kube-apiserver proxies
@@ -18,17 +19,17 @@ use std::time::Duration;
 
 use anyhow::{anyhow, ensure};
 use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use keelson_tests::node_api::{
     Credentials, kubectl, kubectl_exec_tty_resize, request_on, running_pod,
     websocket_streaming_requests,
 };
-use keelson_tests::upstream::{Agents, Case, Env};
+use keelson_tests::upstream::{Agents, Case, ClusterNode, Env};
 use kube::Api;
 use kube::api::PostParams;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{busybox_pod, create_pod, namespace, wait_pod};
+use crate::support::{busybox_pod, create_pod, namespace, read_pod_cgroup, wait_pod};
 
 pub const CASES: &[Case] = &[
     Case {
@@ -339,44 +340,92 @@ async fn node_api_stats(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
     )
     .await?;
     running(&env, &ns, "busy").await?;
+    let p = Api::<Pod>::namespaced(env.admin.clone(), &ns)
+        .get("busy")
+        .await?;
+    let cpu_now = || pod_cgroup_cpu(&node, &p).map_err(|e| anyhow!(e));
+    let working_set_now = || pod_cgroup_working_set(&node, &p).map_err(|e| anyhow!(e));
+    // Both agents serve the last housekeeping round (kubelet cAdvisor's
+    // cache, sampled every few seconds): wait for a round whose pod CPU
+    // sample (`time`, whole seconds) is later than the second the cgroup
+    // was read in, so it was read after that, and before the read after
+    // the answer.
+    let before = cpu_now()?;
+    let ws_before = working_set_now()?;
+    let before_second = jiff::Timestamp::now().as_second();
     let path = format!("/api/v1/nodes/{}/proxy/stats/summary", node.name);
     let pod = keelson_tests::support::wait_for(
-        "the pod in the summary",
+        "a stats round with the pod sampled after the cgroup was read",
         T,
-        Duration::from_secs(1),
+        Duration::from_millis(500),
         || async {
             let out = k(&env, &["get", "--raw", &path], None)
                 .await
                 .map_err(|e| e.to_string())?;
             let s: serde_json::Value =
                 serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {out:?}"))?;
-            s["pods"]
+            let pod = s["pods"]
                 .as_array()
                 .and_then(|ps| {
                     ps.iter().find(|p| {
                         p["podRef"]["name"] == "busy" && p["podRef"]["namespace"] == ns.as_str()
                     })
                 })
-                // kubelet's pod figures come from cAdvisor's housekeeping
-                // and start at 0: wait for the busy loop's CPU to show.
-                .filter(|p| {
-                    p["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap_or(0) > 0
-                        && p["memory"]["workingSetBytes"].is_u64()
-                })
                 .cloned()
-                .ok_or_else(|| "not yet".to_string())
+                .ok_or_else(|| "not yet".to_string())?;
+            let sampled = pod["cpu"]["time"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .ok_or_else(|| pod.to_string())?;
+            if sampled.as_second() > before_second && pod["memory"]["workingSetBytes"].is_u64() {
+                Ok(pod)
+            } else {
+                Err(format!("sampled at {sampled}"))
+            }
         },
     )
     .await?;
+    let after = cpu_now()?;
+    let ws_after = working_set_now()?;
+    let cpu = pod["cpu"]["usageCoreNanoSeconds"]
+        .as_u64()
+        .ok_or_else(|| anyhow!("{pod}"))?;
+    ensure!(
+        before <= cpu && cpu <= after,
+        "pod CPU {cpu} ns is not the cgroup's between {before} and {after}: {pod}"
+    );
+    let ws = pod["memory"]["workingSetBytes"]
+        .as_u64()
+        .ok_or_else(|| anyhow!("{pod}"))?;
+    ensure!(
+        near(ws, ws_before, ws_after),
+        "pod working set {ws} is not the cgroup's ({ws_before} then {ws_after}): {pod}"
+    );
     ensure!(pod["containers"][0]["name"] == "main", "{pod}");
+    // The resource metrics: the same figures, from the same cache.
     let path = format!("/api/v1/nodes/{}/proxy/metrics/resource", node.name);
     let out = k(&env, &["get", "--raw", &path], None).await?;
     ensure!(out.ok, "{out:?}");
-    let want = format!("pod_cpu_usage_seconds_total{{namespace=\"{ns}\",pod=\"busy\"}}");
-    ensure!(
-        out.stdout.contains(&want),
-        "{want} missing:\n{}",
+    let after = cpu_now()?;
+    let ws_after = working_set_now()?;
+    let sample = |metric: &str| -> anyhow::Result<f64> {
+        let want = format!("{metric}{{namespace=\"{ns}\",pod=\"busy\"}} ");
         out.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&want))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| anyhow!("{want} missing:\n{}", out.stdout))
+    };
+    let v = sample("pod_cpu_usage_seconds_total")? * 1e9;
+    ensure!(
+        v >= before as f64 * 0.999 && v <= after as f64 * 1.001,
+        "pod_cpu_usage_seconds_total {v} ns is not the cgroup's between {before} and {after}"
+    );
+    let v = sample("pod_memory_working_set_bytes")?;
+    ensure!(
+        near(v as u64, ws_before, ws_after),
+        "pod_memory_working_set_bytes {v} is not the cgroup's ({ws_before} then {ws_after})"
     );
     ensure!(
         out.stdout.contains("node_memory_working_set_bytes"),
@@ -384,6 +433,53 @@ async fn node_api_stats(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
         out.stdout
     );
     Ok(())
+}
+
+/// `v` within the two readings of the cgroup around it, widened by 2 MiB
+/// or 10 % (the memory of a busy shell loop and its pause container moves
+/// by a few pages between the agent's sample and the test's reads).
+fn near(v: u64, a: u64, b: u64) -> bool {
+    let (lo, hi) = (a.min(b), a.max(b));
+    let slack = (2 << 20).max(hi / 10);
+    lo.saturating_sub(slack) <= v && v <= hi + slack
+}
+
+/// The pod cgroup's CPU time in ns: v1 `cpuacct.usage`, v2 `cpu.stat`'s
+/// `usage_usec`.
+fn pod_cgroup_cpu(node: &ClusterNode, p: &Pod) -> Result<u64, String> {
+    let text = read_pod_cgroup(node, p, "cpuacct", "cpuacct.usage", "cpu.stat")?;
+    match stat_field(&text, "usage_usec") {
+        Some(us) => Ok(us * 1000),
+        None => text.trim().parse().map_err(|e| format!("{text:?}: {e}")),
+    }
+}
+
+/// The pod cgroup's memory working set as both agents compute it (and
+/// cAdvisor): usage less the inactive file pages, v1 `memory.usage_in_bytes`
+/// − `total_inactive_file`, v2 `memory.current` − `inactive_file`.
+fn pod_cgroup_working_set(node: &ClusterNode, p: &Pod) -> Result<u64, String> {
+    let usage = read_pod_cgroup(node, p, "memory", "memory.usage_in_bytes", "memory.current")?;
+    let usage: u64 = usage
+        .trim()
+        .parse()
+        .map_err(|e| format!("{usage:?}: {e}"))?;
+    let stat = read_pod_cgroup(node, p, "memory", "memory.stat", "memory.stat")?;
+    let inactive = stat_field(&stat, "total_inactive_file")
+        .or_else(|| stat_field(&stat, "inactive_file"))
+        .unwrap_or(0);
+    Ok(usage.saturating_sub(inactive))
+}
+
+/// A `key value` line's value in a cgroup stat file.
+fn stat_field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        if k == key {
+            v.trim().parse().ok()
+        } else {
+            None
+        }
+    })
 }
 
 async fn node_api_authn_authz(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use keelson_tests::images::BUSYBOX_IMAGE;
 use keelson_tests::netns::NetNs;
 use keelson_tests::support::wait_for;
+use keelson_tests::upstream::ClusterNode;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -268,4 +269,45 @@ pub async fn http_get(ns: &NetNs, addr: SocketAddr, path: &str) -> anyhow::Resul
         return Err(anyhow!("{addr}{path}: {head}"));
     }
     Ok(body.to_string())
+}
+
+/// The pod's cgroup relative to a hierarchy's root: kubelet's cgroupfs
+/// names below the node's cgroup root
+/// (`kubepods[/burstable|/besteffort]/pod<uid>`, by the pod's QoS class),
+/// which keelson uses too.
+pub fn pod_cgroup(node: &ClusterNode, p: &Pod) -> std::path::PathBuf {
+    let uid = p.metadata.uid.clone().unwrap_or_default();
+    let qos = p
+        .status
+        .as_ref()
+        .and_then(|s| s.qos_class.clone())
+        .unwrap_or_default();
+    let mut rel =
+        std::path::PathBuf::from(node.containerd().cgroup_parent().trim_start_matches('/'));
+    rel.push("kubepods");
+    match qos.as_str() {
+        "Burstable" => rel.push("burstable"),
+        "BestEffort" => rel.push("besteffort"),
+        _ => {}
+    }
+    rel.push(format!("pod{uid}"));
+    rel
+}
+
+/// A file of the pod's cgroup: cgroup v1's `<controller>/.../<v1_file>`,
+/// else v2's `.../<v2_file>`.
+pub fn read_pod_cgroup(
+    node: &ClusterNode,
+    p: &Pod,
+    controller: &str,
+    v1_file: &str,
+    v2_file: &str,
+) -> Result<String, String> {
+    let rel = pod_cgroup(node, p);
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let v1 = root.join(controller).join(&rel).join(v1_file);
+    let v2 = root.join(&rel).join(v2_file);
+    std::fs::read_to_string(&v1)
+        .or_else(|_| std::fs::read_to_string(&v2))
+        .map_err(|e| format!("{} or {}: {e}", v1.display(), v2.display()))
 }
