@@ -2,7 +2,8 @@
 //! proxies with its `--kubelet-client-certificate` and checks the node's
 //! serving certificate against `--kubelet-certificate-authority`:
 //! `kubectl logs` (`--tail`, `--timestamps`, `--since`, `-f`,
-//! `--previous`), `kubectl exec` (stdin, exit codes, `-it` with the
+//! `--previous`; across log rotations on a node of its own whose agent
+//! rotates at 4 KiB), `kubectl exec` (stdin, exit codes, `-it` with the
 //! terminal's size and a resize), `kubectl attach`, `kubectl
 //! port-forward` with traffic, `get --raw` of the stats summary and the
 //! resource metrics (the pod's CPU time and memory working set against
@@ -20,11 +21,12 @@ use std::time::Duration;
 use anyhow::{anyhow, ensure};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use keelson::config::KubeDuration;
 use keelson_tests::node_api::{
     Credentials, kubectl, kubectl_exec_tty_resize, request_on, running_pod,
     websocket_streaming_requests,
 };
-use keelson_tests::upstream::{Agents, Case, ClusterNode, Env};
+use keelson_tests::upstream::{Agents, Case, ClusterNode, Env, NodeAgent, NodeSpec, ProxyAgent};
 use kube::Api;
 use kube::api::PostParams;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
@@ -36,6 +38,11 @@ pub const CASES: &[Case] = &[
         name: "node_api_logs",
         agents: &Agents::ALL,
         run: |env, agents| Box::pin(node_api_logs(env, agents)),
+    },
+    Case {
+        name: "node_api_logs_rotation",
+        agents: &Agents::ALL,
+        run: |env, agents| Box::pin(node_api_logs_rotation(env, agents)),
     },
     Case {
         name: "node_api_exec_attach_port_forward",
@@ -71,6 +78,35 @@ async fn k(
         .map_err(|e| anyhow!(e))
 }
 
+/// Creates a busybox pod running `script` on `node` and waits until it
+/// runs.
+async fn run_pod(env: &Env, ns: &str, node: &str, name: &str, script: &str) -> anyhow::Result<()> {
+    create_pod(&env.admin, ns, busybox_pod(name, node, script)).await?;
+    running(env, ns, name).await
+}
+
+/// `kubectl logs -f <args>`: the process (killed on drop) and its lines.
+fn follow_logs(
+    env: &Env,
+    ns: &str,
+    args: &[&str],
+) -> anyhow::Result<(
+    tokio::process::Child,
+    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+)> {
+    let mut f = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(env.cp.admin_kubeconfig())
+        .args(["-n", ns, "logs", "-f"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let out = f.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+    Ok((f, tokio::io::BufReader::new(out).lines()))
+}
+
 pub(crate) async fn running(env: &Env, ns: &str, name: &str) -> anyhow::Result<()> {
     wait_pod(&env.admin, ns, name, &format!("{name} running"), T, |p| {
         let phase = p
@@ -90,17 +126,14 @@ pub(crate) async fn running(env: &Env, ns: &str, name: &str) -> anyhow::Result<(
 async fn node_api_logs(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
     let node = env.node(agents).await?;
     let ns = namespace(&env.admin, "logs").await?;
-    create_pod(
-        &env.admin,
+    run_pod(
+        &env,
         &ns,
-        busybox_pod(
-            "talker",
-            &node.name,
-            "i=0; while true; do echo line $i; i=$((i+1)); sleep 0.2; done",
-        ),
+        &node.name,
+        "talker",
+        "i=0; while true; do echo line $i; i=$((i+1)); sleep 0.2; done",
     )
     .await?;
-    running(&env, &ns, "talker").await?;
     // Enough lines for --tail.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let out = k(&env, &["-n", &ns, "logs", "talker", "--tail=2"], None).await?;
@@ -158,16 +191,7 @@ async fn node_api_logs(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
         "not consecutive: {out:?}"
     );
     // -f: consecutive lines as they come.
-    let mut f = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(env.cp.admin_kubeconfig())
-        .args(["-n", &ns, "logs", "-f", "talker", "--tail=1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let mut rd =
-        tokio::io::BufReader::new(f.stdout.take().ok_or_else(|| anyhow!("no stdout"))?).lines();
+    let (f, mut rd) = follow_logs(&env, &ns, &["talker", "--tail=1"])?;
     let mut prev: Option<u64> = None;
     for _ in 0..5 {
         let l = tokio::time::timeout(Duration::from_secs(20), rd.next_line())
@@ -222,6 +246,145 @@ async fn node_api_logs(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
     let out = k(&env, &["-n", &ns, "logs", "crasher", "--previous"], None).await?;
     ensure!(out.ok, "{out:?}");
     ensure!(out.stdout.starts_with("run "), "{out:?}");
+    Ok(())
+}
+
+/// The talker's line `n`: ~60 bytes, so 4 KiB rotates every few seconds
+/// at 20 lines a second.
+fn talker_line(n: u64) -> String {
+    format!("line {n} padding-padding-padding-padding-padding")
+}
+
+fn talker_number(l: &str) -> anyhow::Result<u64> {
+    l.strip_prefix("line ")
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| anyhow!("{l:?}"))
+}
+
+/// `kubectl logs` across log rotations, on a node of its own whose agent
+/// rotates at 4 KiB and checks every 3 s (kubelet's least
+/// `containerLogMonitorInterval`), so the shared nodes keep the defaults.
+/// Both agents: `-f` goes on past a rotation, a plain read has the
+/// current file's lines up to the newest, at most `containerLogMaxFiles`
+/// files stay. kubelet reads only the current file (`ReadLogs` on the
+/// container's log path) and may drop the lines written between its last
+/// read of the old file and its reopening; keelson reads the rotated
+/// files first and the old file to its end before the new one
+/// (DESIGN.md, Logs): on keelson, every line from line 0, none lost or
+/// repeated, followed or not.
+async fn node_api_logs_rotation(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
+    let spec = NodeSpec {
+        proxy: ProxyAgent::None,
+        keelson: Some(Arc::new(|c| {
+            c.node.container_log_max_size = "4Ki".into();
+            c.node.container_log_monitor_interval = KubeDuration::from_secs(3);
+        })),
+        kubelet: Some(Arc::new(|m| {
+            m.insert("containerLogMaxSize".into(), "4Ki".into());
+            m.insert("containerLogMonitorInterval".into(), "3s".into());
+        })),
+        ..NodeSpec::of(agents)
+    };
+    let node = env
+        .start_node(&format!("logrot-{}", agents.name()), spec)
+        .await?;
+    node.wait_ready(&env.admin).await?;
+    let keelson = agents.roles().0 == NodeAgent::Keelson;
+    let ns = namespace(&env.admin, "logrot").await?;
+    run_pod(
+        &env,
+        &ns,
+        &node.name,
+        "talker",
+        "i=0; while true; do echo \"line $i padding-padding-padding-padding-padding\"; i=$((i+1)); sleep 0.05; done",
+    )
+    .await?;
+    let uid = Api::<Pod>::namespaced(env.admin.clone(), &ns)
+        .get("talker")
+        .await?
+        .metadata
+        .uid
+        .ok_or_else(|| anyhow!("no uid"))?;
+    let (follower, mut lines) = follow_logs(&env, &ns, &["talker"])?;
+    let log_dir = node.dir().join(format!("pod-logs/{ns}_talker_{uid}/main"));
+    let rotated = || -> Result<usize, String> {
+        Ok(std::fs::read_dir(&log_dir)
+            .map_err(|e| format!("{}: {e}", log_dir.display()))?
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("0.log."))
+            .count())
+    };
+    keelson_tests::support::wait_for(
+        "a rotated log file",
+        T,
+        Duration::from_millis(200),
+        || async {
+            match rotated()? {
+                0 => Err("none yet".to_string()),
+                _ => Ok(()),
+            }
+        },
+    )
+    .await?;
+    // The newest line now, plus a margin only the new file has.
+    let live = std::fs::read_to_string(log_dir.join("0.log"))?;
+    let target = live
+        .lines()
+        .rev()
+        .find_map(|l| talker_number(l.splitn(4, ' ').nth(3)?).ok())
+        .unwrap_or(0)
+        + 80;
+    let mut expect = 0u64;
+    while expect <= target {
+        let l = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .map_err(|_| anyhow!("logs -f stalled after line {expect}"))??
+            .ok_or_else(|| anyhow!("logs -f ended after line {expect}"))?;
+        let n = talker_number(&l)?;
+        ensure!(l == talker_line(n), "{l:?}");
+        if keelson {
+            ensure!(n == expect, "logs -f: line {n} where {expect} was due");
+        } else {
+            ensure!(n >= expect, "logs -f: line {n} again after {expect}");
+        }
+        expect = n + 1;
+    }
+    drop(lines);
+    drop(follower);
+    // A plain read: consecutive lines up to the newest at least; from
+    // line 0 on keelson (the rotated files too), from the current file's
+    // first line on kubelet.
+    let out = k(&env, &["-n", &ns, "logs", "talker"], None).await?;
+    ensure!(out.ok, "{out:?}");
+    let got: Vec<u64> = out
+        .stdout
+        .lines()
+        .map(talker_number)
+        .collect::<anyhow::Result<_>>()?;
+    ensure!(
+        got.windows(2).all(|w| w[1] == w[0] + 1),
+        "not consecutive: {}",
+        out.stdout
+    );
+    ensure!(
+        got.last().is_some_and(|&n| n >= target),
+        "the read ends before line {target}: {got:?}"
+    );
+    if keelson {
+        ensure!(got.first() == Some(&0), "not from line 0: {got:?}");
+    } else {
+        ensure!(
+            got.first().is_some_and(|&n| n > 0),
+            "kubelet read a rotated file: {got:?}"
+        );
+    }
+    let out = k(&env, &["-n", &ns, "logs", "talker", "--tail=3"], None).await?;
+    ensure!(out.ok && out.stdout.lines().count() == 3, "{out:?}");
+    // Disk use stays bounded: the live file and at most
+    // containerLogMaxFiles (5) in all.
+    let files = rotated().map_err(|e| anyhow!(e))? + 1;
+    ensure!(files <= 5, "{files} log files");
     Ok(())
 }
 
@@ -333,13 +496,7 @@ async fn node_api_exec_attach_port_forward(env: Arc<Env>, agents: Agents) -> any
 async fn node_api_stats(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
     let node = env.node(agents).await?;
     let ns = namespace(&env.admin, "stats").await?;
-    create_pod(
-        &env.admin,
-        &ns,
-        busybox_pod("busy", &node.name, "while true; do :; done"),
-    )
-    .await?;
-    running(&env, &ns, "busy").await?;
+    run_pod(&env, &ns, &node.name, "busy", "while true; do :; done").await?;
     let p = Api::<Pod>::namespaced(env.admin.clone(), &ns)
         .get("busy")
         .await?;
