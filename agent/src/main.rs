@@ -234,6 +234,16 @@ fn main() -> ExitCode {
     }
 }
 
+/// The proxy role alone runs on one tokio worker (`TOKIO_WORKER_THREADS`
+/// still decides when set): its syncs run off the worker
+/// (`block_in_place`), the watchers need little, and each extra worker
+/// keeps a malloc arena of its own (a few MiB of the proxy's RSS,
+/// docs/benchmarks.md). With the node role, one worker per CPU.
+fn worker_threads(cfg: &Config) -> Option<usize> {
+    (cfg.proxy.enabled && !cfg.node.enabled && std::env::var_os("TOKIO_WORKER_THREADS").is_none())
+        .then_some(1)
+}
+
 fn run_command(args: RunArgs) -> anyhow::Result<()> {
     let loaded = args.sources.load()?;
     let cfg = loaded.config;
@@ -247,11 +257,12 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
     for note in &loaded.notes {
         tracing::info!("{note}");
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("keelson")
-        .build()
-        .context("starting the async runtime")?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name("keelson");
+    if let Some(workers) = worker_threads(&cfg) {
+        builder.worker_threads(workers);
+    }
+    let rt = builder.build().context("starting the async runtime")?;
     rt.block_on(async move {
         let shutdown = CancellationToken::new();
         lifecycle::cancel_on_signals(shutdown.clone()).context("installing signal handlers")?;

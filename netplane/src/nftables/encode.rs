@@ -552,6 +552,28 @@ fn encode_set(table: &[u8], family: IpFamily, set: &SetDef, id: u32, buf: &mut V
             ),
             Vec::new(),
         ),
+        SetKind::AddrProtoPortDigest => (
+            data_map(
+                s,
+                concat(concat(addr, TYPE_INET_PROTOCOL), TYPE_INET_SERVICE),
+                addr_len + 8,
+                concat(TYPE_MARK, TYPE_MARK),
+                8,
+                id,
+            ),
+            Vec::new(),
+        ),
+        SetKind::ProtoPortDigest => (
+            data_map(
+                s,
+                concat(TYPE_INET_PROTOCOL, TYPE_INET_SERVICE),
+                8,
+                concat(TYPE_MARK, TYPE_MARK),
+                8,
+                id,
+            ),
+            Vec::new(),
+        ),
     };
     if let Some(c) = &set.comment {
         udata.extend(udata_comment(UDATA_SET_COMMENT, c));

@@ -81,6 +81,13 @@ pub const ENDPOINT_CHAINS: &str = "endpoint-chains";
 pub const SERVICE_ENDPOINTS: &str = "service-endpoints";
 /// `nodeport-endpoints`: `proto . port . slot : endpoint`.
 pub const NODEPORT_ENDPOINTS: &str = "nodeport-endpoints";
+/// `service-endpoints-digest`: `ip . proto . port : digest` of each
+/// address's endpoint list (no rule reads it: a restarted keelson compares
+/// it instead of reading the list's elements back).
+pub const SERVICE_ENDPOINTS_DIGEST: &str = "service-endpoints-digest";
+/// `nodeport-endpoints-digest`: `proto . port : digest` of each NodePort's
+/// endpoint list.
+pub const NODEPORT_ENDPOINTS_DIGEST: &str = "nodeport-endpoints-digest";
 
 /// The fixed objects of one family's table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,6 +161,16 @@ fn combined_layout(
             NODEPORT_ENDPOINTS,
             SetKind::ProtoPortMarkToEndpoint,
             Some("endpoints of NodePorts served by an endpoint list, by slot"),
+        ),
+        set(
+            SERVICE_ENDPOINTS_DIGEST,
+            SetKind::AddrProtoPortDigest,
+            Some("digest of each address's endpoint list (read at restart, by no rule)"),
+        ),
+        set(
+            NODEPORT_ENDPOINTS_DIGEST,
+            SetKind::ProtoPortDigest,
+            Some("digest of each NodePort's endpoint list (read at restart, by no rule)"),
         ),
         set(
             ENDPOINT_SLOTS,

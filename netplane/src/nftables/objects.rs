@@ -106,6 +106,12 @@ pub enum SetKind {
     /// `type inet_proto . inet_service . mark : ipvX_addr . inet_service`
     /// (`nodeport-endpoints`).
     ProtoPortMarkToEndpoint,
+    /// `type ipvX_addr . inet_proto . inet_service : mark . mark`
+    /// (`service-endpoints-digest`: a 64-bit digest of an endpoint list).
+    AddrProtoPortDigest,
+    /// `type inet_proto . inet_service : mark . mark`
+    /// (`nodeport-endpoints-digest`).
+    ProtoPortDigest,
 }
 
 /// A named set or map.

@@ -77,6 +77,10 @@ pub enum ElementSet {
     ServiceEndpoints,
     /// `nodeport-endpoints`
     NodePortEndpoints,
+    /// `service-endpoints-digest`
+    ServiceEndpointsDigest,
+    /// `nodeport-endpoints-digest`
+    NodePortEndpointsDigest,
 }
 
 impl ElementSet {
@@ -94,11 +98,13 @@ impl ElementSet {
             ElementSet::EndpointChains => layout::ENDPOINT_CHAINS,
             ElementSet::ServiceEndpoints => layout::SERVICE_ENDPOINTS,
             ElementSet::NodePortEndpoints => layout::NODEPORT_ENDPOINTS,
+            ElementSet::ServiceEndpointsDigest => layout::SERVICE_ENDPOINTS_DIGEST,
+            ElementSet::NodePortEndpointsDigest => layout::NODEPORT_ENDPOINTS_DIGEST,
         }
     }
 
     /// All of them.
-    pub const ALL: [ElementSet; 11] = [
+    pub const ALL: [ElementSet; 13] = [
         ElementSet::ClusterIps,
         ElementSet::ServiceIps,
         ElementSet::ServiceNodePorts,
@@ -110,6 +116,8 @@ impl ElementSet {
         ElementSet::EndpointChains,
         ElementSet::ServiceEndpoints,
         ElementSet::NodePortEndpoints,
+        ElementSet::ServiceEndpointsDigest,
+        ElementSet::NodePortEndpointsDigest,
     ];
 
     /// Whether several service ports may claim the same key (a ClusterIP
@@ -137,6 +145,17 @@ impl ListKind {
             ListKind::NodePort => (ElementSet::ServiceNodePorts, ElementSet::NodePortEndpoints),
         }
     }
+
+    /// The map of the kind's list digests.
+    pub fn digests(self) -> ElementSet {
+        match self {
+            ListKind::Address => ElementSet::ServiceEndpointsDigest,
+            ListKind::NodePort => ElementSet::NodePortEndpointsDigest,
+        }
+    }
+
+    /// Both kinds.
+    pub const ALL: [ListKind; 2] = [ListKind::Address, ListKind::NodePort];
 }
 
 /// A key's "count value" says which shared chain serves it: N, with flags.
@@ -175,10 +194,42 @@ impl KeyedList {
     /// The endpoint element of slot `i`.
     pub fn endpoint_element(&self, i: usize) -> Option<Element> {
         let data = self.endpoints.get(i)?;
-        let mut key = self.key.clone();
-        key.extend_from_slice(&(i as u32).to_ne_bytes());
-        Some(Element::data(key, data.clone()))
+        Some(Element::data(self.slot_key(i), data.clone()))
     }
+
+    /// The key of slot `i` in the endpoints map.
+    pub fn slot_key(&self, i: usize) -> Vec<u8> {
+        list_slot_key(&self.key, i as u32)
+    }
+
+    /// A digest of what the list puts in the kernel besides its key: the
+    /// count value and each slot's endpoint (FNV-1a, stable across
+    /// processes and versions that keep this function).
+    pub fn digest(&self) -> [u8; 8] {
+        use std::hash::Hasher;
+        let mut h = super::rule::Fnv64::default();
+        h.write(&self.value.to_ne_bytes());
+        for ep in &self.endpoints {
+            h.write(&[ep.len() as u8]);
+            h.write(ep);
+        }
+        h.finish().to_ne_bytes()
+    }
+
+    /// The digest element (`service-endpoints-digest` /
+    /// `nodeport-endpoints-digest`): written with the list, compared by a
+    /// restarted keelson instead of reading the slots back.
+    pub fn digest_element(&self) -> Element {
+        Element::data(self.key.clone(), self.digest().to_vec())
+    }
+}
+
+/// The key of slot `i` of the endpoint list of dispatch key `key`.
+pub fn list_slot_key(key: &[u8], i: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 4);
+    k.extend_from_slice(key);
+    k.extend_from_slice(&i.to_ne_bytes());
+    k
 }
 
 /// Everything one service port contributes to its family's table.

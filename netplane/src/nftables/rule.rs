@@ -36,7 +36,7 @@ impl Rule {
 
 /// FNV-1a, 64 bits: stable for a given build (std's `DefaultHasher` is
 /// seeded per process).
-struct Fnv64(u64);
+pub(super) struct Fnv64(u64);
 
 impl Default for Fnv64 {
     fn default() -> Self {

@@ -9,16 +9,16 @@
 //! are recomputed when a port changes (the old one from the recorded
 //! state), never stored.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::config::NftablesConfig;
-use super::layout::{self, FixedLayout, NODEPORT_IPS, creation_order};
+use super::layout::{FixedLayout, NODEPORT_IPS, creation_order};
 use super::objects::{ChainDef, Element, Op, SetDef, TableId};
 use super::render::{
-    ElementSet, KeyedList, ListKind, PortSlots, RenderedPort, parse_shared_chain_name, render_port,
-    shared_chain, slot_needs,
+    ElementSet, KeyedList, ListKind, PortSlots, RenderedPort, list_slot_key,
+    parse_shared_chain_name, render_port, shared_chain, slot_needs,
 };
 use super::slots::{SlotBlock, SlotSpace};
 use crate::model::{ServicePortKey, ServicePortState};
@@ -274,6 +274,8 @@ impl Groups {
         let (dispatch, endpoints) = kind.sets();
         let d = |l: Option<&KeyedList>| l.map(KeyedList::dispatch_element);
         self.replace_element(dispatch, d(before).as_ref(), d(after).as_ref());
+        let s = |l: Option<&KeyedList>| l.map(KeyedList::digest_element);
+        self.replace_element(kind.digests(), s(before).as_ref(), s(after).as_ref());
         let n = before
             .map_or(0, |l| l.endpoints.len())
             .max(after.map_or(0, |l| l.endpoints.len()));
@@ -294,6 +296,90 @@ fn find_element<'a>(r: &'a RenderedPort, set: ElementSet, key: &[u8]) -> Option<
         .iter()
         .find(|(s, e)| *s == set && e.key == key)
         .map(|(_, e)| e)
+}
+
+/// Endpoint lists whose slots a full sync reads back although their
+/// dispatch element and digest match (a sample, from a random start): if
+/// one of them differs from its digest, the kernel's lists were changed
+/// behind keelson's back and every list is read.
+pub const DIGEST_SAMPLE: usize = 128;
+
+/// Whether the kernel's slots of a sample of the `trusted` lists are what
+/// their digests say (see [`DIGEST_SAMPLE`]); `false` when unreadable.
+fn digests_hold(lists: &[KeyedList], trusted: &[bool], elements: &mut ElementReader<'_>) -> bool {
+    use std::hash::{BuildHasher, Hasher};
+    let candidates: Vec<&KeyedList> = lists
+        .iter()
+        .zip(trusted)
+        .filter(|(_, t)| **t)
+        .map(|(l, _)| l)
+        .collect();
+    if candidates.is_empty() {
+        return true;
+    }
+    let start = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish() as usize
+        % candidates.len();
+    let sample: Vec<&KeyedList> = (0..candidates.len().min(DIGEST_SAMPLE))
+        .map(|j| candidates[(start + j) % candidates.len()])
+        .collect();
+    ListKind::ALL.into_iter().all(|kind| {
+        let picked: Vec<&KeyedList> = sample.iter().copied().filter(|l| l.kind == kind).collect();
+        if picked.is_empty() {
+            return true;
+        }
+        let keys: Vec<Vec<u8>> = picked
+            .iter()
+            .flat_map(|l| (0..l.endpoints.len()).map(|i| l.slot_key(i)))
+            .collect();
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        elements(kind.sets().1.name(), Some(&refs)).is_some_and(|have| {
+            picked.iter().all(|l| {
+                l.endpoints.iter().enumerate().all(|(i, ep)| {
+                    matches!(have.get(&l.slot_key(i)), Some(KernelValue::Data(d)) if d == ep)
+                })
+            })
+        })
+    })
+}
+
+/// Deletes what the kernel's `have` holds beyond `want`, adds what it
+/// lacks (an element whose value differs is deleted and added).
+fn diff_elements(name: &'static str, want: DesiredElements, have: &KernelElements, g: &mut Groups) {
+    for (k, v) in have {
+        match want.get(k) {
+            Some(el) if v.is_of(el) => {}
+            _ => g.del_elements.entry(name).or_default().push(k.clone()),
+        }
+    }
+    let mut add: Vec<Element> = want
+        .into_values()
+        .filter(|el| !have.get(&el.key).is_some_and(|v| v.is_of(el)))
+        .collect();
+    if !add.is_empty() {
+        add.sort_by(|a, b| a.key.cmp(&b.key));
+        g.add_elements.entry(name).or_default().extend(add);
+    }
+}
+
+/// Flushes a set that could not be read and fills it with `want`.
+fn rewrite_set(
+    table: TableId,
+    name: &'static str,
+    want: DesiredElements,
+    head: &mut Vec<Op>,
+    g: &mut Groups,
+) {
+    head.push(Op::FlushSet {
+        table,
+        name: name.into(),
+    });
+    let mut add: Vec<Element> = want.into_values().collect();
+    add.sort_by(|a, b| a.key.cmp(&b.key));
+    if !add.is_empty() {
+        g.add_elements.entry(name).or_default().extend(add);
+    }
 }
 
 fn unique_elements(r: &RenderedPort) -> HashMap<(ElementSet, &[u8]), &Element> {
@@ -902,9 +988,13 @@ impl FamilyTable {
         let mut desired_chains: BTreeSet<String> = BTreeSet::new();
         let mut desired_sets: BTreeSet<String> =
             fixed.sets.iter().map(|s| s.name.clone()).collect();
-        let mut by_set: BTreeMap<ElementSet, HashMap<Vec<u8>, Element, FastHash>> = BTreeMap::new();
+        let mut by_set: BTreeMap<ElementSet, DesiredElements> = BTreeMap::new();
         let mut owners: HashMap<Claim, Vec<ServicePortKey>, FastHash> = HashMap::default();
         let mut shared: HashMap<u32, u32> = HashMap::new();
+        // The endpoint lists in the kernel (first claimants): their slots
+        // are compared only when the kernel's dispatch element or digest
+        // says they may differ.
+        let mut lists: Vec<KeyedList> = Vec::new();
         let mut write_chain = |chain: &ChainDef, g: &mut Groups| {
             desired_chains.insert(chain.name.clone());
             let in_kernel = kernel.chains.get(&chain.name);
@@ -976,15 +1066,17 @@ impl FamilyTable {
                     continue;
                 }
                 *shared.entry(list.value).or_default() += 1;
-                let (dispatch, endpoints) = list.kind.sets();
                 let d = list.dispatch_element();
-                by_set.entry(dispatch).or_default().insert(d.key.clone(), d);
-                let slots = by_set.entry(endpoints).or_default();
-                for i in 0..list.endpoints.len() {
-                    if let Some(el) = list.endpoint_element(i) {
-                        slots.insert(el.key.clone(), el);
-                    }
-                }
+                by_set
+                    .entry(list.kind.sets().0)
+                    .or_default()
+                    .insert(d.key.clone(), d);
+                let s = list.digest_element();
+                by_set
+                    .entry(list.kind.digests())
+                    .or_default()
+                    .insert(s.key.clone(), s);
+                lists.push(list);
             }
         }
         let mut values: Vec<u32> = shared.keys().copied().collect();
@@ -993,91 +1085,126 @@ impl FamilyTable {
             write_chain(&shared_chain(value, table.family, config), &mut g);
         }
 
-        // Elements: only the difference from what the kernel has.
-        let mut fixed_sets: Vec<(&'static str, DesiredElements)> = ElementSet::ALL
-            .into_iter()
-            .map(|s| (s.name(), by_set.remove(&s).unwrap_or_default()))
-            .collect();
+        // Elements: only the difference from what the kernel has. Every set
+        // but the two endpoint maps is read whole; the dispatch maps and
+        // the digests say which endpoint lists the kernel holds and which
+        // of them are as desired.
+        let mut small_sets: Vec<(&'static str, DesiredElements, Option<KernelElements>)> =
+            Vec::new();
+        let mut np_want = None;
         if fixed.sets.iter().any(nodeport_set_name) {
-            fixed_sets.push((
-                NODEPORT_IPS,
+            np_want = Some(
                 fixed
                     .nodeport_ips
                     .iter()
                     .map(|e| (e.key.clone(), e.clone()))
                     .collect(),
-            ));
+            );
         }
-        // Dispatch maps first: their elements tell which endpoint slots the
-        // kernel holds (`goto endpoints-N` of key K: slots K.0 .. K.N-1),
-        // so the large slot maps are read by key, not dumped.
-        fixed_sets.sort_by_key(|(name, _)| {
-            !matches!(*name, layout::SERVICE_IPS | layout::SERVICE_NODEPORTS)
-        });
-        let mut held_slots: BTreeMap<&'static str, Vec<Vec<u8>>> = BTreeMap::new();
-        for (name, want) in fixed_sets {
-            let have = if !kernel.sets.contains(name) {
-                Some(KernelElements::default())
-            } else if matches!(name, layout::SERVICE_ENDPOINTS | layout::NODEPORT_ENDPOINTS) {
-                // The keys wanted, then those the kernel holds beyond them
-                // (no sort: each is looked up on its own).
-                let mut keys: Vec<&[u8]> = want.keys().map(Vec::as_slice).collect();
-                let held = held_slots.get(name).map(Vec::as_slice).unwrap_or_default();
-                keys.extend(
-                    held.iter()
-                        .filter(|k| !want.contains_key(*k))
-                        .map(Vec::as_slice),
-                );
-                elements(name, Some(&keys))
-            } else {
+        let named = ElementSet::ALL
+            .into_iter()
+            .filter(|s| !ListKind::ALL.iter().any(|k| k.sets().1 == *s))
+            .map(|s| (s.name(), by_set.remove(&s).unwrap_or_default()))
+            .chain(np_want.map(|w| (NODEPORT_IPS, w)));
+        for (name, want) in named {
+            let have = if kernel.sets.contains(name) {
                 elements(name, None)
+            } else {
+                Some(KernelElements::default())
             };
-            if let (Some(have), layout::SERVICE_IPS | layout::SERVICE_NODEPORTS) = (&have, name) {
-                for (key, value) in have {
-                    let KernelValue::Verdict(_, Some(chain)) = value else {
-                        continue;
-                    };
-                    if let Some((kind, n)) = parse_shared_chain_name(chain) {
-                        let slots = held_slots.entry(kind.sets().1.name()).or_default();
-                        slots.extend((0..n).map(|i: u32| {
-                            let mut k = key.clone();
-                            k.extend_from_slice(&i.to_ne_bytes());
-                            k
-                        }));
-                    }
+            small_sets.push((name, want, have));
+        }
+        let kernel_set = |set: ElementSet| {
+            small_sets
+                .iter()
+                .find(|(n, ..)| *n == set.name())
+                .and_then(|(.., have)| have.as_ref())
+        };
+        let mut trusted: Vec<bool> = lists
+            .iter()
+            .map(|l| {
+                let (dispatch, endpoints) = l.kind.sets();
+                kernel.sets.contains(endpoints.name())
+                    && kernel_set(dispatch)
+                        .and_then(|m| m.get(&l.key))
+                        .is_some_and(|v| v.is_of(&l.dispatch_element()))
+                    && kernel_set(l.kind.digests())
+                        .and_then(|m| m.get(&l.key))
+                        .is_some_and(|v| matches!(v, KernelValue::Data(d) if *d == l.digest()))
+            })
+            .collect();
+        if !digests_hold(&lists, &trusted, &mut *elements) {
+            tracing::warn!(
+                "endpoint lists in the kernel differ from their digests; reading every list back"
+            );
+            trusted.iter_mut().for_each(|t| *t = false);
+        }
+        for kind in ListKind::ALL {
+            let (dispatch, endpoints) = kind.sets();
+            let name = endpoints.name();
+            let ours = || {
+                lists
+                    .iter()
+                    .zip(&trusted)
+                    .filter(move |(l, _)| l.kind == kind)
+            };
+            let trusted_keys: HashSet<&[u8], FastHash> = ours()
+                .filter(|(_, t)| **t)
+                .map(|(l, _)| l.key.as_slice())
+                .collect();
+            let want: DesiredElements = ours()
+                .filter(|(_, t)| !**t)
+                .flat_map(|(l, _)| (0..l.endpoints.len()).filter_map(|i| l.endpoint_element(i)))
+                .map(|el| (el.key.clone(), el))
+                .collect();
+            // The slots the kernel's dispatch elements imply (`goto
+            // endpoints-N` of key K: slots K.0 .. K.N-1), but for lists
+            // whose digest holds: read by key, not dumped.
+            let mut held: Vec<Vec<u8>> = Vec::new();
+            for (key, value) in kernel_set(dispatch).into_iter().flatten() {
+                let KernelValue::Verdict(_, Some(chain)) = value else {
+                    continue;
+                };
+                if trusted_keys.contains(key.as_slice()) {
+                    continue;
+                }
+                if let Some((k, n)) = parse_shared_chain_name(chain)
+                    && k == kind
+                {
+                    held.extend(
+                        (0..n)
+                            .map(|i| list_slot_key(key, i))
+                            .filter(|k| !want.contains_key(k)),
+                    );
                 }
             }
+            let have = if !kernel.sets.contains(name) || (want.is_empty() && held.is_empty()) {
+                Some(KernelElements::default())
+            } else {
+                let mut keys: Vec<&[u8]> = want.keys().map(Vec::as_slice).collect();
+                keys.extend(held.iter().map(Vec::as_slice));
+                elements(name, Some(&keys))
+            };
             match have {
-                Some(have) => {
-                    for (k, v) in &have {
-                        match want.get(k) {
-                            Some(el) if v.is_of(el) => {}
-                            _ => g.del_elements.entry(name).or_default().push(k.clone()),
-                        }
-                    }
-                    let mut add: Vec<Element> = want
-                        .into_values()
-                        .filter(|el| !have.get(&el.key).is_some_and(|v| v.is_of(el)))
-                        .collect();
-                    if !add.is_empty() {
-                        add.sort_by(|a, b| a.key.cmp(&b.key));
-                        g.add_elements.entry(name).or_default().extend(add);
-                    }
-                }
+                Some(have) => diff_elements(name, want, &have, &mut g),
                 None => {
-                    head.push(Op::FlushSet {
-                        table,
-                        name: name.into(),
-                    });
-                    let mut add: Vec<Element> = want.into_values().collect();
-                    add.sort_by(|a, b| a.key.cmp(&b.key));
-                    if !add.is_empty() {
-                        g.add_elements.entry(name).or_default().extend(add);
-                    }
+                    // Unreadable: rewritten whole, trusted lists too.
+                    let all = ours()
+                        .flat_map(|(l, _)| {
+                            (0..l.endpoints.len()).filter_map(|i| l.endpoint_element(i))
+                        })
+                        .map(|el| (el.key.clone(), el))
+                        .collect();
+                    rewrite_set(table, name, all, &mut head, &mut g);
                 }
             }
         }
-
+        for (name, want, have) in small_sets {
+            match have {
+                Some(have) => diff_elements(name, want, &have, &mut g),
+                None => rewrite_set(table, name, want, &mut head, &mut g),
+            }
+        }
         let mut newly_stale = Vec::new();
         for (chain, rules) in &kernel.chains {
             if !desired_chains.contains(chain) {

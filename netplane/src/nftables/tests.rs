@@ -162,8 +162,9 @@ fn among_ten_thousand_services_changes_touch_only_their_elements() {
     );
     let mut table = start(&mut tracker);
 
-    // Same count, one endpoint replaced: endpoint elements, nothing else
-    // (slots follow the sorted endpoints, so both slots move here).
+    // Same count, one endpoint replaced: endpoint elements and the list's
+    // digest, nothing else (slots follow the sorted endpoints, so both
+    // slots move here).
     tracker.update_endpoint_slice(&slice(77, 1, 2));
     let ops = apply(&mut table, &mut tracker);
     assert_eq!(
@@ -171,10 +172,12 @@ fn among_ten_thousand_services_changes_touch_only_their_elements() {
         BTreeSet::from([
             "add-elements:service-endpoints".to_string(),
             "del-elements:service-endpoints".to_string(),
+            "add-elements:service-endpoints-digest".to_string(),
+            "del-elements:service-endpoints-digest".to_string(),
         ]),
         "{ops:?}"
     );
-    assert_eq!(object_count(&ops), 4, "both slots rewritten");
+    assert_eq!(object_count(&ops), 6, "both slots and the digest rewritten");
 
     // A new count: its shared chain is created once.
     tracker.update_endpoint_slice(&slice(1234, 0, 3));
@@ -187,10 +190,12 @@ fn among_ten_thousand_services_changes_touch_only_their_elements() {
             "add-elements:service-endpoints".to_string(),
             "add-elements:service-ips".to_string(),
             "del-elements:service-ips".to_string(),
+            "add-elements:service-endpoints-digest".to_string(),
+            "del-elements:service-endpoints-digest".to_string(),
         ])
     );
     // The next Service going to three endpoints re-points its dispatch
-    // element and adds one endpoint element.
+    // element, adds one endpoint element and rewrites its digest.
     tracker.update_endpoint_slice(&slice(4321, 0, 3));
     let ops = apply(&mut table, &mut tracker);
     assert_eq!(
@@ -199,9 +204,11 @@ fn among_ten_thousand_services_changes_touch_only_their_elements() {
             "add-elements:service-endpoints".to_string(),
             "add-elements:service-ips".to_string(),
             "del-elements:service-ips".to_string(),
+            "add-elements:service-endpoints-digest".to_string(),
+            "del-elements:service-endpoints-digest".to_string(),
         ])
     );
-    assert_eq!(object_count(&ops), 3);
+    assert_eq!(object_count(&ops), 5);
 
     // A new Service: its elements only.
     tracker.update_service(&service(20_000));
@@ -213,9 +220,10 @@ fn among_ten_thousand_services_changes_touch_only_their_elements() {
             "add-elements:cluster-ips".to_string(),
             "add-elements:service-endpoints".to_string(),
             "add-elements:service-ips".to_string(),
+            "add-elements:service-endpoints-digest".to_string(),
         ])
     );
-    assert_eq!(object_count(&ops), 4);
+    assert_eq!(object_count(&ops), 5);
 }
 
 #[test]
@@ -241,6 +249,7 @@ fn removing_the_last_service_of_a_count_retires_its_chain() {
             "cluster-ips:1".to_string(),
             "service-ips:1".to_string(),
             "service-endpoints:4".to_string(),
+            "service-endpoints-digest:1".to_string(),
         ])
     );
     assert!(
@@ -401,14 +410,11 @@ fn two_services_claiming_one_external_ip_hand_it_over() {
     assert_eq!(added, 2, "slot 0 changes, slot 1 is new: {text}");
 }
 
-#[test]
-fn adopting_an_identical_table_writes_nothing_but_the_base_chains() {
-    let tracker = tracker_with(50, 3);
-    let cold = full(&tracker, &KernelTable::default());
-    // What the kernel holds after the cold plan.
+/// What the kernel holds after `ops` were applied to an empty table.
+fn kernel_after(ops: &[Op]) -> (KernelTable, HashMap<String, KernelElements>) {
     let mut kernel = KernelTable::default();
     let mut elements: HashMap<String, KernelElements> = HashMap::new();
-    for op in &cold.ops {
+    for op in ops {
         match op {
             Op::AddChain { name, .. } => {
                 kernel.chains.entry(name.clone()).or_default();
@@ -442,20 +448,33 @@ fn adopting_an_identical_table_writes_nothing_but_the_base_chains() {
             _ => {}
         }
     }
+    (kernel, elements)
+}
+
+/// Plans the adoption of `kernel` + `elements` for what `tracker` holds;
+/// also returns how many keys were read by key from each set.
+fn adopt(
+    tracker: &ChangeTracker,
+    kernel: &KernelTable,
+    elements: &HashMap<String, KernelElements>,
+) -> (Plan, HashMap<String, usize>) {
     let config = config();
     let fixed = fixed_layout(IpFamily::V4, &config, &NodePortAddresses::AllLocal);
-    let desired = changes(&tracker)
+    let desired = changes(tracker)
         .into_iter()
         .filter_map(|(k, s)| s.map(|s| (k, s)))
         .collect();
+    let mut asked: HashMap<String, usize> = HashMap::new();
     let mut reader = |set: &str, keys: Option<&[&[u8]]>| {
         let all = elements.get(set).cloned().unwrap_or_default();
         Some(match keys {
             None => all,
-            Some(keys) => all
-                .into_iter()
-                .filter(|(k, _)| keys.contains(&k.as_slice()))
-                .collect(),
+            Some(keys) => {
+                *asked.entry(set.to_string()).or_default() += keys.len();
+                all.into_iter()
+                    .filter(|(k, _)| keys.contains(&k.as_slice()))
+                    .collect()
+            }
         })
     };
     let plan = FamilyTable::new(table_id())
@@ -464,19 +483,142 @@ fn adopting_an_identical_table_writes_nothing_but_the_base_chains() {
                 config: &config,
                 table_comment: "t",
                 fixed: &fixed,
-                kernel: &kernel,
+                kernel,
                 reset_base_chains: false,
             },
             desired,
             &mut reader,
         )
         .unwrap_or_else(|e| panic!("{e}"));
-    let writes: Vec<&Op> = plan
-        .ops
+    (plan, asked)
+}
+
+fn writes(plan: &Plan) -> Vec<&Op> {
+    plan.ops
         .iter()
         .filter(|o| !matches!(o, Op::AddTable { .. } | Op::AddSet { .. }))
-        .collect();
+        .collect()
+}
+
+#[test]
+fn adopting_an_identical_table_writes_nothing_but_the_base_chains() {
+    let tracker = tracker_with(50, 3);
+    let cold = full(&tracker, &KernelTable::default());
+    let (kernel, elements) = kernel_after(&cold.ops);
+    let (plan, _) = adopt(&tracker, &kernel, &elements);
+    let writes = writes(&plan);
     assert!(writes.is_empty(), "{writes:?}");
+}
+
+/// At restart the endpoint lists whose dispatch element and digest match
+/// are not read back (but for a sample): at 2,000 Services × 10 that is
+/// at most `DIGEST_SAMPLE` × 10 slots instead of 20,000.
+#[test]
+fn adopting_reads_only_a_sample_of_the_endpoint_lists() {
+    use super::table::DIGEST_SAMPLE;
+    let tracker = tracker_with(2_000, 10);
+    let cold = full(&tracker, &KernelTable::default());
+    let (kernel, elements) = kernel_after(&cold.ops);
+    assert_eq!(
+        elements.get("service-endpoints-digest").map(HashMap::len),
+        Some(2_000)
+    );
+    let (plan, asked) = adopt(&tracker, &kernel, &elements);
+    let writes = writes(&plan);
+    assert!(writes.is_empty(), "{writes:?}");
+    let read = asked.get("service-endpoints").copied().unwrap_or(0);
+    assert_eq!(read, DIGEST_SAMPLE * 10, "{asked:?}");
+}
+
+/// A list changed in the kernel behind keelson's back is repaired at
+/// restart: when its dispatch element or digest was changed with it (read
+/// because they differ), and when only a slot was (found by the sample:
+/// every list of a small table is sampled).
+#[test]
+fn a_list_changed_behind_keelsons_back_is_repaired_at_restart() {
+    use super::render::{addr_proto_port_key, list_slot_key};
+    let key = |i: u32| {
+        addr_proto_port_key(
+            &cluster_ip(i).parse().unwrap_or_else(|_| unreachable!()),
+            Protocol::Tcp,
+            80,
+        )
+    };
+    let data = |elements: &HashMap<String, KernelElements>, set: &str, k: &[u8]| {
+        elements.get(set).and_then(|m| m.get(k)).cloned()
+    };
+    let added = |plan: &Plan, set: &str, k: &[u8]| {
+        plan.ops.iter().any(|o| match o {
+            Op::AddElements {
+                set: s, elements, ..
+            } => s == set && elements.iter().any(|e| e.key == k),
+            _ => false,
+        })
+    };
+
+    // Among 2,000 Services, one list's count and digest were changed (say
+    // by `nft`): only that list is read besides the sample, and repaired.
+    let tracker = tracker_with(2_000, 10);
+    let cold = full(&tracker, &KernelTable::default());
+    let (kernel, mut elements) = kernel_after(&cold.ops);
+    let k = key(1_234);
+    let right = data(&elements, "service-ips", &k);
+    if let Some(m) = elements.get_mut("service-ips") {
+        m.insert(
+            k.clone(),
+            KernelValue::Verdict(-3, Some("endpoints-2".into())),
+        );
+    }
+    if let Some(m) = elements.get_mut("service-endpoints-digest") {
+        m.remove(&k);
+    }
+    if let Some(m) = elements.get_mut("service-endpoints") {
+        m.remove(&list_slot_key(&k, 5));
+    }
+    let (plan, asked) = adopt(&tracker, &kernel, &elements);
+    assert!(right.is_some());
+    assert!(added(&plan, "service-ips", &k), "{:?}", writes(&plan));
+    assert!(added(&plan, "service-endpoints-digest", &k));
+    assert!(added(&plan, "service-endpoints", &list_slot_key(&k, 5)));
+    assert_eq!(
+        asked.get("service-endpoints").copied(),
+        Some((super::table::DIGEST_SAMPLE + 1) * 10),
+        "the changed list is read besides the sample"
+    );
+    assert!(
+        writes(&plan).iter().all(|o| match o {
+            Op::AddElements { elements, .. } => elements.iter().all(|e| e.key.starts_with(&k)),
+            Op::DelElements { keys, .. } => keys.iter().all(|e| e.starts_with(&k)),
+            _ => false,
+        }),
+        "only that list is rewritten: {:?}",
+        writes(&plan)
+    );
+
+    // In a small table, a slot replaced behind keelson's back with the
+    // digest left as it was: the sample finds it, every list is read.
+    let tracker = tracker_with(20, 3);
+    let cold = full(&tracker, &KernelTable::default());
+    let (kernel, mut elements) = kernel_after(&cold.ops);
+    let k = key(7);
+    let slot = list_slot_key(&k, 1);
+    if let Some(m) = elements.get_mut("service-endpoints") {
+        m.insert(
+            slot.clone(),
+            KernelValue::Data(vec![10, 9, 9, 9, 0x1f, 0x90, 0, 0]),
+        );
+    }
+    let (plan, _) = adopt(&tracker, &kernel, &elements);
+    assert!(
+        added(&plan, "service-endpoints", &slot),
+        "{:?}",
+        writes(&plan)
+    );
+    assert!(
+        plan.ops.iter().any(|o| matches!(o, Op::DelElements { set, keys, .. } if set == "service-endpoints" && keys == &vec![slot.clone()])),
+        "{:?}",
+        writes(&plan)
+    );
 }
 
 #[test]
