@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret};
 use keelson_cri::{RuntimeClient, api};
 use keelson_tests::containerd::Containerd;
 use keelson_tests::images::BUSYBOX_IMAGE;
@@ -34,6 +34,43 @@ const SYNC: Duration = Duration::from_secs(3);
 struct Node {
     node: Option<BinaryNode>,
     root: PathBuf,
+    name: String,
+}
+
+impl Node {
+    fn log_tail(&self, lines: usize) -> String {
+        self.node
+            .as_ref()
+            .map(|n| n.log_tail(lines))
+            .unwrap_or_default()
+    }
+}
+
+/// containerd, the test API server and keelson on them (pod and volume
+/// sync period `sync`); drop the node first.
+async fn start(sync: Duration) -> (Containerd, TestApiServer, Node) {
+    let ctrd = Containerd::start().await.expect("containerd");
+    let api = TestApiServer::start(TestApiOptions::default())
+        .await
+        .expect("api");
+    let node = BinaryNode::start(
+        &ctrd,
+        &api,
+        BinaryNodeOptions {
+            configure: Some(Arc::new(move |c| {
+                c.node.sync_frequency =
+                    keelson::config::duration::KubeDuration::from_secs(sync.as_secs());
+            })),
+            ..Default::default()
+        },
+    )
+    .expect("keelson");
+    let node = Node {
+        name: node.node_name.clone(),
+        root: node.config.node.root_dir.clone(),
+        node: Some(node),
+    };
+    (ctrd, api, node)
 }
 
 impl Drop for Node {
@@ -83,30 +120,11 @@ async fn pod_reads_its_volumes_and_they_go_with_it() {
     if !require_root("pod_reads_its_volumes_and_they_go_with_it") {
         return;
     }
-    let ctrd = Containerd::start().await.expect("containerd");
+    let (ctrd, api, node) = start(SYNC).await;
     let cri = ctrd.client().clone();
-    let api = TestApiServer::start(TestApiOptions::default())
-        .await
-        .expect("api");
     let client = api.client().await;
-    let node = BinaryNode::start(
-        &ctrd,
-        &api,
-        BinaryNodeOptions {
-            configure: Some(Arc::new(|c| {
-                c.node.sync_frequency =
-                    keelson::config::duration::KubeDuration::from_secs(SYNC.as_secs());
-            })),
-            ..Default::default()
-        },
-    )
-    .expect("keelson");
-    let node_name = node.node_name.clone();
-    let root = node.config.node.root_dir.clone();
-    let node = Node {
-        node: Some(node),
-        root: root.clone(),
-    };
+    let node_name = node.name.clone();
+    let root = node.root.clone();
 
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
@@ -162,15 +180,7 @@ async fn pod_reads_its_volumes_and_they_go_with_it() {
         || running_container(&cri, &uid, "app"),
     )
     .await
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e}\nkeelson log:\n{}",
-            node.node
-                .as_ref()
-                .map(|n| n.log_tail(60))
-                .unwrap_or_default()
-        )
-    });
+    .unwrap_or_else(|e| panic!("{e}\nkeelson log:\n{}", node.log_tail(60)));
 
     assert_eq!(
         exec(&cri, &id, "cat /etc/app/app.conf").await.unwrap(),
@@ -259,14 +269,99 @@ async fn pod_reads_its_volumes_and_they_go_with_it() {
         },
     )
     .await
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e}\nkeelson log:\n{}",
-            node.node
-                .as_ref()
-                .map(|n| n.log_tail(60))
-                .unwrap_or_default()
+    .unwrap_or_else(|e| panic!("{e}\nkeelson log:\n{}", node.log_tail(60)));
+    drop(node);
+}
+
+/// A ConfigMap volume whose ConfigMap does not exist yet: keelson reports
+/// FailedMount, and once the ConfigMap is created the container starts at
+/// the volume's next mount retry (kubelet's reconciler retries after
+/// 500 ms, 1 s, 2 s, ... and WaitForAttachAndMount polls every 300 ms),
+/// not after the pod worker's 10 s error backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_created_after_its_pod_is_mounted_at_the_next_retry() {
+    if !require_root("a_configmap_created_after_its_pod_is_mounted_at_the_next_retry") {
+        return;
+    }
+    // kubelet's default sync period: no periodic sync comes in between.
+    let (ctrd, api, node) = start(Duration::from_secs(60)).await;
+    let cri = ctrd.client().clone();
+    let client = api.client().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "late"},
+        "spec": {
+            "nodeName": node.name,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "app", "image": BUSYBOX_IMAGE,
+                "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
+                "volumeMounts": [{"name": "cfg", "mountPath": "/etc/app"}]}],
+            "volumes": [{"name": "cfg", "configMap": {"name": "late-config"}}]
+        }
+    }))
+    .unwrap();
+    let uid = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    // Two failed mounts: the pod's first syncs (and the status writes
+    // they cause) are over, so only a retry can start the container.
+    wait_for(
+        "FailedMount for the missing ConfigMap, twice",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async {
+            let list = events
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .iter()
+                .find(|e| {
+                    e.involved_object.name.as_deref() == Some("late")
+                        && e.reason.as_deref() == Some("FailedMount")
+                        && e.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("configmap \"late-config\" not found"))
+                        && e.count
+                            .unwrap_or(1)
+                            .max(e.series.as_ref().and_then(|s| s.count).unwrap_or(0))
+                            >= 2
+                })
+                .map(|_| ())
+                .ok_or_else(|| "not two FailedMount yet".to_string())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nkeelson log:\n{}", node.log_tail(60)));
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "late-config"}, "data": {"app.conf": "late=yes"}}),
         )
-    });
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    // The pod worker's error backoff is at least 10 s; the volume's next
+    // retry comes within ~4 s.
+    let id = wait_for(
+        "the container running after its ConfigMap appeared",
+        Duration::from_secs(7),
+        Duration::from_millis(100),
+        || running_container(&cri, &uid, "app"),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nkeelson log:\n{}", node.log_tail(60)));
+    assert_eq!(
+        exec(&cri, &id, "cat /etc/app/app.conf").await.unwrap(),
+        "late=yes"
+    );
+    pods.delete("late", &DeleteParams::default()).await.unwrap();
     drop(node);
 }

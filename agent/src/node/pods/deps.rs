@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{
@@ -24,6 +25,36 @@ pub struct EnvFromVars {
     pub invalid_keys_message: Option<String>,
 }
 
+/// Why a pod's volumes are not ready, and when to look again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumesNotReady {
+    /// kubelet's error text.
+    pub message: String,
+    /// When a failed volume's retry backoff ends: kubelet's
+    /// WaitForAttachAndMount polls every 300 ms while its reconciler
+    /// retries a failed mount after 500 ms, 1 s, 2 s, ... (pkg/kubelet/
+    /// volumemanager/volume_manager.go, podAttachAndMountRetryInterval),
+    /// so a volume that becomes mountable is used at its next retry, not
+    /// after the pod worker's 10 s error backoff. `None`: that backoff.
+    pub retry_in: Option<Duration>,
+}
+
+impl VolumesNotReady {
+    /// An error with no earlier retry than the pod worker's backoff.
+    pub fn msg(message: impl Into<String>) -> Self {
+        VolumesNotReady {
+            message: message.into(),
+            retry_in: None,
+        }
+    }
+}
+
+impl std::fmt::Display for VolumesNotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// Pod volumes.
 pub trait PodVolumes: Send + Sync {
     /// A pod was added or updated (start watching what it references).
@@ -32,7 +63,7 @@ pub trait PodVolumes: Send + Sync {
     fn unregister_pod(&self, uid: &str);
     /// Mounts what is missing, refreshes content (kubelet's
     /// WaitForAttachAndMount). The error text is kubelet's.
-    fn setup_pod<'a>(&'a self, pod: &'a Pod) -> BoxFuture<'a, Result<(), String>>;
+    fn setup_pod<'a>(&'a self, pod: &'a Pod) -> BoxFuture<'a, Result<(), VolumesNotReady>>;
     /// The CRI mounts of one container, given its resolved environment
     /// (for `subPathExpr`). Not included: /etc/hosts, termination log.
     fn container_mounts<'a>(
@@ -98,7 +129,7 @@ impl NoVolumes {
 impl PodVolumes for NoVolumes {
     fn register_pod(&self, _: &Pod) {}
     fn unregister_pod(&self, _: &str) {}
-    fn setup_pod<'a>(&'a self, pod: &'a Pod) -> BoxFuture<'a, Result<(), String>> {
+    fn setup_pod<'a>(&'a self, pod: &'a Pod) -> BoxFuture<'a, Result<(), VolumesNotReady>> {
         Box::pin(async move {
             let volumes: Vec<String> = pod
                 .spec
@@ -109,10 +140,10 @@ impl PodVolumes for NoVolumes {
             if volumes.is_empty() {
                 Ok(())
             } else {
-                Err(format!(
+                Err(VolumesNotReady::msg(format!(
                     "unmounted volumes=[{}], unattached volumes=[], failed to process volumes=[]: volumes are not supported by this node",
                     volumes.join(" ")
-                ))
+                )))
             }
         })
     }

@@ -251,6 +251,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{Container, Pod};
 
     use super::*;
+    use crate::node::pods::deps::VolumesNotReady;
 
     /// Records what each round asked to keep; fails while `fail` is set.
     #[derive(Default)]
@@ -262,7 +263,7 @@ mod tests {
     impl PodVolumes for RecordingVolumes {
         fn register_pod(&self, _: &Pod) {}
         fn unregister_pod(&self, _: &str) {}
-        fn setup_pod<'a>(&'a self, _: &'a Pod) -> BoxFuture<'a, Result<(), String>> {
+        fn setup_pod<'a>(&'a self, _: &'a Pod) -> BoxFuture<'a, Result<(), VolumesNotReady>> {
             Box::pin(async { Ok(()) })
         }
         fn container_mounts<'a>(

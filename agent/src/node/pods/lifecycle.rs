@@ -36,6 +36,12 @@ use crate::node::cgroups::PodCgroups;
 /// kubelet's `NetworkNotReadyErrorMsg`.
 pub const NETWORK_NOT_READY: &str = "network is not ready";
 
+/// How often kubelet's WaitForAttachAndMount looks at the volumes again
+/// (podAttachAndMountRetryInterval, pkg/kubelet/volumemanager/
+/// volume_manager.go): the earliest a pod whose volumes are not ready is
+/// synced again.
+const VOLUME_POLL: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// How a worker was triggered (the `operation_type` of worker metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpdateKind {
@@ -532,7 +538,10 @@ impl PodLifecycle {
         self.volumes.register_pod(pod);
         if let Err(e) = self.volumes.setup_pod(pod).await {
             tracing::info!(pod = %podutil::key(pod), error = %e, "volumes are not ready");
-            return Err(SyncFailure::msg(e));
+            return Err(SyncFailure {
+                retry_at: e.retry_in.map(|d| SystemTime::now() + d.max(VOLUME_POLL)),
+                message: e.message,
+            });
         }
         let secrets = self.pull_secrets(pod).await;
         if let Some(p) = &self.probes {

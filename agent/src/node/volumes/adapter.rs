@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{
 };
 use keelson_cri::api;
 
-use super::{MountOptions, VolumeManager};
-use crate::node::pods::deps::{EnvFromVars, EnvSources, PodVolumes};
+use super::{MountOptions, VolumeError, VolumeManager};
+use crate::node::pods::deps::{EnvFromVars, EnvSources, PodVolumes, VolumesNotReady};
 
 impl PodVolumes for VolumeManager {
     fn register_pod(&self, pod: &Pod) {
@@ -23,11 +23,17 @@ impl PodVolumes for VolumeManager {
         VolumeManager::unregister_pod(self, uid);
     }
 
-    fn setup_pod<'a>(&'a self, pod: &'a Pod) -> BoxFuture<'a, Result<(), String>> {
+    fn setup_pod<'a>(&'a self, pod: &'a Pod) -> BoxFuture<'a, Result<(), VolumesNotReady>> {
         Box::pin(async move {
             VolumeManager::setup_pod(self, pod)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| VolumesNotReady {
+                    message: e.to_string(),
+                    retry_in: match e {
+                        VolumeError::NotReady { retry_in, .. } => retry_in,
+                        _ => None,
+                    },
+                })
         })
     }
 

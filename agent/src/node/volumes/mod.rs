@@ -91,6 +91,10 @@ pub enum VolumeError {
         unprocessed: Vec<String>,
         /// The per-volume errors, `; `-joined.
         message: String,
+        /// When the first failed volume's retry backoff ends (the pod
+        /// worker syncs again then, as kubelet's WaitForAttachAndMount
+        /// polls the reconciler's retries); `None` when no retry is due.
+        retry_in: Option<Duration>,
     },
     /// A container's mounts could not be built (→ CreateContainerConfigError).
     #[error("{0}")]
@@ -548,10 +552,17 @@ impl VolumeManager {
             return Ok(());
         }
         let since = *st.waiting_since.get_or_insert(now);
+        let after = Instant::now();
+        let retry_in = unmounted
+            .iter()
+            .filter_map(|n| st.failures.get(n))
+            .map(|f| f.retry_at.saturating_duration_since(after))
+            .min();
         let err = VolumeError::NotReady {
             unmounted,
             unprocessed,
             message: messages.join("; "),
+            retry_in,
         };
         if now.duration_since(since) >= MOUNT_TIMEOUT
             && st
