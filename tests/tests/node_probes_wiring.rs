@@ -191,9 +191,13 @@ async fn startup_probe_holds_liveness_off() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn adopted_container_keeps_its_readiness_across_a_restart() {
-    let mut w = World::with(probing(Options::default())).await;
+    let mut w = World::with(probing(Options {
+        paused: true,
+        ..Options::default()
+    }))
+    .await;
     let cmd = ["cat", "/tmp/ready"];
     w.fake.script_exec(ExecScript::new(&cmd, "ok", 0));
     w.create_pod(
@@ -206,8 +210,13 @@ async fn adopted_container_keeps_its_readiness_across_a_restart() {
         s => Err(format!("{s:?}")),
     })
     .await;
+    // kubelet adopts the results of containers that started more than
+    // 10 s before it did (kubeletRestartGracePeriod); time is paused, so
+    // this moves the clock.
+    tokio::time::sleep(Duration::from_secs(11)).await;
     w.restart(true).await;
-    // The new probe workers start from what the API showed: never unready.
+    // The new probe workers start from what the API showed (the pod was
+    // Ready): never unready.
     for _ in 0..20 {
         let p = w.get("adopted").await.unwrap();
         assert!(

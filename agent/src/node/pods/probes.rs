@@ -143,31 +143,8 @@ impl PodProbes {
                         self.manager.container_stopped(&uid, &c.name, &prev);
                     }
                     let started_at = from_nanos(s.started_at);
-                    let adopted = (started_at < self.process_start).then(|| {
-                        let cid = format!("://{}", s.id);
-                        let find =
-                            |list: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
-                                list.into_iter()
-                                    .flatten()
-                                    .find(|st| {
-                                        st.name == c.name
-                                            && st
-                                                .container_id
-                                                .as_deref()
-                                                .is_some_and(|x| x.ends_with(&cid))
-                                    })
-                                    .map(|st| ReportedStatus {
-                                        started: st.started.unwrap_or(false),
-                                        ready: st.ready,
-                                    })
-                            };
-                        reported
-                            .and_then(|r| {
-                                find(r.container_statuses.as_ref())
-                                    .or_else(|| find(r.init_container_statuses.as_ref()))
-                            })
-                            .unwrap_or_default()
-                    });
+                    let adopted =
+                        adopted_status(started_at, self.process_start, reported, &c.name, &s.id);
                     let res = self.manager.container_started(
                         &uid,
                         &c.name,
@@ -269,4 +246,134 @@ fn record_event(store: &PodStore, events: &PodEvents, e: ProbeEvent) {
         e.reason,
         e.message,
     );
+}
+
+/// How long before this process's start a container must have started to
+/// count as one the previous agent ran (kubelet's
+/// `kubeletRestartGracePeriod`, pkg/kubelet/prober/prober_manager.go).
+const RESTART_GRACE: Duration = Duration::from_secs(10);
+
+/// What an adopted container's probes start from, as kubelet v1.36 does
+/// after a restart (ChangeContainerStatusOnKubeletRestart off, its
+/// default; prober/worker.go and `setReadyStateOnKubeletRestart` in
+/// prober_manager.go): a container that started more than
+/// [`RESTART_GRACE`] before this process keeps `started` as the API last
+/// showed it, and its readiness is the pod's Ready condition (kubelet
+/// reports a probed container ready only while the pod was Ready). A
+/// container started later is new: its probes start from the initial
+/// values. `None` for a new container.
+fn adopted_status(
+    started_at: SystemTime,
+    process_start: SystemTime,
+    reported: Option<&PodStatus>,
+    name: &str,
+    container_id: &str,
+) -> Option<ReportedStatus> {
+    if started_at + RESTART_GRACE >= process_start {
+        return None;
+    }
+    let cid = format!("://{container_id}");
+    let started = reported
+        .into_iter()
+        .flat_map(|r| {
+            r.container_statuses
+                .iter()
+                .flatten()
+                .chain(r.init_container_statuses.iter().flatten())
+        })
+        .find(|st| {
+            st.name == name
+                && st
+                    .container_id
+                    .as_deref()
+                    .is_some_and(|x| x.ends_with(&cid))
+        })
+        .and_then(|st| st.started)
+        .unwrap_or(false);
+    let pod_ready = reported
+        .and_then(|r| r.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    Some(ReportedStatus {
+        started,
+        ready: pod_ready,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(ready_condition: &str, container_ready: bool, started: bool) -> PodStatus {
+        serde_json::from_value(serde_json::json!({
+            "conditions": [{"type": "Ready", "status": ready_condition}],
+            "containerStatuses": [{
+                "name": "app", "containerID": "containerd://abc", "image": "i", "imageID": "",
+                "ready": container_ready, "started": started, "restartCount": 0
+            }]
+        }))
+        .expect("pod status")
+    }
+
+    #[test]
+    fn adopted_readiness_follows_the_pods_ready_condition_as_kubelet() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let long_ago = start - Duration::from_secs(60);
+        let ready = status("True", true, true);
+        assert_eq!(
+            adopted_status(long_ago, start, Some(&ready), "app", "abc"),
+            Some(ReportedStatus {
+                started: true,
+                ready: true
+            })
+        );
+        // The container was ready but the pod was not (another container):
+        // kubelet reports it unready until its probe succeeds again.
+        let pod_unready = status("False", true, true);
+        assert_eq!(
+            adopted_status(long_ago, start, Some(&pod_unready), "app", "abc"),
+            Some(ReportedStatus {
+                started: true,
+                ready: false
+            })
+        );
+        // Another instance (other ID): not started as far as the API knows.
+        assert_eq!(
+            adopted_status(long_ago, start, Some(&ready), "app", "other"),
+            Some(ReportedStatus {
+                started: false,
+                ready: true
+            })
+        );
+    }
+
+    #[test]
+    fn a_container_started_within_the_grace_before_the_restart_is_new() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let ready = status("True", true, true);
+        for ago in [0, 1, 10] {
+            assert_eq!(
+                adopted_status(
+                    start - Duration::from_secs(ago),
+                    start,
+                    Some(&ready),
+                    "app",
+                    "abc"
+                ),
+                None,
+                "{ago} s before"
+            );
+        }
+        assert!(
+            adopted_status(
+                start - Duration::from_secs(11),
+                start,
+                Some(&ready),
+                "app",
+                "abc"
+            )
+            .is_some()
+        );
+    }
 }
