@@ -1,6 +1,7 @@
 //! Wiring of the `keelson-probes` crate into the pod lifecycle: exec probes
 //! through CRI ExecSync, probe workers started and stopped with each
-//! container instance (adopted containers keep what the API last showed),
+//! container instance (adopted containers start from what the API last
+//! showed, as kubelet after a restart),
 //! liveness/startup results feeding `computePodActions`, readiness feeding
 //! `ready` and the pod conditions, result changes waking the pod's worker,
 //! and probe events recorded on the container.
