@@ -130,8 +130,43 @@ pub type FastHash = foldhash::fast::RandomState;
 /// Elements as read from the kernel: key bytes -> value.
 pub type KernelElements = HashMap<Vec<u8>, KernelValue, FastHash>;
 
-/// Desired elements of one set by key.
-type DesiredElements = HashMap<Vec<u8>, Element, FastHash>;
+/// Desired elements of one set, sorted by key, one per key (of elements
+/// given with the same key the last one). A sorted Vec, not a map by
+/// key: at a cold start every element of the table is desired, and maps
+/// of them (a second copy of each key, spare capacity, the copies made
+/// while growing) were most of a full sync's heap peak (issue 20).
+#[derive(Debug, Default)]
+struct DesiredElements(Vec<Element>);
+
+impl DesiredElements {
+    fn new(mut elements: Vec<Element>) -> Self {
+        // Reversed, so the stable sort puts the last given of a key first
+        // and `dedup_by` keeps it.
+        elements.reverse();
+        elements.sort_by(|a, b| a.key.cmp(&b.key));
+        elements.dedup_by(|later, kept| later.key == kept.key);
+        DesiredElements(elements)
+    }
+
+    fn get(&self, key: &[u8]) -> Option<&Element> {
+        self.0
+            .binary_search_by(|e| e.key.as_slice().cmp(key))
+            .ok()
+            .map(|i| &self.0[i])
+    }
+
+    fn contains_key(&self, key: &[u8]) -> bool {
+        self.get(key).is_some()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.iter().map(|e| e.key.as_slice())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 /// Reads the elements of a set from the kernel: all of them, or those of
 /// the given keys (absent ones are left out). `None`: cannot tell; the set
@@ -229,6 +264,20 @@ impl Groups {
         ops.extend(self.del_sets);
         ops.extend(self.del_chains);
         ops
+    }
+
+    /// Adds `elements` to set `name` (moved, not copied, when the set has
+    /// none yet).
+    fn add_all(&mut self, name: &'static str, elements: Vec<Element>) {
+        if elements.is_empty() {
+            return;
+        }
+        match self.add_elements.entry(name) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(elements);
+            }
+            std::collections::btree_map::Entry::Occupied(mut o) => o.get_mut().extend(elements),
+        }
     }
 
     fn write_rules(&mut self, table: TableId, chain: &ChainDef) {
@@ -353,14 +402,9 @@ fn diff_elements(name: &'static str, want: DesiredElements, have: &KernelElement
             _ => g.del_elements.entry(name).or_default().push(k.clone()),
         }
     }
-    let mut add: Vec<Element> = want
-        .into_values()
-        .filter(|el| !have.get(&el.key).is_some_and(|v| v.is_of(el)))
-        .collect();
-    if !add.is_empty() {
-        add.sort_by(|a, b| a.key.cmp(&b.key));
-        g.add_elements.entry(name).or_default().extend(add);
-    }
+    let mut add = want.0;
+    add.retain(|el| !have.get(&el.key).is_some_and(|v| v.is_of(el)));
+    g.add_all(name, add);
 }
 
 /// Flushes a set that could not be read and fills it with `want`.
@@ -375,11 +419,7 @@ fn rewrite_set(
         table,
         name: name.into(),
     });
-    let mut add: Vec<Element> = want.into_values().collect();
-    add.sort_by(|a, b| a.key.cmp(&b.key));
-    if !add.is_empty() {
-        g.add_elements.entry(name).or_default().extend(add);
-    }
+    g.add_all(name, want.0);
 }
 
 fn unique_elements(r: &RenderedPort) -> HashMap<(ElementSet, &[u8]), &Element> {
@@ -988,7 +1028,7 @@ impl FamilyTable {
         let mut desired_chains: BTreeSet<String> = BTreeSet::new();
         let mut desired_sets: BTreeSet<String> =
             fixed.sets.iter().map(|s| s.name.clone()).collect();
-        let mut by_set: BTreeMap<ElementSet, DesiredElements> = BTreeMap::new();
+        let mut by_set: BTreeMap<ElementSet, Vec<Element>> = BTreeMap::new();
         let mut owners: HashMap<Claim, Vec<ServicePortKey>, FastHash> = HashMap::default();
         let mut shared: HashMap<u32, u32> = HashMap::new();
         // The endpoint lists in the kernel (first claimants): their slots
@@ -1055,7 +1095,7 @@ impl FamilyTable {
                         continue;
                     }
                 }
-                by_set.entry(set).or_default().insert(el.key.clone(), el);
+                by_set.entry(set).or_default().push(el);
             }
             for list in r.lists {
                 let o = owners
@@ -1067,15 +1107,9 @@ impl FamilyTable {
                 }
                 *shared.entry(list.value).or_default() += 1;
                 let d = list.dispatch_element();
-                by_set
-                    .entry(list.kind.sets().0)
-                    .or_default()
-                    .insert(d.key.clone(), d);
+                by_set.entry(list.kind.sets().0).or_default().push(d);
                 let s = list.digest_element();
-                by_set
-                    .entry(list.kind.digests())
-                    .or_default()
-                    .insert(s.key.clone(), s);
+                by_set.entry(list.kind.digests()).or_default().push(s);
                 lists.push(list);
             }
         }
@@ -1093,18 +1127,15 @@ impl FamilyTable {
             Vec::new();
         let mut np_want = None;
         if fixed.sets.iter().any(nodeport_set_name) {
-            np_want = Some(
-                fixed
-                    .nodeport_ips
-                    .iter()
-                    .map(|e| (e.key.clone(), e.clone()))
-                    .collect(),
-            );
+            np_want = Some(DesiredElements::new(fixed.nodeport_ips.clone()));
         }
         let named = ElementSet::ALL
             .into_iter()
             .filter(|s| !ListKind::ALL.iter().any(|k| k.sets().1 == *s))
-            .map(|s| (s.name(), by_set.remove(&s).unwrap_or_default()))
+            .map(|s| {
+                let want = DesiredElements::new(by_set.remove(&s).unwrap_or_default());
+                (s.name(), want)
+            })
             .chain(np_want.map(|w| (NODEPORT_IPS, w)));
         for (name, want) in named {
             let have = if kernel.sets.contains(name) {
@@ -1152,11 +1183,12 @@ impl FamilyTable {
                 .filter(|(_, t)| **t)
                 .map(|(l, _)| l.key.as_slice())
                 .collect();
-            let want: DesiredElements = ours()
-                .filter(|(_, t)| !**t)
-                .flat_map(|(l, _)| (0..l.endpoints.len()).filter_map(|i| l.endpoint_element(i)))
-                .map(|el| (el.key.clone(), el))
-                .collect();
+            let want = DesiredElements::new(
+                ours()
+                    .filter(|(_, t)| !**t)
+                    .flat_map(|(l, _)| (0..l.endpoints.len()).filter_map(|i| l.endpoint_element(i)))
+                    .collect(),
+            );
             // The slots the kernel's dispatch elements imply (`goto
             // endpoints-N` of key K: slots K.0 .. K.N-1), but for lists
             // whose digest holds: read by key, not dumped.
@@ -1181,7 +1213,7 @@ impl FamilyTable {
             let have = if !kernel.sets.contains(name) || (want.is_empty() && held.is_empty()) {
                 Some(KernelElements::default())
             } else {
-                let mut keys: Vec<&[u8]> = want.keys().map(Vec::as_slice).collect();
+                let mut keys: Vec<&[u8]> = want.keys().collect();
                 keys.extend(held.iter().map(Vec::as_slice));
                 elements(name, Some(&keys))
             };
@@ -1189,12 +1221,13 @@ impl FamilyTable {
                 Some(have) => diff_elements(name, want, &have, &mut g),
                 None => {
                     // Unreadable: rewritten whole, trusted lists too.
-                    let all = ours()
-                        .flat_map(|(l, _)| {
-                            (0..l.endpoints.len()).filter_map(|i| l.endpoint_element(i))
-                        })
-                        .map(|el| (el.key.clone(), el))
-                        .collect();
+                    let all = DesiredElements::new(
+                        ours()
+                            .flat_map(|(l, _)| {
+                                (0..l.endpoints.len()).filter_map(|i| l.endpoint_element(i))
+                            })
+                            .collect(),
+                    );
                     rewrite_set(table, name, all, &mut head, &mut g);
                 }
             }
