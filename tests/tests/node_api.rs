@@ -7,7 +7,7 @@
 //! `/configz` and `/runningpods/` (their shape and their `configz`/`pods`
 //! subresources), HTTP/2 by ALPN, the read-only port (off unless set, then
 //! only kubelet's unauthenticated paths), `tlsMinVersion` and
-//! `tlsCipherSuites`.
+//! `tlsCipherSuites`, and that no answer carries a Secret's value.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -214,6 +214,15 @@ async fn authentication_and_authorization_read_as_kubelet() {
     );
 }
 
+/// Whether the pod's first container is running.
+fn first_container_running(p: Pod) -> bool {
+    p.status
+        .and_then(|s| s.container_statuses)
+        .and_then(|c| c.into_iter().next())
+        .and_then(|c| c.state)
+        .is_some_and(|s| s.running.is_some())
+}
+
 fn log_line(ts: &str, stream: &str, tag: &str, text: &str) -> String {
     format!("{ts} {stream} {tag} {text}\n")
 }
@@ -234,13 +243,7 @@ async fn kubectl_logs_and_stats_through_the_api_server() {
         Duration::from_millis(100),
         || async {
             let p = pods.get("talker").await.map_err(|e| e.to_string())?;
-            let running = p
-                .status
-                .and_then(|s| s.container_statuses)
-                .and_then(|c| c.into_iter().next())
-                .and_then(|c| c.state)
-                .is_some_and(|s| s.running.is_some());
-            if !running {
+            if !first_container_running(p) {
                 return Err("not running".into());
             }
             node.fake
@@ -705,4 +708,115 @@ async fn tls_settings_kubelet_does_not_know_fail_the_start() {
         };
         assert!(e.contains(field), "{e}");
     }
+}
+
+/// Issue 17: nothing the node API returns contains secret data keelson
+/// holds. A pod takes a Secret's value through `env` `valueFrom` and
+/// `envFrom`; once keelson has handed the value to the runtime (the fake
+/// CRI's recorded container config has it), every data endpoint and an
+/// error body are read and none has the value, raw or base64.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_node_api_answer_contains_secret_data() {
+    use base64::Engine as _;
+    let (node, addr) = start().await;
+    let admin = admin_cert(&node);
+    let value = format!(
+        "s3cr3t-{:016x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            ^ u128::from(std::process::id())
+    );
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&value);
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(node.admin.clone(), "default");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "hush"},
+        "stringData": {"token": value}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(node.admin.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "keeper"},
+        "spec": {"nodeName": node.node_name, "containers": [{
+            "name": "app", "image": IMAGE,
+            "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hush", "key": "token"}}}],
+            "envFrom": [{"secretRef": {"name": "hush"}}]
+        }]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    wait_for("keeper runs", T, Duration::from_millis(100), || async {
+        let p = pods.get("keeper").await.map_err(|e| e.to_string())?;
+        if first_container_running(p) {
+            Ok(())
+        } else {
+            Err("not running".to_string())
+        }
+    })
+    .await
+    .unwrap();
+    // keelson held the value: it gave it to the runtime both ways.
+    let envs: Vec<(String, String)> = node
+        .fake
+        .container_configs()
+        .into_iter()
+        .filter(|(c, _)| c.metadata.as_ref().is_some_and(|m| m.name == "app"))
+        .flat_map(|(c, _)| c.envs.into_iter().map(|e| (e.key, e.value)))
+        .collect();
+    assert!(
+        envs.contains(&("TOKEN".to_string(), value.clone()))
+            && envs.contains(&("token".to_string(), value.clone())),
+        "{envs:?}"
+    );
+    // The summary has the pod once a housekeeping round ran after it
+    // started: read everything after that.
+    wait_for(
+        "keeper in the summary",
+        T,
+        Duration::from_millis(200),
+        || async {
+            let (code, body) = request(addr, "GET", "/stats/summary", &admin).await?;
+            if code == 200 && body.contains("\"keeper\"") {
+                Ok(())
+            } else {
+                Err(format!("{code} {body}"))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let paths = [
+        "/pods",
+        "/runningpods/",
+        "/configz",
+        "/healthz",
+        "/stats/summary",
+        "/metrics",
+        "/metrics/resource",
+        "/metrics/probes",
+        "/metrics/cadvisor",
+        "/containerLogs/default/keeper/nope",
+        "/containerLogs/default/keeper/app",
+    ];
+    for path in paths {
+        let (code, body) = request(addr, "GET", path, &admin).await.unwrap();
+        assert!(code < 500, "{path}: {code} {body}");
+        assert!(
+            !body.is_empty() || path.starts_with("/containerLogs/default/keeper/app"),
+            "{path}: empty"
+        );
+        assert!(
+            !body.contains(&value) && !body.contains(&b64),
+            "{path} answers with the secret's value: {body}"
+        );
+    }
+    // /pods has the pod as the API server gave it: the Secret by name.
+    let (_, body) = request(addr, "GET", "/pods", &admin).await.unwrap();
+    assert!(body.contains("\"hush\""), "{body}");
 }
