@@ -7,7 +7,8 @@
 //! `/configz` and `/runningpods/` (their shape and their `configz`/`pods`
 //! subresources), HTTP/2 by ALPN, the read-only port (off unless set, then
 //! only kubelet's unauthenticated paths), `tlsMinVersion` and
-//! `tlsCipherSuites`, and that no answer carries a Secret's value.
+//! `tlsCipherSuites`, that no answer carries a Secret's value, and that a
+//! `kubectl logs -f` whose client goes away frees its stream.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -223,16 +224,12 @@ fn first_container_running(p: Pod) -> bool {
         .is_some_and(|s| s.running.is_some())
 }
 
-fn log_line(ts: &str, stream: &str, tag: &str, text: &str) -> String {
-    format!("{ts} {stream} {tag} {text}\n")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_logs_and_stats_through_the_api_server() {
-    let (node, addr) = start().await;
-    let pods: Api<Pod> = Api::namespaced(node.admin.clone(), "default");
+/// Creates pod `name` with one container `app` on the node, waits until it
+/// runs, and returns its log file's path (its directory made: the fake
+/// runtime writes no logs, the test does).
+async fn running_app_log(node: &InProcessNode, pods: &Api<Pod>, name: &str) -> std::path::PathBuf {
     let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "talker"},
+        "metadata": {"name": name},
         "spec": {"nodeName": node.node_name, "containers": [{"name": "app", "image": IMAGE}]}
     }))
     .unwrap();
@@ -242,7 +239,7 @@ async fn kubectl_logs_and_stats_through_the_api_server() {
         T,
         Duration::from_millis(100),
         || async {
-            let p = pods.get("talker").await.map_err(|e| e.to_string())?;
+            let p = pods.get(name).await.map_err(|e| e.to_string())?;
             if !first_container_running(p) {
                 return Err("not running".into());
             }
@@ -258,6 +255,18 @@ async fn kubectl_logs_and_stats_through_the_api_server() {
     .unwrap();
     let log = std::path::PathBuf::from(&log_path);
     std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    log
+}
+
+fn log_line(ts: &str, stream: &str, tag: &str, text: &str) -> String {
+    format!("{ts} {stream} {tag} {text}\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_and_stats_through_the_api_server() {
+    let (node, addr) = start().await;
+    let pods: Api<Pod> = Api::namespaced(node.admin.clone(), "default");
+    let log = running_app_log(&node, &pods, "talker").await;
     std::fs::write(
         &log,
         [
@@ -819,4 +828,75 @@ async fn no_node_api_answer_contains_secret_data() {
     // /pods has the pod as the API server gave it: the Secret by name.
     let (_, body) = request(addr, "GET", "/pods", &admin).await.unwrap();
     assert!(body.contains("\"hush\""), "{body}");
+}
+
+/// The files under `path` this process holds open (keelson runs in it).
+fn open_fds_on(path: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == path))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// A `kubectl logs -f` whose client goes away frees its stream at once:
+/// the follower stops and closes the log file while the container still
+/// runs (kubelet ends the follow when the request's context is cancelled).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_disconnects_frees_its_stream() {
+    use tokio::io::AsyncBufReadExt;
+    let (node, _addr) = start().await;
+    let pods: Api<Pod> = Api::namespaced(node.admin.clone(), "default");
+    let log = running_app_log(&node, &pods, "follower").await;
+    std::fs::write(
+        &log,
+        log_line("2024-05-01T10:00:00Z", "stdout", "F", "first"),
+    )
+    .unwrap();
+    assert_eq!(open_fds_on(&log), 0, "nobody reads the log yet");
+
+    let mut child = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(node.api.kubeconfig_path())
+        .args(["logs", "-f", "follower"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(T, lines.next_line()).await;
+    assert_eq!(first.unwrap().unwrap().as_deref(), Some("first"));
+    // Following: a line written now reaches kubectl.
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .unwrap()
+        .write_all(log_line("2024-05-01T10:00:01Z", "stdout", "F", "second").as_bytes())
+        .unwrap();
+    let second = tokio::time::timeout(T, lines.next_line()).await;
+    assert_eq!(second.unwrap().unwrap().as_deref(), Some("second"));
+    assert_eq!(open_fds_on(&log), 1, "the follower holds the log open");
+
+    child.kill().await.unwrap();
+    drop(lines);
+    wait_for(
+        "the follower closes the log once its client is gone",
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        || async {
+            match open_fds_on(&log) {
+                0 => Ok(()),
+                n => Err(format!("{n} open")),
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let p = pods.get("follower").await.unwrap();
+    assert!(first_container_running(p), "the container still runs");
 }
