@@ -755,8 +755,10 @@ async fn no_node_api_answer_contains_secret_data() {
         "spec": {"nodeName": node.node_name, "containers": [{
             "name": "app", "image": IMAGE,
             "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hush", "key": "token"}}}],
-            "envFrom": [{"secretRef": {"name": "hush"}}]
-        }]}
+            "envFrom": [{"secretRef": {"name": "hush"}}],
+            "volumeMounts": [{"name": "hushed", "mountPath": "/etc/hush"}]
+        }],
+        "volumes": [{"name": "hushed", "secret": {"secretName": "hush"}}]}
     }))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
@@ -783,6 +785,19 @@ async fn no_node_api_answer_contains_secret_data() {
             && envs.contains(&("token".to_string(), value.clone())),
         "{envs:?}"
     );
+    // ... and wrote it into the secret volume the container mounts.
+    let mounted: Vec<String> = node
+        .fake
+        .container_configs()
+        .into_iter()
+        .filter(|(c, _)| c.metadata.as_ref().is_some_and(|m| m.name == "app"))
+        .flat_map(|(c, _)| c.mounts)
+        .filter(|m| m.container_path == "/etc/hush")
+        .filter_map(|m| {
+            std::fs::read_to_string(std::path::Path::new(&m.host_path).join("token")).ok()
+        })
+        .collect();
+    assert_eq!(mounted, vec![value.clone()], "the secret volume's file");
     // The summary has the pod once a housekeeping round ran after it
     // started: read everything after that.
     wait_for(
