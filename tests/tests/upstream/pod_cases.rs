@@ -290,6 +290,29 @@ async fn pod_crash_loop_back_off(env: Arc<Env>, agents: Agents) -> anyhow::Resul
     .await?;
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
     let saw_backoff = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The waiting reason lasts only while the agent holds the restart
+    // back: a watch sees every status the agent writes, where a poll under
+    // load can miss a short one (the real kubelet's was missed by the poll
+    // alone in a full-suite run).
+    let watch = tokio::spawn({
+        use futures::StreamExt;
+        use kube::runtime::watcher;
+        let saw = saw_backoff.clone();
+        let s = watcher(
+            pods.clone(),
+            watcher::Config::default().fields("metadata.name=crasher"),
+        );
+        async move {
+            let mut s = std::pin::pin!(s);
+            while let Some(ev) = s.next().await {
+                if let Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = ev
+                    && in_crash_loop_back_off(&p)
+                {
+                    saw.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+    });
     let status = wait_for(
         "two restarts and CrashLoopBackOff",
         Duration::from_secs(120),
@@ -299,6 +322,9 @@ async fn pod_crash_loop_back_off(env: Arc<Env>, agents: Agents) -> anyhow::Resul
             let saw = saw_backoff.clone();
             async move {
                 let p = pods.get("crasher").await.map_err(|e| e.to_string())?;
+                if in_crash_loop_back_off(&p) {
+                    saw.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
                 let cs = p
                     .status
                     .as_ref()
@@ -306,15 +332,6 @@ async fn pod_crash_loop_back_off(env: Arc<Env>, agents: Agents) -> anyhow::Resul
                     .and_then(|c| c.first())
                     .cloned()
                     .ok_or("no container status")?;
-                if cs
-                    .state
-                    .as_ref()
-                    .and_then(|s| s.waiting.as_ref())
-                    .and_then(|w| w.reason.as_deref())
-                    == Some("CrashLoopBackOff")
-                {
-                    saw.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
                 let seen = saw.load(std::sync::atomic::Ordering::Relaxed);
                 if cs.restart_count >= 2 && seen {
                     Ok(cs)
@@ -327,7 +344,9 @@ async fn pod_crash_loop_back_off(env: Arc<Env>, agents: Agents) -> anyhow::Resul
             }
         },
     )
-    .await?;
+    .await;
+    watch.abort();
+    let status = status?;
     let last = status
         .last_state
         .as_ref()
@@ -346,6 +365,18 @@ async fn pod_crash_loop_back_off(env: Arc<Env>, agents: Agents) -> anyhow::Resul
     )
     .await?;
     Ok(())
+}
+
+/// The pod's first container waits in `CrashLoopBackOff`.
+fn in_crash_loop_back_off(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|cs| cs.state.as_ref())
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.reason.as_deref())
+        == Some("CrashLoopBackOff")
 }
 
 fn pod_phase(p: &Pod) -> String {
