@@ -33,7 +33,7 @@ use keelson_netplane::nftables::names::{PortChains, endpoint_names};
 use keelson_tests::node_harness::keelson_bin;
 use keelson_tests::support::{require_root, wait_for};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use system_pods_support::{IMAGE, SysWorld, condition, container_status};
 
@@ -334,10 +334,14 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
         "readinessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 1}});
     w.create_pod("web", json!({"containers": [httpd.clone()]}))
         .await;
-    let mut web_labels = w.pods().get("web").await.unwrap();
-    web_labels.metadata.labels = Some([("app".to_string(), "hello".to_string())].into());
+    // A merge patch, not get-and-replace: the agent writes the pod's status
+    // meanwhile, and a replace of the read copy would meet a 409 Conflict.
     w.pods()
-        .replace("web", &PostParams::default(), &web_labels)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"app": "hello"}}})),
+        )
         .await
         .unwrap();
     w.create_pod(
