@@ -99,6 +99,14 @@ pub fn record_skip(test: &str, reason: &str, counted: CountedAs) {
     }
 }
 
+/// The repository's root directory (the tests crate lives in it).
+pub fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate lives in the repository")
+        .to_path_buf()
+}
+
 /// System tests need root (network namespaces, nftables, containerd). They
 /// fail loudly when not root, unless `KEELSON_SKIP_SYSTEM_TESTS=1` is set, in
 /// which case the skip is recorded ([`skip`]) and the caller returns early.

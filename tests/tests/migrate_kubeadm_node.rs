@@ -11,13 +11,14 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use base64::Engine;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use keelson_tests::node_harness::keelson_bin;
+use keelson_tests::support::repo_root as repo;
 use keelson_tests::support::wait_for;
 use keelson_tests::testapi::{TestApiOptions, TestApiServer};
 use kube::Api;
@@ -26,13 +27,6 @@ use serde_json::json;
 
 const NODE: &str = "node-1";
 const T: Duration = Duration::from_secs(60);
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repository root")
-        .to_path_buf()
-}
 
 fn testdata(name: &str) -> String {
     std::fs::read_to_string(repo().join("agent/src/config/upstream/testdata").join(name))

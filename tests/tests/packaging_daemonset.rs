@@ -28,6 +28,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use keelson::config::Config;
 use keelson_tests::containerd::Containerd;
 use keelson_tests::images::oci::{ImageConfig, LayerBuilder, write_archive};
+use keelson_tests::support::repo_root as repo;
 use keelson_tests::support::{require_root, wait_for};
 use keelson_tests::testapi::{StaticToken, TestApiOptions, TestApiServer};
 use kube::Api;
@@ -39,13 +40,6 @@ const ADMIN_TOKEN: &str = "ds-admin";
 const NODE_TOKEN: &str = "ds-node";
 const ENDPOINT_PLACEHOLDER: &str = "https://CONTROL_PLANE_ENDPOINT:6443";
 const PROXY_SA: &str = "system:serviceaccount:kube-system:keelson-proxy";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repository root")
-        .to_path_buf()
-}
 
 fn read(rel: &str) -> String {
     std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))

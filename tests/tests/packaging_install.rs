@@ -8,17 +8,11 @@
 //! while volumes are mounted below the root dir. The unit passes
 //! `systemd-analyze verify`.
 
+use keelson_tests::support::repo_root as repo;
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repository root")
-        .to_path_buf()
-}
 
 /// A temporary root plus a systemctl that records its calls.
 struct Root {

@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use keelson::apiclient::{ClientSettings, build_client};
 use keelson::config::{Config, ProxyMode};
+use keelson_tests::support::repo_root as repo;
 use keelson_tests::testapi::{StaticToken, TestApiOptions, TestApiServer};
 use kube::Api;
 use serde::de::DeserializeOwned;
@@ -25,13 +26,6 @@ use serde_json::Value;
 const ENDPOINT_PLACEHOLDER: &str = "https://CONTROL_PLANE_ENDPOINT:6443";
 /// Where the kubelet mounts a pod's ServiceAccount credentials.
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate lives in the repository")
-        .to_path_buf()
-}
 
 fn read(rel: &str) -> String {
     let p = repo().join(rel);

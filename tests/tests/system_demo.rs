@@ -12,15 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use keelson_tests::support::repo_root as repo;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repository root")
-        .to_path_buf()
-}
 
 /// The directory holding the built `keelson` and `keelson-demo` (the
 /// target profile directory this test was built into).
