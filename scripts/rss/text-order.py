@@ -29,8 +29,6 @@ for p in profiles:
         for line in f:
             if line.startswith(("fn=", "cfn=")):
                 name = line.split("=", 1)[1].strip()
-                # --compress-strings=no, but be safe with "(id) name".
-                name = re.sub(r"^\(\d+\)\s*", "", name)
                 ran.add(name)
 ran = set(keys(sorted(ran)))
 
