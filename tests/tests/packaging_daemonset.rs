@@ -27,7 +27,8 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use keelson::config::Config;
 use keelson_tests::containerd::Containerd;
-use keelson_tests::images::oci::{ImageConfig, LayerBuilder, write_archive};
+use keelson_tests::images::oci::{ImageConfig, write_archive};
+use keelson_tests::images::rootfs::{Layout, RootFs};
 use keelson_tests::support::repo_root as repo;
 use keelson_tests::support::{require_root, wait_for};
 use keelson_tests::testapi::{StaticToken, TestApiOptions, TestApiServer};
@@ -55,55 +56,15 @@ fn keelson_bin() -> PathBuf {
         .expect("keelson built next to the tests (cargo build --workspace)")
 }
 
-/// The shared objects `ldd` lists for `bin` (absolute paths).
-fn shared_objects(bin: &Path) -> Vec<String> {
-    let out = Command::new("ldd").arg(bin).output().expect("ldd runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            match w.as_slice() {
-                [_, "=>", path, ..] if path.starts_with('/') => Some(path.to_string()),
-                [path, ..] if path.starts_with('/') => Some(path.to_string()),
-                _ => None,
-            }
-        })
-        .collect()
-}
-
 /// The image the Containerfile describes, assembled from this host's
 /// keelson build and nft: the same paths, entrypoint and command.
 fn build_image(dir: &Path, name: &str) -> PathBuf {
     let keelson = keelson_bin();
-    let nft = Path::new("/usr/sbin/nft");
-    let mut layer = LayerBuilder::new();
-    let mut dirs = std::collections::BTreeSet::new();
-    let mut files: Vec<(String, PathBuf)> = vec![
-        ("usr/local/bin/keelson".into(), keelson.clone()),
-        ("usr/sbin/nft".into(), nft.to_path_buf()),
-    ];
-    for so in shared_objects(&keelson)
-        .into_iter()
-        .chain(shared_objects(nft))
-    {
-        let rel = so.trim_start_matches('/').to_string();
-        if !files.iter().any(|(r, _)| *r == rel) {
-            files.push((rel, PathBuf::from(so)));
-        }
-    }
-    for (rel, _) in &files {
-        let mut p = Path::new(rel).parent();
-        while let Some(d) = p.filter(|d| !d.as_os_str().is_empty()) {
-            dirs.insert(d.display().to_string());
-            p = d.parent();
-        }
-    }
-    for d in &dirs {
-        layer.dir(d, 0o755).expect("dir");
-    }
-    for (rel, src) in &files {
-        layer.host_file(rel, 0o755, src).expect("file");
-    }
+    let mut fs = RootFs::new(Layout::Split).expect("rootfs");
+    fs.host_binary("usr/local/bin/keelson", &keelson)
+        .expect("keelson");
+    fs.host_binary("usr/sbin/nft", Path::new("/usr/sbin/nft"))
+        .expect("nft");
     let config = ImageConfig {
         entrypoint: vec!["/usr/local/bin/keelson".into()],
         cmd: vec![
@@ -115,7 +76,7 @@ fn build_image(dir: &Path, name: &str) -> PathBuf {
         ..Default::default()
     };
     let archive = dir.join("keelson-image.tar");
-    write_archive(name, layer.finish().expect("layer"), &config, &archive).expect("archive");
+    write_archive(name, fs.finish().expect("layer"), &config, &archive).expect("archive");
     archive
 }
 

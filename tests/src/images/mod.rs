@@ -9,16 +9,20 @@
 //!   (with an `index.html`), `Cmd ["sh"]`; so `httpd -f -p 80 -h /www` and
 //!   `sh -c '...'` work.
 //!
+//! [`rootfs`] copies Debian binaries with their libraries, Debian packages
+//! and busybox applets into a layer.
+//!
 //! Images are written as OCI image-layout archives by a small builder of
 //! ours ([`oci`]) and imported with `ctr images import` into containerd's
 //! `k8s.io` namespace (where the CRI plugin looks), see [`import`].
 
 pub mod oci;
+pub mod rootfs;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-pub use oci::{ImageConfig, LayerBuilder, write_archive};
+pub use oci::{ImageConfig, LayerBuilder, write_archive, write_image};
 
 /// The pause (sandbox) image name.
 pub const PAUSE_IMAGE: &str = "keelson.local/pause:3.10";
@@ -50,6 +54,21 @@ pub enum ImageError {
         /// Its stderr (and stdout).
         output: String,
     },
+    /// A file an image needs is not on this host.
+    #[error("{path} is missing: {hint}")]
+    Missing {
+        /// The host path looked for.
+        path: PathBuf,
+        /// Where it comes from (a Debian package, the shared binaries).
+        hint: String,
+    },
+    /// A layer entry could not be added as asked (a path twice, a file
+    /// under a non-directory, an unsupported file type).
+    #[error("layer: {0}")]
+    Layer(String),
+    /// A tool's output or an input file was not what was expected.
+    #[error("unexpected input: {0}")]
+    Input(String),
 }
 
 /// An image archive ready to import.
@@ -63,7 +82,9 @@ pub struct BuiltImage {
     pub manifest_digest: String,
 }
 
-fn run(cmd: &mut Command) -> Result<String, ImageError> {
+/// Runs `cmd` to completion (stdin closed); its stdout, or
+/// [`ImageError::Command`] with its output when it fails.
+pub fn run(cmd: &mut Command) -> Result<String, ImageError> {
     let shown = format!("{cmd:?}");
     let out = cmd
         .stdin(Stdio::null())
