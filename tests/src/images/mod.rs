@@ -9,13 +9,15 @@
 //!   (with an `index.html`), `Cmd ["sh"]`; so `httpd -f -p 80 -h /www` and
 //!   `sh -c '...'` work.
 //!
-//! [`rootfs`] copies Debian binaries with their libraries, Debian packages
-//! and busybox applets into a layer.
+//! The images of Kubernetes' e2e suite, under their upstream names, are
+//! built by [`e2e`] from the same pieces ([`rootfs`] copies Debian binaries
+//! with their libraries and Debian packages into a layer).
 //!
 //! Images are written as OCI image-layout archives by a small builder of
 //! ours ([`oci`]) and imported with `ctr images import` into containerd's
 //! `k8s.io` namespace (where the CRI plugin looks), see [`import`].
 
+pub mod e2e;
 pub mod oci;
 pub mod rootfs;
 
