@@ -233,6 +233,24 @@ async fn e2e_images_build_import_and_run() {
     eprintln!("built {} archives in {:?}", built.len(), began.elapsed());
     assert_eq!(built[0].name, e2e::PAUSE);
 
+    // Built again with the same inputs: the archives of the first build,
+    // not rewritten.
+    let mtimes = |b: &[keelson_tests::images::BuiltImage]| {
+        b.iter()
+            .map(|i| {
+                let m = std::fs::metadata(&i.archive).expect("archive");
+                (
+                    i.name.clone(),
+                    i.manifest_digest.clone(),
+                    m.modified().expect("mtime"),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let bin = PathBuf::from(std::env::var_os(BIN_ENV).unwrap_or_default());
+    let again = e2e::build_e2e_images(&bin, &image_files(), dir.path()).expect("cached build");
+    assert_eq!(mtimes(&again), mtimes(&built));
+
     let ctrd = Containerd::start_with(ContainerdOptions {
         sandbox_image: Some(e2e::PAUSE.to_string()),
         extra_images: built,

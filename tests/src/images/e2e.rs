@@ -35,6 +35,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use serde_json::json;
+
 use super::rootfs::{Layout, RootFs};
 use super::{BuiltImage, ImageConfig, ImageError, run, write_image};
 
@@ -487,7 +489,128 @@ impl Sources {
 /// One [`BuiltImage`] per archive, [`PAUSE`] first; an archive may carry a
 /// second name ([`AGNHOST_PREV`], [`BUSYBOX_PREV`]), which `ctr images
 /// import` creates too. Import each with [`super::import`].
+///
+/// Cached: `dir/e2e-images.json` records the inputs of the last build
+/// ([`inputs`]) and its archives; when the inputs are the same and the
+/// archives are still there, they are returned without a rebuild.
 pub fn build_e2e_images(
+    upstream_bin: &Path,
+    image_files: &Path,
+    dir: &Path,
+) -> Result<Vec<BuiltImage>, ImageError> {
+    let stamp = dir.join(STAMP);
+    let inputs = inputs(upstream_bin, image_files);
+    if let Some(cached) = cached_build(&stamp, &inputs) {
+        return Ok(cached);
+    }
+    // A build that stops half-way leaves no stamp behind.
+    remove_if_present(&stamp)?;
+    let built = build_all(upstream_bin, image_files, dir)?;
+    let record = json!({
+        "inputs": inputs,
+        "images": built.iter().map(|b| json!({
+            "name": b.name,
+            "archive": b.archive,
+            "manifest_digest": b.manifest_digest,
+            "size": std::fs::metadata(&b.archive).map(|m| m.len()).unwrap_or_default(),
+        })).collect::<Vec<_>>(),
+    });
+    std::fs::write(&stamp, record.to_string()).map_err(|source| ImageError::Io {
+        context: format!("writing {}", stamp.display()),
+        source,
+    })?;
+    Ok(built)
+}
+
+/// The record of the last build in a directory.
+const STAMP: &str = "e2e-images.json";
+
+/// What a build reads, each as one line: this module's code (its source
+/// and the OCI writer's, hashed), and the size and modification time of
+/// the shared binaries used, the image-files tarball, the host files
+/// copied outside packages, and dpkg's status (any package installed or
+/// upgraded changes it).
+pub fn inputs(upstream_bin: &Path, image_files: &Path) -> Vec<String> {
+    let code = [
+        include_str!("e2e.rs"),
+        include_str!("rootfs.rs"),
+        include_str!("oci.rs"),
+    ]
+    .concat();
+    let mut lines = vec![format!(
+        "code {}",
+        hex::encode(ring::digest::digest(&ring::digest::SHA256, code.as_bytes()))
+    )];
+    let mut files: Vec<PathBuf> = ["agnhost", "busybox", "nnp"]
+        .iter()
+        .map(|b| upstream_bin.join(b))
+        .collect();
+    files.push(image_files.to_path_buf());
+    files.extend(
+        [
+            "/var/lib/dpkg/status",
+            "/etc/services",
+            "/etc/protocols",
+            "/etc/ssl/certs/ca-certificates.crt",
+            "/etc/nginx/mime.types",
+        ]
+        .iter()
+        .map(PathBuf::from),
+    );
+    for f in files {
+        lines.push(match std::fs::metadata(&f) {
+            Ok(m) => {
+                use std::os::unix::fs::MetadataExt;
+                format!(
+                    "{} {} {}.{}",
+                    f.display(),
+                    m.len(),
+                    m.mtime(),
+                    m.mtime_nsec()
+                )
+            }
+            Err(_) => format!("{} absent", f.display()),
+        });
+    }
+    lines
+}
+
+/// The archives of the last build in `stamp`'s directory when it had the
+/// same `inputs` and they are all still there, unchanged in size.
+fn cached_build(stamp: &Path, inputs: &[String]) -> Option<Vec<BuiltImage>> {
+    let record: serde_json::Value = serde_json::from_slice(&std::fs::read(stamp).ok()?).ok()?;
+    if record["inputs"] != json!(inputs) {
+        return None;
+    }
+    record["images"]
+        .as_array()?
+        .iter()
+        .map(|i| {
+            let archive = PathBuf::from(i["archive"].as_str()?);
+            let size = std::fs::metadata(&archive).ok()?.len();
+            (i["size"].as_u64()? == size).then(|| BuiltImage {
+                name: i["name"].as_str().unwrap_or_default().to_string(),
+                archive,
+                manifest_digest: i["manifest_digest"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            })
+        })
+        .collect()
+}
+
+fn remove_if_present(path: &Path) -> Result<(), ImageError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ImageError::Io {
+            context: format!("removing {}", path.display()),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn build_all(
     upstream_bin: &Path,
     image_files: &Path,
     dir: &Path,
