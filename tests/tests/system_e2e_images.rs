@@ -370,7 +370,7 @@ async fn e2e_images_build_import_and_run() {
         container(
             "busybox",
             e2e::BUSYBOX,
-            &["sh", "-c", "env; busybox | head -1"],
+            &["sh", "-c", "env; /bin/env true && busybox | head -1"],
             &[],
             &[("a.b", "dotted"), ("PLAIN", "x")],
         ),

@@ -18,7 +18,7 @@
 //! |---|---|
 //! | [`AGNHOST`] (also tagged [`AGNHOST_PREV`], the same image) | `/agnhost` and `/agnhost-2` → `agnhost`; entrypoint `/agnhost`, command `pause`; busybox 1.37 applets as the shell and coreutils; from Debian: `curl`, OpenBSD `nc`, `dig`/`nslookup`/`host`/`delv`, iproute2 (`ip`, `ss`, `tc`, `bridge`), `iperf` (+ `/usr/local/bin/iperf`), `bash`, `getent`, `ipcs`/`ipcmk`/`ipcrm`/`lsipc`; `/localhost.crt` and `/localhost.key` (porter), `/uploads` (netexec); Alpine's users and groups plus `user-defined-in-image` (1000) in `group-defined-in-image` (50000); CA bundle; exposes 80, 8080, 8081, 9376, 5000 |
 //! | [`KITTEN`], [`NAUTILUS`] | agnhost's layer plus `/kitten.jpg` (`/nautilus.jpg`) and `/data.json`; command `test-webserver` |
-//! | [`BUSYBOX`] (also tagged [`BUSYBOX_PREV`]) | the static busybox 1.37 with every applet in `/bin`, `/sbin`, `/usr/bin`, `/usr/sbin`; busybox's users and groups; command `sh` |
+//! | [`BUSYBOX`] (also tagged [`BUSYBOX_PREV`]) | the static busybox 1.37 with every applet in `/bin` (as the official image); its users and groups; command `sh` |
 //! | [`NGINX`] | Debian's nginx (nginx-light) as `/usr/sbin/nginx` with its libraries, the official image's `nginx.conf` and `conf.d/default.conf` (port 80, `/usr/share/nginx/html`), user `nginx` (101), logs to stdout/stderr; busybox 1.37 as the shell; command `nginx -g 'daemon off;'`, stop signal SIGTERM, exposes 80 |
 //! | [`NGINX_NEW`] | the same plus the official image's `/docker-entrypoint.sh` (as entrypoint; it adds the IPv6 listener when the pod has IPv6), stop signal SIGQUIT |
 //! | [`NONEWPRIVS`] | busybox 1.37 (Alpine's place) and `/usr/local/bin/nnp`, setuid and setgid root; command `nnp` |
@@ -829,7 +829,7 @@ fn alpine_base(
     passwd: &str,
     group: &str,
 ) -> Result<(), ImageError> {
-    fs.busybox(&src.bin("busybox")?)?;
+    fs.busybox(&src.bin("busybox")?, None)?;
     let layer = fs.layer();
     for (d, mode) in [
         ("dev", 0o755),
@@ -945,10 +945,10 @@ fn agnhost_config(cmd: Vec<String>) -> ImageConfig {
     }
 }
 
-/// The official busybox image: the applets in `/bin` etc., its users.
+/// The official busybox image: every applet in `/bin`, its users.
 fn busybox_layer(src: &Sources) -> Result<Vec<u8>, ImageError> {
     let mut fs = RootFs::new(Layout::Split)?;
-    fs.busybox(&src.bin("busybox")?)?;
+    fs.busybox(&src.bin("busybox")?, Some("/bin"))?;
     let layer = fs.layer();
     for (d, mode) in [
         ("dev", 0o755),

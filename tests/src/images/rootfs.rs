@@ -226,11 +226,17 @@ impl RootFs {
     }
 
     /// Installs static busybox `source` as `/bin/busybox` and a symlink to
-    /// it for each applet (at the path `busybox --list-full` gives, placed
-    /// per the layout), except where a command of that name is already in
-    /// the image (so Debian's `nc`, `ip`, ... are not shadowed by an applet
-    /// earlier in `PATH`). Add the other binaries first.
-    pub fn busybox(&mut self, source: &Path) -> Result<&mut Self, ImageError> {
+    /// it for each applet, at the path `busybox --list-full` gives (as
+    /// Alpine lays them out) or, with `all_in` (`"/bin"`), all in that
+    /// directory (as the official busybox image), placed per the layout;
+    /// except where a command of that name is already in the image (so
+    /// Debian's `nc`, `ip`, ... are not shadowed by an applet earlier in
+    /// `PATH`). Add the other binaries first.
+    pub fn busybox(
+        &mut self,
+        source: &Path,
+        all_in: Option<&str>,
+    ) -> Result<&mut Self, ImageError> {
         if !source.exists() {
             return Err(missing(source));
         }
@@ -239,10 +245,13 @@ impl RootFs {
         self.layer.host_file(&dest, 0o755, source)?;
         for applet in applets.lines().map(str::trim).filter(|l| !l.is_empty()) {
             let name = applet.rsplit('/').next().unwrap_or(applet);
-            if applet == "bin/busybox" || self.provides(name) {
+            if name == "busybox" || self.provides(name) {
                 continue;
             }
-            let path = self.place(&format!("/{applet}"));
+            let path = match all_in {
+                Some(dir) => self.place(&format!("{}/{name}", dir.trim_end_matches('/'))),
+                None => self.place(&format!("/{applet}")),
+            };
             self.layer.symlink(&path, "/bin/busybox")?;
         }
         Ok(self)
