@@ -6,6 +6,7 @@
 //! stand-in for kube-apiserver on machines where none can be installed.
 
 pub mod bench;
+pub mod conformance;
 pub mod containerd;
 pub mod ebpf_env;
 pub mod images;

@@ -18,6 +18,9 @@ pub struct Layout<'a> {
     /// runc's `systemd` cgroup driver (`SystemdCgroup = true`) instead of
     /// cgroupfs.
     pub systemd_cgroup: bool,
+    /// The CNI `portmap` plugin after the bridge, so a container's
+    /// `hostPort` is forwarded (iptables rules in the node's namespace).
+    pub host_ports: bool,
 }
 
 impl Layout<'_> {
@@ -99,12 +102,11 @@ disabled_plugins = [
 }
 
 /// A bridge network with host-local IPAM (its allocation store private to
-/// the instance), the bridge being the pods' gateway.
+/// the instance), the bridge being the pods' gateway; with
+/// [`Layout::host_ports`], `portmap` chained after it (what upstream's
+/// conformance clusters run for `hostPort`).
 pub fn cni_conflist(l: &Layout<'_>) -> String {
-    serde_json::json!({
-        "cniVersion": "0.4.0",
-        "name": l.network,
-        "plugins": [{
+    let mut plugins = vec![serde_json::json!({
             "type": "bridge",
             "bridge": "kbr0",
             "isGateway": true,
@@ -116,7 +118,17 @@ pub fn cni_conflist(l: &Layout<'_>) -> String {
                 "routes": [{ "dst": "0.0.0.0/0" }],
                 "dataDir": l.dir.join("ipam").display().to_string(),
             }
-        }]
+    })];
+    if l.host_ports {
+        plugins.push(serde_json::json!({
+            "type": "portmap",
+            "capabilities": { "portMappings": true },
+        }));
+    }
+    serde_json::json!({
+        "cniVersion": "0.4.0",
+        "name": l.network,
+        "plugins": plugins,
     })
     .to_string()
 }
@@ -132,6 +144,7 @@ mod tests {
             pod_cidr: "10.244.0.0/24",
             sandbox_image: "keelson.local/pause:3.10",
             systemd_cgroup: false,
+            host_ports: false,
         }
     }
 
@@ -176,5 +189,19 @@ mod tests {
             "10.244.0.0/24"
         );
         assert_eq!(v["plugins"][0]["ipam"]["dataDir"], "/d/ipam");
+        assert_eq!(v["plugins"].as_array().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn host_ports_chain_portmap_after_the_bridge() {
+        let dir = Path::new("/d");
+        let l = Layout {
+            host_ports: true,
+            ..layout(dir)
+        };
+        let v: serde_json::Value = serde_json::from_str(&cni_conflist(&l)).expect("json");
+        assert_eq!(v["plugins"][0]["type"], "bridge");
+        assert_eq!(v["plugins"][1]["type"], "portmap");
+        assert_eq!(v["plugins"][1]["capabilities"]["portMappings"], true);
     }
 }

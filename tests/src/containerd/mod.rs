@@ -107,6 +107,13 @@ pub struct ContainerdOptions {
     /// `systemd` cgroup driver (`SystemdCgroup = true`); see
     /// [`crate::private_systemd`].
     pub systemd: Option<SystemdEntry>,
+    /// The sandbox image instead of [`PAUSE_IMAGE`] (it must be among
+    /// [`ContainerdOptions::extra_images`]).
+    pub sandbox_image: Option<String>,
+    /// Chain CNI's `portmap` after the bridge ([`Layout::host_ports`]).
+    pub host_ports: bool,
+    /// Images imported beside the test images before the first sandbox.
+    pub extra_images: Vec<images::BuiltImage>,
 }
 
 impl Default for ContainerdOptions {
@@ -115,6 +122,9 @@ impl Default for ContainerdOptions {
             pod_cidr: "10.244.0.0/24".to_string(),
             request_timeout: Duration::from_secs(60),
             systemd: None,
+            sandbox_image: None,
+            host_ports: false,
+            extra_images: Vec::new(),
         }
     }
 }
@@ -170,8 +180,9 @@ impl Containerd {
             dir: &instance.dir,
             network: &network,
             pod_cidr: &options.pod_cidr,
-            sandbox_image: PAUSE_IMAGE,
+            sandbox_image: options.sandbox_image.as_deref().unwrap_or(PAUSE_IMAGE),
             systemd_cgroup: options.systemd.is_some(),
+            host_ports: options.host_ports,
         };
         for sub in [
             "root", "state", "cni", "images", "opt", "runc", "ipam", "pod-logs",
@@ -210,14 +221,15 @@ impl Containerd {
             None => unreachable_child(),
         };
         let socket = instance.socket();
-        for image in &built {
+        for image in built.iter().chain(&options.extra_images) {
             let archive = image.archive.clone();
             let socket = socket.clone();
             tokio::task::spawn_blocking(move || images::import(&archive, &socket))
                 .await
                 .map_err(|e| HarnessError::Task(e.to_string()))??;
         }
-        for name in [PAUSE_IMAGE, BUSYBOX_IMAGE] {
+        let sandbox = options.sandbox_image.as_deref().unwrap_or(PAUSE_IMAGE);
+        for name in [PAUSE_IMAGE, BUSYBOX_IMAGE, sandbox] {
             if client
                 .image_status(keelson_cri::image_spec(name))
                 .await?

@@ -138,6 +138,10 @@ impl ControlPlane {
             format!("--kubelet-client-key={}", kc_key.display()),
             format!("--kubelet-certificate-authority={}", ca_crt.display()),
             "--kubelet-preferred-address-types=InternalIP".to_string(),
+            // Webhooks and aggregated APIs are called at their endpoints
+            // (pod IPs, routed to every node from this namespace): no
+            // Service proxy runs here to reach a ClusterIP.
+            "--enable-aggregator-routing=true".to_string(),
             "--profiling=false".to_string(),
             "--v=1".to_string(),
         ]);
@@ -313,6 +317,43 @@ impl ControlPlane {
     /// nothing else.
     pub fn write_proxy_kubeconfig(&self, path: &Path) -> Result<(), UpstreamError> {
         self.write_kubeconfig(path, "system:kube-proxy", None, Reach::Node)
+    }
+
+    /// Starts `cmd` (made with [`ControlPlane::net`]'s namespace) as a
+    /// daemon of the control plane: logged to `<dir>/<name>.log`, checked
+    /// by [`ControlPlane::check_running`], stopped with it.
+    pub fn spawn_daemon(
+        &self,
+        name: &str,
+        cmd: std::process::Command,
+    ) -> Result<(), UpstreamError> {
+        let daemon = Daemon::spawn(name, cmd, &self.dir.join(format!("{name}.log")))?;
+        self.daemons
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(daemon);
+        Ok(())
+    }
+
+    /// Starts kube-scheduler (`system:kube-scheduler`, no leader
+    /// election), for clusters whose pods are not bound by hand.
+    pub fn start_scheduler(&self) -> Result<(), UpstreamError> {
+        let kubeconfig = self.dir.join("scheduler.kubeconfig");
+        self.write_kubeconfig(&kubeconfig, "system:kube-scheduler", None, Reach::Node)?;
+        let mut cmd = self
+            .net
+            .netns()
+            .command(&self.bins.path("kube-scheduler").display().to_string());
+        cmd.args([
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--authentication-kubeconfig={}", kubeconfig.display()),
+            format!("--authorization-kubeconfig={}", kubeconfig.display()),
+            "--bind-address=127.0.0.1".to_string(),
+            "--leader-elect=false".to_string(),
+            "--profiling=false".to_string(),
+            "--v=1".to_string(),
+        ]);
+        self.spawn_daemon("kube-scheduler", cmd)
     }
 
     /// `Err` with the log tail of a control plane process that exited.

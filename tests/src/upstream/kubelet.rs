@@ -48,6 +48,8 @@ pub struct ConfigInputs<'a> {
     pub pod_logs_dir: &'a Path,
     /// `clusterDNS`.
     pub cluster_dns: IpAddr,
+    /// `clusterDomain`.
+    pub cluster_domain: &'a str,
 }
 
 /// The KubeletConfiguration of a test node: what this machine needs
@@ -81,7 +83,7 @@ serializeImagePulls: false
 podLogsDir: {logs}
 clusterDNS:
 - {dns}
-clusterDomain: cluster.local
+clusterDomain: {domain}
 rotateCertificates: false
 evictionHard:
   memory.available: 100Mi
@@ -94,6 +96,7 @@ imageGCHighThresholdPercent: 100
         key = i.serving_key.display(),
         logs = i.pod_logs_dir.display(),
         dns = i.cluster_dns,
+        domain = i.cluster_domain,
     );
     serde_yaml::from_str(&text).unwrap_or_default()
 }

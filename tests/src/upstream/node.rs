@@ -25,6 +25,8 @@ use crate::support::wait_for;
 
 /// The Service CIDR's DNS address pods are given (no DNS server runs).
 pub const CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+/// The cluster's DNS domain (`clusterDomain`), the same for every agent.
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
 /// Every node's pod CIDR lies in this (kube-proxy's `clusterCIDR`).
 pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
 
@@ -120,6 +122,9 @@ pub struct NodeSpec {
     /// Production log levels (keelson `warn`, kubelet and kube-proxy
     /// `--v=0`) instead of the tests' verbose ones: for benchmarks.
     pub quiet: bool,
+    /// The node's containerd (its `pod_cidr` is the one the control plane
+    /// routes to the node, whatever is set here).
+    pub runtime: ContainerdOptions,
 }
 
 impl NodeSpec {
@@ -135,6 +140,7 @@ impl NodeSpec {
             kubelet: None,
             kube_proxy: None,
             quiet: false,
+            runtime: ContainerdOptions::default(),
         }
     }
 }
@@ -187,7 +193,7 @@ impl ClusterNode {
         let (index, pod_cidr) = cp.net().reserve()?;
         let ctrd = match Containerd::start_with(ContainerdOptions {
             pod_cidr: pod_cidr.clone(),
-            ..ContainerdOptions::default()
+            ..spec.runtime.clone()
         })
         .await
         {
@@ -275,6 +281,7 @@ impl ClusterNode {
             cfg.node.cgroup_root = self.ctrd.cgroup_parent();
             cfg.node.node_ip = Some(IpAddr::V4(self.ip));
             cfg.node.cluster_dns = vec![IpAddr::V4(CLUSTER_DNS)];
+            cfg.node.cluster_domain = CLUSTER_DOMAIN.to_string();
             // The node API as the kubelet of this cluster has it: a serving
             // certificate the API server checks (--kubelet-certificate-authority)
             // and the cluster CA for its kubelet client certificate.
@@ -354,6 +361,7 @@ impl ClusterNode {
             serving_key: &key,
             pod_logs_dir: &self.dir.join("pod-logs"),
             cluster_dns: IpAddr::V4(CLUSTER_DNS),
+            cluster_domain: CLUSTER_DOMAIN,
         });
         if let Some(edit) = &self.spec.kubelet {
             edit(&mut config);

@@ -1,0 +1,153 @@
+//! The conformance cluster: the upstream tier's control plane with
+//! kube-scheduler and cluster DNS, and `--nodes` nodes of the chosen
+//! agents, all Ready before the suite starts.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::containerd::ContainerdOptions;
+use crate::images::{self, e2e};
+use crate::upstream::control_plane::ControlPlane;
+use crate::upstream::kubeconfig::{self, Credentials};
+use crate::upstream::network::API_PORT;
+use crate::upstream::{ClusterNode, NodeSpec, UpstreamError};
+
+use super::{ConformanceError, Options, dns};
+
+/// The sandbox image of the nodes' containerd (kubelet v1.36's default
+/// pod infra image; the suite checks pods against it).
+pub const SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.10.2";
+
+/// A running conformance cluster; dropping it removes everything.
+pub struct Cluster {
+    /// The nodes (dropped before the control plane).
+    pub nodes: Vec<ClusterNode>,
+    /// The control plane.
+    pub cp: Arc<ControlPlane>,
+    /// A cluster-admin kubeconfig that reaches the API server from inside
+    /// the control plane's namespace (where the suite runs).
+    pub kubeconfig: PathBuf,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("cp", &self.cp)
+            .field("nodes", &self.nodes.len())
+            .finish()
+    }
+}
+
+impl Cluster {
+    /// Builds the e2e images, starts the control plane, the scheduler,
+    /// DNS and the nodes, and waits until every node is Ready.
+    pub async fn start(opts: &Options) -> Result<Cluster, ConformanceError> {
+        let image_dir = opts.out.join("images");
+        let (bins_dir, files, dir) = (
+            opts.bins.dir().to_path_buf(),
+            opts.image_files.clone(),
+            image_dir.clone(),
+        );
+        eprintln!("conformance: building the e2e images in {}", dir.display());
+        let built = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&dir).map_err(|source| images::ImageError::Io {
+                context: format!("creating {}", dir.display()),
+                source,
+            })?;
+            e2e::build_e2e_images(&bins_dir, &files, &dir)
+        })
+        .await
+        .map_err(|e| ConformanceError::Suite {
+            context: "building the e2e images".into(),
+            message: e.to_string(),
+        })??;
+
+        eprintln!("conformance: starting the control plane");
+        let cp = Arc::new(ControlPlane::start(&opts.bins).await?);
+        cp.start_scheduler()?;
+        let admin = cp.admin_client().await?;
+        dns::start(&cp, &admin).await?;
+
+        let mut cluster = Cluster {
+            nodes: Vec::new(),
+            kubeconfig: cp.dir().join("e2e.kubeconfig"),
+            cp,
+        };
+        cluster.write_suite_kubeconfig()?;
+        for i in 1..=opts.nodes {
+            let name = format!("{}-node-{i}", opts.agents.name());
+            eprintln!("conformance: starting node {name}");
+            let spec = NodeSpec {
+                runtime: ContainerdOptions {
+                    sandbox_image: Some(SANDBOX_IMAGE.to_string()),
+                    host_ports: true,
+                    extra_images: built.clone(),
+                    ..ContainerdOptions::default()
+                },
+                ..NodeSpec::of(opts.agents)
+            };
+            cluster
+                .nodes
+                .push(ClusterNode::start(&cluster.cp, &name, spec).await?);
+        }
+        for node in &cluster.nodes {
+            node.wait_ready(&admin).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// A cluster-admin kubeconfig for `https://127.0.0.1:6443`, which the
+    /// suite and its kubectl use from inside the control plane's namespace.
+    fn write_suite_kubeconfig(&self) -> Result<(), UpstreamError> {
+        let admin = self
+            .cp
+            .client_cert("kubernetes-admin", Some("system:masters"))?;
+        kubeconfig::write(
+            &self.kubeconfig,
+            &format!("https://127.0.0.1:{API_PORT}"),
+            self.cp.ca_pem(),
+            "kubernetes-admin",
+            Credentials::Certificate(&admin),
+        )
+    }
+
+    /// `Err` when a control plane process or an agent exited.
+    pub fn check_running(&self) -> Result<(), UpstreamError> {
+        self.cp.check_running()?;
+        self.nodes.iter().try_for_each(ClusterNode::check_running)
+    }
+
+    /// Copies the agents' and the control plane's logs into `dir` (they
+    /// are removed with the cluster).
+    pub fn save_logs(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let mut logs: Vec<(String, PathBuf)> = Vec::new();
+        for node in &self.nodes {
+            for path in [node.node_log(), node.proxy_log()].into_iter().flatten() {
+                let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
+                logs.push((format!("{}-{}", node.name, file.unwrap_or_default()), path));
+            }
+        }
+        for entry in std::fs::read_dir(self.cp.dir())? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "log") {
+                let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
+                logs.push((file.unwrap_or_default(), path));
+            }
+        }
+        logs.sort();
+        logs.dedup();
+        for (name, path) in logs {
+            std::fs::copy(&path, dir.join(name))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Nodes first: their agents talk to the control plane until stopped.
+        self.nodes.clear();
+        self.cp.shutdown();
+    }
+}
