@@ -22,20 +22,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TEST: &str = "e2e_images_build_import_and_run";
 
-/// `e2e-image-files.tar.xz`: `KEELSON_E2E_IMAGE_FILES`, else the shared
-/// folder beside the repository.
-fn image_files() -> PathBuf {
-    std::env::var_os("KEELSON_E2E_IMAGE_FILES")
-        .filter(|v| !v.is_empty())
-        .map_or_else(
-            || {
-                Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../../shared/k8s/e2e-image-files.tar.xz")
-            },
-            PathBuf::from,
-        )
-}
-
 fn container(
     name: &str,
     image: &str,
@@ -216,7 +202,7 @@ async fn e2e_images_build_import_and_run() {
         );
         return;
     };
-    let files = image_files();
+    let files = e2e::image_files_tarball();
     if !files.is_file() {
         skip(TEST, &format!("{} is absent", files.display()));
         return;
@@ -248,7 +234,8 @@ async fn e2e_images_build_import_and_run() {
             .collect::<Vec<_>>()
     };
     let bin = PathBuf::from(std::env::var_os(BIN_ENV).unwrap_or_default());
-    let again = e2e::build_e2e_images(&bin, &image_files(), dir.path()).expect("cached build");
+    let again =
+        e2e::build_e2e_images(&bin, &e2e::image_files_tarball(), dir.path()).expect("cached build");
     assert_eq!(mtimes(&again), mtimes(&built));
 
     let ctrd = Containerd::start_with(ContainerdOptions {

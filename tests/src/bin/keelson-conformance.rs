@@ -58,8 +58,8 @@ enum Sub {
         /// e2e-image-files.tar.xz (default: ../shared/k8s/e2e-image-files.tar.xz).
         #[arg(long)]
         image_files: Option<PathBuf>,
-        /// kubectl v1.36 (default: /usr/local/lib/keelson/bin/kubectl).
-        #[arg(long, default_value = "/usr/local/lib/keelson/bin/kubectl")]
+        /// kubectl v1.36.
+        #[arg(long, default_value = conformance::KUBECTL)]
         kubectl: PathBuf,
         /// With `--agent both`: write the comparison page here.
         #[arg(long)]
@@ -151,7 +151,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 out,
                 bins: upstream_bins(upstream_bin)?,
                 image_files: image_files_or_default(image_files),
-                kubectl: PathBuf::from("kubectl"),
+                kubectl: PathBuf::from(conformance::KUBECTL),
             };
             let runtime = tokio::runtime::Runtime::new().context("starting tokio")?;
             runtime.block_on(async {
@@ -234,7 +234,7 @@ fn upstream_bins(dir: Option<PathBuf>) -> Result<UpstreamBins> {
 }
 
 fn image_files_or_default(path: Option<PathBuf>) -> PathBuf {
-    path.unwrap_or_else(|| PathBuf::from("../shared/k8s/e2e-image-files.tar.xz"))
+    path.unwrap_or_else(keelson_tests::images::e2e::image_files_tarball)
 }
 
 fn write_doc(path: &PathBuf, k: &RunRecord, b: &RunRecord) -> Result<()> {

@@ -35,6 +35,9 @@ use std::path::PathBuf;
 
 use crate::upstream::{Agents, UpstreamBins, UpstreamError};
 
+/// kubectl v1.36, where `scripts/install-deps` puts it.
+pub const KUBECTL: &str = "/usr/local/lib/keelson/bin/kubectl";
+
 /// What a run is asked to do.
 #[derive(Debug, Clone)]
 pub struct Options {

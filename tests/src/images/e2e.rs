@@ -483,6 +483,20 @@ impl Sources {
     }
 }
 
+/// `e2e-image-files.tar.xz`: `$KEELSON_E2E_IMAGE_FILES`, else the shared
+/// folder beside the repository (`../shared/k8s/`).
+pub fn image_files_tarball() -> PathBuf {
+    std::env::var_os("KEELSON_E2E_IMAGE_FILES")
+        .filter(|v| !v.is_empty())
+        .map_or_else(
+            || {
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../shared/k8s/e2e-image-files.tar.xz")
+            },
+            PathBuf::from,
+        )
+}
+
 /// Builds every e2e image archive into `dir` from the unpacked shared
 /// binaries in `upstream_bin` and the upstream images' files in
 /// `image_files` (`e2e-image-files.tar.xz`, extracted into `dir/files`).
