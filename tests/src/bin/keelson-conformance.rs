@@ -154,15 +154,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 kubectl: PathBuf::from(conformance::KUBECTL),
             };
             let runtime = tokio::runtime::Runtime::new().context("starting tokio")?;
+            let interrupted = interrupt_token(&runtime);
             runtime.block_on(async {
-                let cluster = Cluster::start(&opts).await?;
+                let cluster = tokio::select! {
+                    c = Cluster::start(&opts) => c?,
+                    _ = interrupted.cancelled() => anyhow::bail!("interrupted; the cluster was removed"),
+                };
                 println!(
                     "cluster up: KUBECONFIG={} inside the network namespace {} (nsenter --net=/run/netns/{}); Ctrl-C removes it",
                     cluster.kubeconfig.display(),
                     cluster.cp.net().netns().name(),
                     cluster.cp.net().netns().name()
                 );
-                let _ = tokio::signal::ctrl_c().await;
+                interrupted.cancelled().await;
                 drop(cluster);
                 anyhow::Ok(())
             })?;
@@ -189,6 +193,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 AgentChoice::Both => vec![Agents::Keelson, Agents::Upstream],
             };
             let runtime = tokio::runtime::Runtime::new().context("starting tokio")?;
+            let interrupted = interrupt_token(&runtime);
             let mut records = Vec::new();
             for agents in agents {
                 let opts = Options {
@@ -205,7 +210,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let record = runtime.block_on(async {
                     tokio::select! {
                         r = conformance::run(&opts) => r.map_err(anyhow::Error::from),
-                        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; the cluster was removed")),
+                        _ = interrupted.cancelled() => Err(anyhow::anyhow!("interrupted; the cluster was removed")),
                     }
                 })?;
                 print_summary(&record);
@@ -222,6 +227,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             })
         }
     }
+}
+
+/// Cancelled at the first Ctrl-C (SIGINT), wherever the program is then:
+/// one listener for the whole run, so a signal that arrives between two
+/// runs of `--agent both` is not lost.
+fn interrupt_token(runtime: &tokio::runtime::Runtime) -> tokio_util::sync::CancellationToken {
+    let token = tokio_util::sync::CancellationToken::new();
+    let cancel = token.clone();
+    runtime.spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            cancel.cancel();
+        }
+    });
+    token
 }
 
 fn upstream_bins(dir: Option<PathBuf>) -> Result<UpstreamBins> {

@@ -1,9 +1,11 @@
 //! The conformance cluster: the upstream tier's control plane with
 //! kube-scheduler and cluster DNS, and `--nodes` nodes of the chosen
-//! agents, all Ready before the suite starts.
+//! agents, all Ready before the suite starts; what the cluster lacks
+//! (an OpenAPI document) is probed and recorded for [`super::skips`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::containerd::ContainerdOptions;
 use crate::images::{self, e2e};
@@ -12,7 +14,9 @@ use crate::upstream::kubeconfig::{self, Credentials};
 use crate::upstream::network::API_PORT;
 use crate::upstream::{ClusterNode, NodeSpec, UpstreamError};
 
+use super::skips::Environment;
 use super::{ConformanceError, Options, dns};
+use crate::support::wait_for;
 
 /// The sandbox image of the nodes' containerd (kubelet v1.36's default
 /// pod infra image; the suite checks pods against it).
@@ -27,6 +31,8 @@ pub struct Cluster {
     /// A cluster-admin kubeconfig that reaches the API server from inside
     /// the control plane's namespace (where the suite runs).
     pub kubeconfig: PathBuf,
+    /// What the cluster lacks ([`skips`]).
+    pub environment: Environment,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -67,11 +73,20 @@ impl Cluster {
         cp.start_scheduler()?;
         let admin = cp.admin_client().await?;
         dns::start(&cp, &admin).await?;
+        let environment = Environment {
+            openapi_broken: !serves_openapi_v2(&admin).await,
+        };
+        if environment.openapi_broken {
+            eprintln!(
+                "conformance: the API server serves no OpenAPI v2 document: the tests that need it are left out (tests/src/conformance/skips.rs)"
+            );
+        }
 
         let mut cluster = Cluster {
             nodes: Vec::new(),
             kubeconfig: cp.dir().join("e2e.kubeconfig"),
             cp,
+            environment,
         };
         cluster.write_suite_kubeconfig()?;
         for i in 1..=opts.nodes {
@@ -142,6 +157,31 @@ impl Cluster {
         }
         Ok(())
     }
+}
+
+/// Whether `GET /openapi/v2` answers within 30 s (it answers 503 while
+/// the API server builds the document, and for good when it cannot).
+async fn serves_openapi_v2(admin: &kube::Client) -> bool {
+    wait_for(
+        "the API server's OpenAPI v2 document",
+        Duration::from_secs(30),
+        Duration::from_secs(1),
+        || {
+            let admin = admin.clone();
+            async move {
+                let req = http::Request::get("/openapi/v2")
+                    .body(Vec::new())
+                    .map_err(|e| e.to_string())?;
+                admin
+                    .request_text(req)
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }
+        },
+    )
+    .await
+    .is_ok()
 }
 
 impl Drop for Cluster {

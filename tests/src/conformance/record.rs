@@ -72,6 +72,9 @@ pub struct RunRecord {
     pub setup_seconds: f64,
     /// The suite's wall time.
     pub suite_seconds: f64,
+    /// What the cluster lacked (which environment skips applied).
+    #[serde(default)]
+    pub environment: skips::Environment,
     /// Every conformance test of the suite.
     pub tests: Vec<TestRecord>,
 }
@@ -106,7 +109,7 @@ impl RunRecord {
             .iter()
             .map(|spec| {
                 let name = spec.full_name();
-                let outcome = classify(&name, ran.get(&name).copied());
+                let outcome = classify(&name, ran.get(&name).copied(), &outcome.environment);
                 TestRecord {
                     sig: sig_of(spec),
                     name,
@@ -127,6 +130,7 @@ impl RunRecord {
             skip: opts.skip.clone(),
             setup_seconds,
             suite_seconds: outcome.seconds,
+            environment: outcome.environment,
             tests,
         }
     }
@@ -167,8 +171,8 @@ impl RunRecord {
     }
 }
 
-fn classify(name: &str, ran: Option<&SpecReport>) -> Outcome {
-    if let Some(reason) = skips::reason(name) {
+fn classify(name: &str, ran: Option<&SpecReport>, env: &skips::Environment) -> Outcome {
+    if let Some(reason) = skips::reason(name, env) {
         return Outcome::NotRun {
             reason: format!("cannot run here: {reason}"),
         };
@@ -238,6 +242,10 @@ fn git_commit() -> String {
 mod tests {
     use super::*;
 
+    const ENV: skips::Environment = skips::Environment {
+        openapi_broken: false,
+    };
+
     fn spec(leaf: &str, state: &str, failure: Option<&str>) -> SpecReport {
         serde_json::from_value(serde_json::json!({
             "ContainerHierarchyTexts": ["[sig-node] Pods"],
@@ -255,7 +263,7 @@ mod tests {
     fn outcomes_follow_ginkgo_states() {
         let passed = spec("a [Conformance]", "passed", None);
         assert_eq!(
-            classify(&passed.full_name(), Some(&passed)),
+            classify(&passed.full_name(), Some(&passed), &ENV),
             Outcome::Passed { seconds: 2.5 }
         );
         let failed = spec(
@@ -264,7 +272,7 @@ mod tests {
             Some("\nwaiting for pod\nmore"),
         );
         assert_eq!(
-            classify(&failed.full_name(), Some(&failed)),
+            classify(&failed.full_name(), Some(&failed), &ENV),
             Outcome::Failed {
                 seconds: 2.5,
                 state: "timedout".into(),
@@ -273,7 +281,7 @@ mod tests {
         );
         let filtered = spec("c [Conformance]", "skipped", None);
         assert!(matches!(
-            classify(&filtered.full_name(), Some(&filtered)),
+            classify(&filtered.full_name(), Some(&filtered), &ENV),
             Outcome::NotRun { reason } if reason.contains("--focus")
         ));
         let by_test = spec(
@@ -282,11 +290,11 @@ mod tests {
             Some("Only supported for providers [gce]"),
         );
         assert!(matches!(
-            classify(&by_test.full_name(), Some(&by_test)),
+            classify(&by_test.full_name(), Some(&by_test), &ENV),
             Outcome::NotRun { reason } if reason == "skipped by the test: Only supported for providers [gce]"
         ));
         assert!(matches!(
-            classify("[sig-node] gone", None),
+            classify("[sig-node] gone", None, &ENV),
             Outcome::NotRun { .. }
         ));
         assert_eq!(sig_of(&passed), "sig-node");
@@ -294,9 +302,9 @@ mod tests {
 
     #[test]
     fn an_environment_skip_wins_over_the_report() {
-        let skip = skips::environment_skips()[0];
+        let skip = skips::environment_skips(&ENV).next().expect("a skip");
         assert!(matches!(
-            classify(skip.name, None),
+            classify(skip.name, None, &ENV),
             Outcome::NotRun { reason } if reason.starts_with("cannot run here: ")
         ));
     }

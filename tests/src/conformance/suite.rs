@@ -103,6 +103,8 @@ pub struct SuiteOutcome {
     pub seconds: f64,
     /// ginkgo's output.
     pub log: PathBuf,
+    /// What the cluster lacked.
+    pub environment: skips::Environment,
 }
 
 /// Every `[Conformance]` spec of this `e2e.test`, from a dry run.
@@ -167,7 +169,7 @@ pub async fn run_suite(
         .net()
         .netns()
         .command(&opts.bins.path("ginkgo").display().to_string());
-    cmd.args(ginkgo_args(opts, &out_dir))
+    cmd.args(ginkgo_args(opts, &cluster.environment, &out_dir))
         .arg(opts.bins.path("e2e.test"))
         .arg("--")
         .args(e2e_args(opts, &cluster.kubeconfig, &out_dir))
@@ -212,10 +214,11 @@ pub async fn run_suite(
             .collect(),
         seconds,
         log,
+        environment: cluster.environment,
     })
 }
 
-fn ginkgo_args(opts: &Options, out_dir: &Path) -> Vec<String> {
+fn ginkgo_args(opts: &Options, env: &skips::Environment, out_dir: &Path) -> Vec<String> {
     let mut args = vec![
         format!("--procs={}", opts.parallel.max(1)),
         "--no-color".to_string(),
@@ -227,11 +230,7 @@ fn ginkgo_args(opts: &Options, out_dir: &Path) -> Vec<String> {
     ];
     args.extend(opts.focus.iter().map(|f| format!("--focus={f}")));
     args.extend(opts.skip.iter().map(|s| format!("--skip={s}")));
-    args.extend(
-        skips::environment_skips()
-            .iter()
-            .map(|s| format!("--skip={}", regex::escape(s.name))),
-    );
+    args.extend(skips::environment_skips(env).map(|s| format!("--skip={}", regex::escape(s.name))));
     args
 }
 

@@ -258,6 +258,7 @@ mod tests {
             skip: vec![],
             setup_seconds: 60.0,
             suite_seconds: 100.0,
+            environment: Default::default(),
             tests: tests
                 .into_iter()
                 .map(|(name, outcome)| TestRecord {
