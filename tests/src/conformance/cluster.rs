@@ -18,10 +18,6 @@ use super::skips::Environment;
 use super::{ConformanceError, Options, dns};
 use crate::support::wait_for;
 
-/// The sandbox image of the nodes' containerd (kubelet v1.36's default
-/// pod infra image; the suite checks pods against it).
-pub const SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.10.2";
-
 /// A running conformance cluster; dropping it removes everything.
 pub struct Cluster {
     /// The nodes (dropped before the control plane).
@@ -94,7 +90,7 @@ impl Cluster {
             eprintln!("conformance: starting node {name}");
             let spec = NodeSpec {
                 runtime: ContainerdOptions {
-                    sandbox_image: Some(SANDBOX_IMAGE.to_string()),
+                    sandbox_image: Some(e2e::PAUSE.to_string()),
                     host_ports: true,
                     extra_images: built.clone(),
                     ..ContainerdOptions::default()

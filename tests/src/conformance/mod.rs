@@ -87,6 +87,7 @@ pub async fn run(opts: &Options) -> Result<record::RunRecord, ConformanceError> 
         context: format!("creating {}", opts.out.display()),
         message: e.to_string(),
     })?;
+    let commit = record::git_commit();
     let listed = suite::list_conformance(&opts.bins)?;
     let started = std::time::Instant::now();
     let cluster = cluster::Cluster::start(opts).await?;
@@ -98,7 +99,7 @@ pub async fn run(opts: &Options) -> Result<record::RunRecord, ConformanceError> 
     if let Err(e) = logs {
         eprintln!("conformance: keeping the agents' logs failed: {e}");
     }
-    let record = record::RunRecord::new(opts, setup_seconds, &listed, &report);
+    let record = record::RunRecord::new(opts, commit, setup_seconds, &listed, &report);
     record.write(
         &opts
             .out

@@ -56,7 +56,7 @@ pub struct RunRecord {
     pub agent: String,
     /// The agents in words.
     pub agents: String,
-    /// The keelson commit of the run.
+    /// The keelson commit checked out when the run started.
     pub commit: String,
     /// When it ended (RFC 3339).
     pub date: String,
@@ -99,6 +99,7 @@ impl RunRecord {
     /// outcome from `outcome` (or why it did not run).
     pub fn new(
         opts: &Options,
+        commit: String,
         setup_seconds: f64,
         listed: &[SpecReport],
         outcome: &SuiteOutcome,
@@ -120,7 +121,7 @@ impl RunRecord {
         RunRecord {
             agent: agent_key(opts.agents).to_string(),
             agents: agents_in_words(opts.agents).to_string(),
-            commit: git_commit(),
+            commit,
             date: jiff::Timestamp::now()
                 .round(jiff::Unit::Second)
                 .map_or_else(|_| String::new(), |t| t.to_string()),
@@ -228,7 +229,9 @@ fn sig_of(spec: &SpecReport) -> String {
         .to_string()
 }
 
-fn git_commit() -> String {
+/// The commit checked out in the working directory (`unknown` outside a
+/// git tree).
+pub fn git_commit() -> String {
     std::process::Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .output()
