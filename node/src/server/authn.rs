@@ -8,7 +8,6 @@
 //! (bad certificate, rejected token, TokenReview error) is a 401 even with
 //! anonymous access on (`unionauth.NewFailOnError`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,19 +20,7 @@ use sha2::Digest;
 use super::client_ca::ClientCa;
 use super::retry::with_webhook_backoff;
 use super::ttl_cache::{DEFAULT_CAPACITY, TtlCache};
-
-/// An authenticated caller.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct User {
-    /// User name.
-    pub name: String,
-    /// UID (tokens only).
-    pub uid: String,
-    /// Groups.
-    pub groups: Vec<String>,
-    /// Extra attributes (tokens only).
-    pub extra: BTreeMap<String, Vec<String>>,
-}
+use super::user::User;
 
 /// `system:anonymous`.
 pub const ANONYMOUS: &str = "system:anonymous";

@@ -15,9 +15,9 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::{Api, PostParams};
 
-use super::authn::User;
 use super::retry::{WebhookError, with_webhook_backoff};
 use super::ttl_cache::{DEFAULT_CAPACITY, TtlCache};
+use super::user::User;
 
 /// One authorization check.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use tokio_util::sync::CancellationToken;
 
 use super::ServerError;
-use super::authn::User;
+use super::user::User;
 
 /// The client CA bundle, reloadable.
 pub struct ClientCa {

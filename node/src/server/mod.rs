@@ -37,6 +37,7 @@ pub mod stats_routes;
 pub mod streaming;
 pub mod ttl_cache;
 pub mod upgrade_proxy;
+pub mod user;
 pub mod ws_translator;
 pub mod ws_tunnel;
 pub mod wsstream;
