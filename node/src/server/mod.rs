@@ -28,6 +28,7 @@ pub mod client_ca;
 pub mod container_logs;
 pub mod listener;
 pub mod metrics;
+pub mod remotecommand;
 pub mod retry;
 pub mod routes;
 pub mod serving_bootstrap;

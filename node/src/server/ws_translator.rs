@@ -38,8 +38,8 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 
 use super::body::Body;
+use super::remotecommand::StreamOptions;
 use super::spdy::session::{Connection, Stream};
-use super::streaming::StreamOptions;
 use super::wsstream;
 
 /// The WebSocket's idle timeout (`defaultIdleConnectionTimeout`, the
