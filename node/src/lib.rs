@@ -21,6 +21,7 @@ pub mod introspect;
 pub mod lease;
 pub mod logs;
 pub mod node_ip;
+pub mod pod;
 pub mod pods;
 pub mod preflight;
 pub mod server;

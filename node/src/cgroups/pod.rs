@@ -9,8 +9,8 @@ use super::fs::{CgroupError, ResourceConfig};
 use super::name::CgroupName;
 use super::qos::QosCgroups;
 use super::resources::resource_config_for_pod;
-use crate::pods::podutil;
-use crate::pods::qos::{QosClass, pod_qos};
+use crate::pod::podutil;
+use crate::pod::qos::{QosClass, pod_qos};
 
 /// Creates, updates and removes pod cgroups.
 #[derive(Debug, Clone)]

@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::Pod;
 use super::fs::{CgroupError, CgroupFs, ResourceConfig};
 use super::name::CgroupName;
 use super::shares::{MIN_SHARES, milli_cpu_to_shares};
-use crate::pods::qos::{QosClass, pod_qos};
-use crate::pods::resources::pod_requests;
+use crate::pod::qos::{QosClass, pod_qos};
+use crate::pod::resources::pod_requests;
 
 /// The node-level part of the cgroup tree.
 #[derive(Debug, Clone)]

@@ -5,8 +5,8 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::fs::ResourceConfig;
 use super::shares::{MIN_SHARES, milli_cpu_to_quota, milli_cpu_to_shares};
-use crate::pods::qos::{QosClass, pod_qos};
-use crate::pods::resources::{
+use crate::pod::qos::{QosClass, pod_qos};
+use crate::pod::resources::{
     Amounts, pod_level, pod_level_resources_set, pod_limits_list_with, pod_requests,
 };
 use keelson_common::quantity::Quantity;

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 
 use super::message::node_condition_message;
 use super::pods::{REASON_EVICTED, is_critical};
-use crate::pods::qos::{QosClass, pod_qos};
+use crate::pod::qos::{QosClass, pod_qos};
 use crate::status::{PressureFlags, PressureSource};
 
 /// Why a pod was refused.

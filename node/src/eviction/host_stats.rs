@@ -30,7 +30,7 @@ use super::summary::{
     SummaryProvider, VolumeStats,
 };
 use crate::cgroups::{CgroupMode, CgroupName};
-use crate::pods::qos::{QosClass, pod_qos};
+use crate::pod::qos::{QosClass, pod_qos};
 
 /// Values at or above this are "no limit" in cgroup v1.
 const V1_UNLIMITED: u64 = 1 << 62;

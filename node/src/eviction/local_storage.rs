@@ -64,7 +64,7 @@ pub fn pod_ephemeral_limit(pod: &Pod) -> Option<Quantity> {
     let mut init_peak = Quantity::ZERO;
     for c in spec.init_containers.iter().flatten() {
         let own = limit_of(c).unwrap_or(Quantity::ZERO);
-        let need = if crate::pods::podutil::is_restartable_init(c) {
+        let need = if crate::pod::podutil::is_restartable_init(c) {
             total = total.saturating_add(own);
             sidecars = sidecars.saturating_add(own);
             sidecars

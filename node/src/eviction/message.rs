@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::signals::{Observations, quantity, signal_resource};
 use super::summary::PodStats;
 use crate::config::eviction::Threshold;
-use crate::pods::resources::{pod_level, pod_level_resources_set};
+use crate::pod::resources::{pod_level, pod_level_resources_set};
 use crate::status::format::{Format, canonical};
 use keelson_common::quantity::Quantity;
 

@@ -69,5 +69,5 @@ impl EvictionPods for PodsHandle {
 /// kubelet's `IsCriticalPod`: static, mirror, or priority of at least
 /// `system-cluster-critical`.
 pub fn is_critical(pod: &Pod) -> bool {
-    crate::pods::podutil::is_critical(pod)
+    crate::pod::podutil::is_critical(pod)
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::podutil;
+use crate::pod::podutil;
 
 /// The reason (status and event).
 pub const REASON: &str = "DeadlineExceeded";

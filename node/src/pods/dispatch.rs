@@ -26,11 +26,11 @@ use super::admission::{self, Admitter, Operation};
 use super::allocation::{AllocationManager, resize_message};
 use super::events as reasons;
 use super::lifecycle::UpdateKind;
-use super::podutil;
-use super::qos;
 use super::source::SourceEvent;
 use super::store::PodStore;
 use super::workers::{KillRequest, PodWorkers};
+use crate::pod::podutil;
+use crate::pod::qos;
 use keelson_common::events::EventType;
 
 /// UIDs of pods admission rejected, shared with the status manager's view

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 
-use super::podutil;
+use crate::pod::podutil;
 use keelson_common::events::{EventRecorder, EventType, pod_ref};
 
 /// A container was created.

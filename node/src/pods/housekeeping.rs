@@ -11,10 +11,10 @@ use std::sync::Arc;
 use keelson_cri::api;
 
 use super::deps::PodVolumes;
-use super::podutil;
 use super::runtime::PodSyncResult;
 use super::runtime::labels::{POD_NAME, POD_NAMESPACE, POD_UID};
 use super::workers::PodWorkers;
+use crate::pod::podutil;
 
 /// Housekeeping period.
 pub const PERIOD: std::time::Duration = std::time::Duration::from_secs(2);

@@ -8,9 +8,9 @@ use k8s_openapi::api::core::v1::Container;
 use keelson_probes::{ProbeKind, ProbeState as Result_};
 
 use super::PodsHandle;
-use super::podutil;
 use super::runtime::status::ContainerState as RtState;
 use super::runtime::sync::stable_key;
+use crate::pod::podutil;
 use keelson_common::introspection::timeline::rfc3339;
 use keelson_common::introspection::types::{Backoff, ContainerState, PodState, ProbeState};
 

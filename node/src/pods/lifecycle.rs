@@ -18,7 +18,6 @@ use super::clock::SharedClock;
 use super::deps::{EnvSources, PodVolumes};
 use super::events::{self as reasons, PodEvents};
 use super::metrics::PodMetrics;
-use super::podutil;
 use super::probes::PodProbes;
 use super::runtime::RuntimeManager;
 use super::runtime::actions::{NoProbes, ProbeResults};
@@ -31,6 +30,7 @@ use super::status::{
 };
 use super::store::PodStore;
 use crate::cgroups::PodCgroups;
+use crate::pod::podutil;
 use keelson_common::events::EventType;
 
 /// kubelet's `NetworkNotReadyErrorMsg`.

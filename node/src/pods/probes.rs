@@ -20,12 +20,12 @@ use tokio::sync::mpsc;
 
 use super::clock::from_nanos;
 use super::events::PodEvents;
-use super::podutil::{self, is_restartable_init};
 use super::runtime::actions::ProbeResults;
 use super::runtime::errors::grpc_text;
 use super::runtime::status::{ContainerState, RuntimePodStatus};
 use super::status::ContainerReadiness;
 use super::store::PodStore;
+use crate::pod::podutil::{self, is_restartable_init};
 use keelson_common::events::EventType;
 
 /// Exec probes over CRI `ExecSync`.

@@ -11,13 +11,11 @@
 //! (`AllContainersCouldRestart`) and `pkg/kubelet/status/generate.go`
 //! (`GenerateAllContainersRestartingCondition`).
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 
-use super::podutil;
 use super::runtime::status::{ContainerState, RuntimePodStatus};
+use crate::pod::podutil::{self, RESTART_ALL_ACTION as ACTION};
 
-/// The rule action (`ContainerRestartRuleActionRestartAllContainers`).
-pub const ACTION: &str = "RestartAllContainers";
 /// The pod condition type.
 pub const CONDITION: &str = "AllContainersRestarting";
 /// The condition's reason while the restart runs
@@ -30,12 +28,6 @@ pub const STARTED_MESSAGE: &str = "container exited with restart policy rule";
 pub const RESTARTING_REASON: &str = "RestartingAllContainers";
 /// The message of a container removed by the restart.
 pub const REMOVED_MESSAGE: &str = "The container is removed because RestartAllContainers in place";
-
-/// Whether this exit of `c` (with `exit_code`) triggers a restart of the
-/// whole pod: its first matching rule says `RestartAllContainers`.
-pub fn triggers(c: &Container, exit_code: i32) -> bool {
-    podutil::matching_restart_rule(c, exit_code) == Some(ACTION)
-}
 
 /// `AllContainersCouldRestart`: some init or regular container has a
 /// `RestartAllContainers` rule.
@@ -81,8 +73,13 @@ pub fn should_restart(pod: &Pod, rt: Option<&RuntimePodStatus>, api: Option<&Pod
         .any(|c| {
             let runtime_hit = rt
                 .and_then(|rt| rt.find_container(&c.name))
-                .is_some_and(|s| s.state == ContainerState::Exited && triggers(c, s.exit_code));
-            runtime_hit || api_terminated_code(&c.name).is_some_and(|code| triggers(c, code))
+                .is_some_and(|s| {
+                    s.state == ContainerState::Exited
+                        && podutil::triggers_restart_all(c, s.exit_code)
+                });
+            runtime_hit
+                || api_terminated_code(&c.name)
+                    .is_some_and(|code| podutil::triggers_restart_all(c, code))
         })
 }
 

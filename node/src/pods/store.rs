@@ -7,7 +7,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::podutil;
+use crate::pod::podutil;
 
 #[derive(Debug, Default)]
 struct Inner {

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::lifecycle::{FinalStatus, PodLifecycle, SyncOutcome, UpdateKind};
-use super::podutil;
+use crate::pod::podutil;
 
 /// kubelet's `backOffPeriod`: the retry delay after a failed sync.
 pub const BACKOFF_PERIOD: Duration = Duration::from_secs(10);

@@ -12,7 +12,7 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::{AppArmorProfile, Container, Pod};
 
 use super::Verdict;
-use crate::pods::podutil;
+use crate::pod::podutil;
 
 /// kubelet's `AppArmorNotAdmittedReason`.
 pub const NOT_ADMITTED_REASON: &str = "AppArmor";

@@ -17,7 +17,7 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use super::Verdict;
-use crate::pods::podutil;
+use crate::pod::podutil;
 
 /// `lifecycle.PodFeatureUnsupported`.
 pub const POD_FEATURE_UNSUPPORTED: &str = "PodFeatureUnsupported";

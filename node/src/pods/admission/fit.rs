@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::pods::resources::{ResourceList, parse_list, pod_requests_list};
+use crate::pod::resources::{ResourceList, parse_list, pod_requests_list};
 
 /// One resource the pod does not fit on (`InsufficientResource`).
 #[derive(Debug, Clone, PartialEq, Eq)]

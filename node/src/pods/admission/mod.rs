@@ -35,7 +35,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use prometheus::IntCounterVec;
 
 pub use crate::eviction::AdmitRejection;
-use crate::pods::podutil;
+use crate::pod::podutil;
 
 use self::apparmor::AppArmorAdmission;
 use self::fit::NodeResources;
@@ -50,7 +50,7 @@ pub type Verdict = Result<(), AdmitRejection>;
 pub type AdmitFn = Arc<dyn Fn(&Pod) -> Verdict + Send + Sync>;
 
 /// Node allocatable as the node computes it (before the Node exists).
-pub type AllocatableFn = crate::pods::runtime::AllocatableFn;
+pub type AllocatableFn = crate::volumes::AllocatableFn;
 
 pub(crate) fn rejection(reason: &str, message: String) -> AdmitRejection {
     AdmitRejection {

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
     ContainerPort, Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
 };
 
-use crate::pods::podutil;
+use crate::pod::podutil;
 
 /// `nodeaffinity.Name`.
 pub const NODE_AFFINITY: &str = "NodeAffinity";

@@ -19,8 +19,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 
-use super::podutil;
-use super::resources::parse_list;
+use crate::pod::podutil;
+use crate::pod::resources::parse_list;
 use checkpoint::{Checkpoint, PodResources};
 use conditions::ResizeConditions;
 

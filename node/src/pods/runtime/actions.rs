@@ -8,7 +8,7 @@ use keelson_probes::ProbeState;
 use super::hash::hash_container;
 use super::resize::{Actuated, ContainerResize, ResizeActions, compute_container_resize};
 use super::status::{ContainerState, ContainerStatus, RuntimePodStatus};
-use crate::pods::podutil::{self, is_restartable_init};
+use crate::pod::podutil::{self, is_restartable_init};
 
 /// Why a container is killed (decides the grace period source).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,7 +204,7 @@ fn containers_to_reset(
                 name: c.name.clone(),
                 kill: !exited,
             };
-            if exited && crate::pods::restart_all::triggers(c, s.exit_code) {
+            if exited && crate::pod::podutil::triggers_restart_all(c, s.exit_code) {
                 sources.push(info);
             } else {
                 targets.push(info);

@@ -10,7 +10,7 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::Pod;
 use keelson_cri::api;
 
-use crate::pods::podutil;
+use crate::pod::podutil;
 
 /// Most nameservers a resolver uses (`validation.MaxDNSNameservers`).
 pub const MAX_NAMESERVERS: usize = 3;

@@ -15,7 +15,7 @@ use super::resize::{
     ContainerUpdate, ResizeActions, Resource, container_for_update, effective_limits,
 };
 use crate::cgroups::ResourceConfig;
-use crate::pods::podutil;
+use crate::pod::podutil;
 
 /// The memory of a cgroup setting, unlimited as `i64::MAX`.
 fn memory_of(r: &ResourceConfig) -> i64 {

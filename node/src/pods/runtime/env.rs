@@ -75,7 +75,7 @@ impl Ordered {
 /// Builds the environment; the error text becomes a
 /// `CreateContainerConfigError` message.
 pub async fn make_environment(inp: &EnvInputs<'_>) -> Result<Environment, String> {
-    let is_static = crate::pods::podutil::is_static(inp.pod);
+    let is_static = crate::pod::podutil::is_static(inp.pod);
     let empty = BTreeMap::new();
     let service_env = match inp.service_env {
         Some(s) => s,
@@ -86,7 +86,7 @@ pub async fn make_environment(inp: &EnvInputs<'_>) -> Result<Environment, String
             );
         }
     };
-    let ns = crate::pods::podutil::namespace(inp.pod);
+    let ns = crate::pod::podutil::namespace(inp.pod);
     let mut tmp = Ordered {
         vars: Vec::new(),
         index: HashMap::new(),

@@ -8,6 +8,8 @@
 
 use k8s_openapi::api::core::v1::Container;
 
+use crate::pods::fnv::fnv32a;
+
 /// kubelet's `HashContainer`.
 pub fn hash_container(c: &Container) -> u64 {
     let image = c.image.as_deref().unwrap_or_default();
@@ -33,15 +35,6 @@ pub fn hash_container(c: &Container) -> u64 {
 /// The hash as kubelet writes it into the annotation (lower-case hex).
 pub fn hash_label(c: &Container) -> String {
     format!("{:x}", hash_container(c))
-}
-
-pub(crate) fn fnv32a(data: &[u8]) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in data {
-        h ^= u32::from(*b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    h
 }
 
 /// A JSON string literal as Go's `encoding/json` writes it (escapes `<`,

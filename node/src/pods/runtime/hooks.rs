@@ -9,7 +9,7 @@ use keelson_cri::RuntimeClient;
 use keelson_probes::{HttpGetSpec, HttpProber, HttpRequest, ProbeResult, resolve_container_port};
 
 use super::errors::grpc_text;
-use crate::pods::podutil;
+use crate::pod::podutil;
 
 /// Runs lifecycle hooks.
 #[derive(Clone)]

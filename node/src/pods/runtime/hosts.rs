@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{HostAlias, Pod};
 use keelson_cri::api;
 
-use crate::pods::podutil;
+use crate::pod::podutil;
 
 /// The managed file for a pod network pod.
 pub fn managed_content(

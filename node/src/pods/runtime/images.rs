@@ -21,10 +21,10 @@ use super::errors::{
 use super::imageref::apply_default_tag;
 use super::keyring;
 use super::pull_records::{PullCredentials, PullManager, PullSecret};
+use crate::pod::podutil;
 use crate::pods::backoff::Backoff;
 use crate::pods::events::{self as reasons, PodEvents};
 use crate::pods::metrics::{PodMetrics, image_size_bucket};
-use crate::pods::podutil;
 use keelson_common::events::EventType;
 
 /// Ensures images are present before containers are created.

@@ -20,8 +20,8 @@ use super::labels::{container_info_from_annotations, container_info_from_labels}
 use super::manager::RuntimeManager;
 use super::status::RuntimePodStatus;
 use super::sync::{PodSyncResult, SyncAction};
+use crate::pod::podutil::{self, is_restartable_init};
 use crate::pods::events as reasons;
-use crate::pods::podutil::{self, is_restartable_init};
 use keelson_common::events::EventType;
 
 /// kubelet's `minimumGracePeriodInSeconds`.

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::{Container, ContainerPort, LifecycleHandler, Pod};
 
 use super::hash::hash_label;
-use crate::pods::podutil;
+use crate::pod::podutil;
 
 /// Pod name label.
 pub const POD_NAME: &str = "io.kubernetes.pod.name";

@@ -10,8 +10,8 @@ use keelson_cri::api;
 
 use super::linux_host::{LinuxHost, page_size_name};
 use crate::cgroups::shares::{milli_cpu_to_quota, milli_cpu_to_shares};
-use crate::pods::qos::container_oom_score_adj;
-use crate::pods::resources::{
+use crate::pod::qos::container_oom_score_adj;
+use crate::pod::resources::{
     Amounts, container_limits, container_requests, pod_level, pod_level_resources_set, pod_limits,
     pod_requests,
 };
@@ -65,7 +65,7 @@ fn hugepage_limits(pod: &Pod, c: &Container, host: &LinuxHost) -> Vec<api::Hugep
             k8s_openapi::apimachinery::pkg::api::resource::Quantity,
         >,
     >| {
-        for (name, q) in crate::pods::resources::parse_list(list) {
+        for (name, q) in crate::pod::resources::parse_list(list) {
             let Some(size) = name.strip_prefix("hugepages-") else {
                 continue;
             };
@@ -122,7 +122,7 @@ pub fn container_resources(
 ) -> api::LinuxContainerResources {
     let mut limits = container_limits(c);
     if pod_level_resources_set(pod) {
-        let pl = crate::pods::resources::parse_list(pod_level(pod).and_then(|r| r.limits.as_ref()));
+        let pl = crate::pod::resources::parse_list(pod_level(pod).and_then(|r| r.limits.as_ref()));
         let pl = Amounts::of(&pl);
         if limits.cpu_milli == 0 {
             limits.cpu_milli = pl.cpu_milli;
@@ -159,11 +159,11 @@ pub fn sandbox_resources(
     api::LinuxContainerResources,
     Option<api::LinuxContainerResources>,
 ) {
-    let overhead = crate::pods::resources::quantity_of(
+    let overhead = crate::pod::resources::quantity_of(
         pod.spec.as_ref().and_then(|s| s.overhead.as_ref()),
         "cpu",
     );
-    let overhead_mem = crate::pods::resources::quantity_of(
+    let overhead_mem = crate::pod::resources::quantity_of(
         pod.spec.as_ref().and_then(|s| s.overhead.as_ref()),
         "memory",
     );

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use keelson_cri::{CriError, RuntimeClient, api};
 
 use super::dns::DnsSettings;
@@ -48,7 +47,7 @@ impl ServiceEnv for NoServices {
 }
 
 /// Node allocatable resources (for downward API defaults).
-pub type AllocatableFn = Arc<dyn Fn() -> BTreeMap<String, K8sQuantity> + Send + Sync>;
+pub use crate::volumes::AllocatableFn;
 
 /// Settings of the runtime manager.
 #[derive(Debug, Clone)]
@@ -294,13 +293,13 @@ impl RuntimeManager {
             else {
                 continue;
             };
-            let rl = crate::pods::resources::parse_list;
+            let rl = crate::pod::resources::parse_list;
             let (req, lim) = (rl(a.requests.as_ref()), rl(a.limits.as_ref()));
-            let milli = |l: &crate::pods::resources::ResourceList, k: &str| {
+            let milli = |l: &crate::pod::resources::ResourceList, k: &str| {
                 l.get(k)
                     .map(|q| i64::try_from(q.milli_value()).unwrap_or(i64::MAX))
             };
-            let bytes = |l: &crate::pods::resources::ResourceList, k: &str| {
+            let bytes = |l: &crate::pod::resources::ResourceList, k: &str| {
                 l.get(k)
                     .map(|q| i64::try_from(q.value()).unwrap_or(i64::MAX))
             };

@@ -16,8 +16,8 @@
 
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 
-use crate::pods::podutil;
-use crate::pods::resources::parse_list;
+use crate::pod::podutil;
+use crate::pod::resources::parse_list;
 
 /// `MinShares`.
 pub const MIN_SHARES: i64 = 2;

@@ -12,7 +12,7 @@ use super::dns::{DnsSettings, DnsWarning, pod_dns, pod_hostname};
 use super::labels::{new_pod_annotations, new_pod_labels};
 use super::linux_resources::{CpuQuota, sandbox_resources};
 use super::security::sandbox_security_context;
-use crate::pods::podutil;
+use crate::pod::podutil;
 
 /// `/var/log/pods/<ns>_<name>_<uid>` (`BuildPodLogsDirectory`).
 pub fn pod_logs_dir(root: &Path, pod: &Pod) -> PathBuf {

@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::{Container, Pod, SeccompProfile};
 use keelson_cri::api;
 
-use crate::pods::podutil;
+use crate::pod::podutil;
 
 /// Paths masked in every non-privileged container (`DefaultProcMount`).
 pub const DEFAULT_MASKED_PATHS: &[&str] = &[

@@ -25,8 +25,8 @@ use super::sandbox::container_logs_dir;
 use super::security::{container_security_context, verify_run_as_non_root};
 use super::status::RuntimePodStatus;
 use super::sync::legacy_log_name;
+use crate::pod::podutil;
 use crate::pods::events as reasons;
-use crate::pods::podutil;
 use keelson_common::events::EventType;
 
 /// kubelet's `calcRestartCountByLogDir`: one more than the highest

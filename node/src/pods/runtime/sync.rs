@@ -20,9 +20,9 @@ use super::sandbox::{
     SandboxInputs, check_dynamic_resources, generate_sandbox_config, pod_logs_dir,
 };
 use super::status::{ContainerState, RuntimePodStatus};
+use crate::pod::podutil::{self, is_restartable_init};
 use crate::pods::clock::from_nanos;
 use crate::pods::events as reasons;
-use crate::pods::podutil::{self, is_restartable_init};
 use keelson_common::events::EventType;
 
 /// The step a result is about (kubelet's `SyncAction`).

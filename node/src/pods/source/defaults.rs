@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSecurityContext, PodStatus, Toleration};
 
-use crate::pods::podutil::{
+use crate::pod::podutil::{
     CONFIG_HASH_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
 };
 

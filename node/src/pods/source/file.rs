@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::SourceEvent;
 use super::defaults::apply_static_defaults;
-use crate::pods::podutil;
+use crate::pod::podutil;
 use crate::pods::store::PodStore;
 
 /// A manifest read from disk.

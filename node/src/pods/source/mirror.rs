@@ -10,7 +10,7 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use tokio::sync::Mutex;
 
-use crate::pods::podutil::{self, CONFIG_MIRROR_ANNOTATION};
+use crate::pod::podutil::{self, CONFIG_MIRROR_ANNOTATION};
 
 /// Creates and deletes mirror pods.
 #[derive(Clone)]

@@ -11,9 +11,9 @@ use k8s_openapi::api::core::v1::{
     PodStatus, VolumeMountStatus,
 };
 
+use crate::pod::podutil::{self, is_restartable_init};
+use crate::pod::qos::pod_qos;
 use crate::pods::clock::{from_nanos, to_api_time};
-use crate::pods::podutil::{self, is_restartable_init};
-use crate::pods::qos::pod_qos;
 use crate::pods::restart_all;
 use crate::pods::runtime::actions::{sandbox_changed, should_container_be_restarted};
 use crate::pods::runtime::status::{ContainerState, ContainerStatus, RuntimePodStatus};

@@ -21,9 +21,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::generate::{CONTAINER_STATUS_UNKNOWN, KUBELET_CONDITIONS};
 use super::patch::status_patch;
+use crate::pod::podutil;
 use crate::pods::clock::{SharedClock, to_api_time};
 use crate::pods::metrics::PodMetrics;
-use crate::pods::podutil;
 
 /// How often every cached status is compared with the API's (`syncPeriod`).
 pub const RECONCILE_PERIOD: Duration = Duration::from_secs(10);

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
 use crate::cgroups::ResourceConfig;
-use crate::pods::resources::{ResourceList, parse_list, pod_limits_list, pod_requests_list};
+use crate::pod::resources::{ResourceList, parse_list, pod_limits_list, pod_requests_list};
 use crate::pods::runtime::resize::{MIN_MILLI_CPU_LIMIT, MIN_SHARES};
 use crate::pods::runtime::status::{
     ContainerResources, ContainerState, ContainerStatus, quota_to_milli_cpu, shares_to_milli_cpu,

@@ -221,6 +221,15 @@ pub fn is_terminal_phase(phase: &str) -> bool {
     phase == "Succeeded" || phase == "Failed"
 }
 
+/// The rule action (`ContainerRestartRuleActionRestartAllContainers`).
+pub const RESTART_ALL_ACTION: &str = "RestartAllContainers";
+
+/// Whether this exit of `c` (with `exit_code`) triggers a restart of the
+/// whole pod: its first matching rule says `RestartAllContainers`.
+pub fn triggers_restart_all(c: &Container, exit_code: i32) -> bool {
+    matching_restart_rule(c, exit_code) == Some(RESTART_ALL_ACTION)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
