@@ -22,4 +22,4 @@ pub use keelson_common::{
     strategic_patch, version,
 };
 pub use keelson_node as node;
-pub use keelson_node::{certificates, node_ip};
+pub use keelson_node::certificates;

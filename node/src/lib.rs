@@ -14,18 +14,18 @@
 pub mod certificates;
 pub mod cgroups;
 pub mod config;
-pub mod downward;
+pub(crate) mod downward;
 pub mod eviction;
 pub mod gc;
-pub mod introspect;
-pub mod lease;
+pub(crate) mod introspect;
+pub(crate) mod lease;
 pub mod logs;
-pub mod node_ip;
+pub(crate) mod node_ip;
 pub mod pod;
 pub mod pods;
 pub mod preflight;
 pub mod server;
-pub mod stats;
+pub(crate) mod stats;
 pub mod status;
 pub mod volumes;
 

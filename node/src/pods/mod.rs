@@ -6,31 +6,31 @@
 //! [`PodsHandle`] for the rest of the node role (PLEG health for the Ready
 //! condition, active pods and pod kills for eviction).
 
-pub mod active_deadline;
+pub(crate) mod active_deadline;
 pub mod admission;
 pub mod allocation;
-pub mod backoff;
-pub mod cache;
+pub(crate) mod backoff;
+pub(crate) mod cache;
 pub mod clock;
 pub mod deps;
-pub mod dispatch;
+pub(crate) mod dispatch;
 pub mod events;
 pub(crate) mod fnv;
 mod gc_state;
-pub mod housekeeping;
+pub(crate) mod housekeeping;
 mod introspect;
-pub mod lifecycle;
+pub(crate) mod lifecycle;
 pub mod metrics;
-pub mod node_wiring;
+pub(crate) mod node_wiring;
 pub mod pleg;
-pub mod probes;
+pub(crate) mod probes;
 mod queries;
-pub mod restart_all;
+pub(crate) mod restart_all;
 pub mod runtime;
 pub mod source;
 pub mod status;
-pub mod store;
-pub mod workers;
+pub(crate) mod store;
+pub(crate) mod workers;
 
 pub use node_wiring::start_for_node;
 

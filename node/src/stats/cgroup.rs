@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::cgroups::{CgroupMode, CgroupName};
+use crate::cgroups::CgroupMode;
 use crate::eviction::host_stats::{parse_limit, stat_value};
 
 /// Where the controllers are mounted.
@@ -101,11 +101,6 @@ impl Layout {
         read(&dir.join("cgroup.procs"))?
             .lines()
             .find_map(|l| l.trim().parse().ok())
-    }
-
-    /// Usage of the cgroup `name` (`None` when it does not exist).
-    pub fn usage(&self, name: &CgroupName) -> Option<CgroupUsage> {
-        self.usage_rel(&name.relative())
     }
 
     /// Usage of the cgroup at `rel`.

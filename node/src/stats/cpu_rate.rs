@@ -80,11 +80,13 @@ impl CpuRates {
     }
 
     /// Keys remembered.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.samples.len()
     }
 
     /// Whether nothing is remembered.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.samples.is_empty()
     }
