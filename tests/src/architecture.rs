@@ -101,10 +101,6 @@ pub const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
     ("node/src", "gc", "pods"),
     // The CRI container labels (pods::runtime::labels).
     ("node/src", "stats", "pods"),
-    // The node's declared features (pods::admission::features::DECLARED).
-    ("node/src", "status", "pods"),
-    // What a volume needs from the pod's environment (pods::deps).
-    ("node/src", "volumes", "pods"),
 ];
 
 /// Imports in the library code of one file: the first segment after each

@@ -30,6 +30,7 @@ pub mod runtime;
 pub mod source;
 pub mod status;
 pub(crate) mod store;
+mod volumes_adapter;
 pub(crate) mod workers;
 
 pub use node_wiring::start_for_node;

@@ -14,6 +14,7 @@
 pub mod addresses;
 pub mod capacity;
 pub mod conditions;
+pub mod features;
 pub mod format;
 pub mod handle;
 pub mod host;

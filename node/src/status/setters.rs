@@ -192,7 +192,7 @@ pub fn apply(node: &mut Node, cfg: &SetterConfig, obs: &Observed) -> SetterOutco
     // implements of upstream's registry, so that the scheduler places
     // pods needing them here (`setNodeStatus`); sorted, as the API server
     // requires.
-    let mut declared: Vec<String> = crate::pods::admission::features::DECLARED
+    let mut declared: Vec<String> = super::features::DECLARED
         .iter()
         .map(|f| f.to_string())
         .collect();

@@ -18,7 +18,6 @@
 //! configMap/secret/downwardAPI/projected content every sync period and as
 //! soon as a watched object changes.
 
-mod adapter;
 pub mod atomic_writer;
 pub mod emptydir;
 pub mod env;

@@ -18,22 +18,12 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::Verdict;
 use crate::pod::podutil;
+use crate::status::features::DECLARED;
 
 /// `lifecycle.PodFeatureUnsupported`.
 pub const POD_FEATURE_UNSUPPORTED: &str = "PodFeatureUnsupported";
 /// `events.FailedNodeDeclaredFeaturesCheck`.
 pub const FAILED_CHECK_EVENT: &str = "FailedNodeDeclaredFeaturesCheck";
-
-/// Features keelson declares (`discoverNodeDeclaredFeatures`), in
-/// upstream's registry order.
-pub const DECLARED: &[&str] = &[
-    "RestartAllContainersOnContainerExits",
-    "InPlacePodLevelResourcesVerticalScaling",
-    // The node API translates WebSocket exec/attach and tunnels WebSocket
-    // port-forward itself (`node/server/ws_translator.rs`, `ws_tunnel.rs`),
-    // so kube-apiserver proxies those requests here unchanged.
-    "ExtendWebSocketsToKubelet",
-];
 
 /// `InferForScheduling` of every registered feature, in registry order.
 pub fn required_for_scheduling(pod: &Pod) -> Vec<&'static str> {

@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{
 };
 use keelson_cri::api;
 
-use super::{MountOptions, VolumeError, VolumeManager};
-use crate::pods::deps::{EnvFromVars, EnvSources, PodVolumes, VolumesNotReady};
+use super::deps::{EnvFromVars, EnvSources, PodVolumes, VolumesNotReady};
+use crate::volumes::{MountOptions, VolumeError, VolumeManager};
 
 impl PodVolumes for VolumeManager {
     fn register_pod(&self, pod: &Pod) {
