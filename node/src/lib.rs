@@ -399,7 +399,7 @@ async fn drain(tasks: &mut JoinSet<&'static str>) {
 pub async fn run_pod_consumers(services: &NodeServices, pods: pods::PodsHandle) {
     let ctx = &services.ctx;
     let n = &ctx.config;
-    let pod_state = Arc::new(gc::LifecyclePodState::new(
+    let pod_state = Arc::new(pods::LifecyclePodState::new(
         pods.clone(),
         ctx.client.clone(),
         &ctx.node_name,

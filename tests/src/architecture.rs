@@ -94,11 +94,6 @@ pub const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
     // pods::runtime::pull_records and stats::cpu_rate::MIN_RATE_WINDOW.
     ("node/src", "config", "pods"),
     ("node/src", "config", "stats"),
-    // PodsHandle (evict, active pods), admission's toleration check,
-    // lifecycle::FinalStatus.
-    ("node/src", "eviction", "pods"),
-    // PodsHandle (the pods the image and container GC keep).
-    ("node/src", "gc", "pods"),
     // The CRI container labels (pods::runtime::labels).
     ("node/src", "stats", "pods"),
 ];

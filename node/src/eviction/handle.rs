@@ -45,7 +45,7 @@ fn tolerates(tolerations: &[Toleration], key: &str, effect: &str) -> bool {
     };
     tolerations
         .iter()
-        .any(|t| crate::pods::admission::predicates::tolerates(t, &taint))
+        .any(|t| crate::pod::podutil::tolerates(t, &taint))
 }
 
 impl EvictionHandle {

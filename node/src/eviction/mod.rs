@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 pub use handle::{AdmitRejection, EvictionHandle};
 pub use manager::{EvictionConfig, EvictionDeps, EvictionManager, NodeReclaim};
 pub use metrics::EvictionMetrics;
-pub use pods::EvictionPods;
+pub use pods::{EvictionPods, REASON_EVICTED};
 pub use summary::SummaryProvider;
 
 use crate::NodeServices;

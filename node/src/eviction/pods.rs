@@ -7,9 +7,6 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 
-use crate::pods::PodsHandle;
-use crate::pods::lifecycle::FinalStatus;
-
 /// `Evicted`: the reason of an evicted pod's status and of the event.
 pub const REASON_EVICTED: &str = "Evicted";
 
@@ -31,39 +28,6 @@ pub trait EvictionPods: Send + Sync + 'static {
 
     /// Whether the pod's containers are gone.
     fn is_cleaned_up(&self, uid: &str) -> bool;
-}
-
-impl EvictionPods for PodsHandle {
-    fn active_pods(&self) -> Vec<Arc<Pod>> {
-        PodsHandle::active_pods(self)
-            .into_iter()
-            .map(|a| a.pod)
-            .collect()
-    }
-
-    fn kill(
-        &self,
-        pod: &Pod,
-        grace_seconds: i64,
-        message: &str,
-        condition: Option<PodCondition>,
-    ) -> bool {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        self.kill_pod(
-            &uid,
-            Some(grace_seconds),
-            FinalStatus {
-                phase: "Failed".to_string(),
-                reason: REASON_EVICTED.to_string(),
-                message: message.to_string(),
-                condition,
-            },
-        )
-    }
-
-    fn is_cleaned_up(&self, uid: &str) -> bool {
-        self.is_terminated(uid)
-    }
 }
 
 /// kubelet's `IsCriticalPod`: static, mirror, or priority of at least

@@ -6,7 +6,6 @@
 
 pub mod containers;
 pub mod images;
-pub mod pod_state;
 
 use std::time::Duration;
 
@@ -16,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 
 pub use containers::{ContainerGc, ContainerGcPolicy, PodState};
 pub use images::{ImageGc, ImageGcMetrics, ImageGcPolicy};
-pub use pod_state::LifecyclePodState;
 
 use crate::eviction::NodeReclaim;
 use keelson_common::events::{EventRecorder, EventType, node_ref};

@@ -2,7 +2,7 @@
 //! names as kubelet prints them, static/mirror pods, restart policies,
 //! container lookups.
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Taint, Toleration};
 
 /// Annotation naming where a pod came from (`api`, `file`, `http`).
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
@@ -228,6 +228,30 @@ pub const RESTART_ALL_ACTION: &str = "RestartAllContainers";
 /// whole pod: its first matching rule says `RestartAllContainers`.
 pub fn triggers_restart_all(c: &Container, exit_code: i32) -> bool {
     matching_restart_rule(c, exit_code) == Some(RESTART_ALL_ACTION)
+}
+
+/// `Toleration.ToleratesTaint` (comparison operators are an alpha gate,
+/// off in v1.36: `Lt`/`Gt` tolerate nothing).
+pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
+    if t.effect
+        .as_deref()
+        .is_some_and(|e| !e.is_empty() && e != taint.effect)
+    {
+        return false;
+    }
+    if t.key
+        .as_deref()
+        .is_some_and(|k| !k.is_empty() && k != taint.key)
+    {
+        return false;
+    }
+    match t.operator.as_deref().unwrap_or_default() {
+        "" | "Equal" => {
+            t.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default()
+        }
+        "Exists" => true,
+        _ => false,
+    }
 }
 
 #[cfg(test)]

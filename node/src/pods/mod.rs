@@ -15,7 +15,9 @@ pub mod clock;
 pub mod deps;
 pub(crate) mod dispatch;
 pub mod events;
+mod eviction_adapter;
 pub(crate) mod fnv;
+mod gc_pod_state;
 mod gc_state;
 pub(crate) mod housekeeping;
 mod introspect;
@@ -35,6 +37,7 @@ pub(crate) mod workers;
 
 pub use node_wiring::start_for_node;
 
+pub use gc_pod_state::LifecyclePodState;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
-    ContainerPort, Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
+    ContainerPort, Node, NodeSelectorRequirement, NodeSelectorTerm, Pod,
 };
 
 use crate::pod::podutil;
@@ -207,30 +207,6 @@ impl UsedPorts {
     }
 }
 
-/// `Toleration.ToleratesTaint` (comparison operators are an alpha gate,
-/// off in v1.36: `Lt`/`Gt` tolerate nothing).
-pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if t.effect
-        .as_deref()
-        .is_some_and(|e| !e.is_empty() && e != taint.effect)
-    {
-        return false;
-    }
-    if t.key
-        .as_deref()
-        .is_some_and(|k| !k.is_empty() && k != taint.key)
-    {
-        return false;
-    }
-    match t.operator.as_deref().unwrap_or_default() {
-        "" | "Equal" => {
-            t.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default()
-        }
-        "Exists" => true,
-        _ => false,
-    }
-}
-
 /// Whether a `NoExecute` taint of the node is not tolerated (static pods
 /// are not checked).
 pub fn untolerated_no_execute(pod: &Pod, node: &Node) -> bool {
@@ -244,7 +220,7 @@ pub fn untolerated_no_execute(pod: &Pod, node: &Node) -> bool {
         .into_iter()
         .flatten()
         .filter(|t| t.effect == "NoExecute")
-        .any(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
+        .any(|taint| !tolerations.iter().any(|t| podutil::tolerates(t, taint)))
 }
 
 /// `rejectPodAdmissionBasedOnOSSelector`: the pod's `kubernetes.io/os`

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 
-use super::containers::PodState;
+use crate::gc::PodState;
 use crate::pods::PodsHandle;
 
 /// [`PodState`] from the pod lifecycle and the API server.
