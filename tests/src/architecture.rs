@@ -94,8 +94,6 @@ pub const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
     // pods::runtime::pull_records and stats::cpu_rate::MIN_RATE_WINDOW.
     ("node/src", "config", "pods"),
     ("node/src", "config", "stats"),
-    // The CRI container labels (pods::runtime::labels).
-    ("node/src", "stats", "pods"),
 ];
 
 /// Imports in the library code of one file: the first segment after each

@@ -12,8 +12,8 @@ use keelson_cri::api;
 
 use super::deps::PodVolumes;
 use super::runtime::PodSyncResult;
-use super::runtime::labels::{POD_NAME, POD_NAMESPACE, POD_UID};
 use super::workers::PodWorkers;
+use crate::pod::labels::{POD_NAME, POD_NAMESPACE, POD_UID};
 use crate::pod::podutil;
 
 /// Housekeeping period.

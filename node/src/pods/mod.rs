@@ -16,7 +16,6 @@ pub mod deps;
 pub(crate) mod dispatch;
 pub mod events;
 mod eviction_adapter;
-pub(crate) mod fnv;
 mod gc_pod_state;
 mod gc_state;
 pub(crate) mod housekeeping;

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::cache::RuntimeCache;
 use super::metrics::PodMetrics;
 use super::runtime::RuntimeManager;
-use super::runtime::labels::{POD_NAME, POD_NAMESPACE, POD_UID};
+use crate::pod::labels::{POD_NAME, POD_NAMESPACE, POD_UID};
 
 /// kubelet's relist period.
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);

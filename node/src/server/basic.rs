@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::NodeApi;
 use super::body::{self, Body};
-use crate::pods::runtime::labels;
+use crate::pod::labels;
 use keelson_common::observability::ProbeKind;
 
 /// The node's health checks (`syncloop` and the rest the roles registered):

@@ -20,7 +20,7 @@ use keelson_cri::{CriError, api};
 use super::NodeApi;
 use super::body::{self, Body};
 use super::remotecommand::{StreamOptions, stream_options};
-use crate::pods::runtime::labels;
+use crate::pod::labels;
 
 /// Which streaming endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -40,7 +40,7 @@ use super::types::*;
 use crate::cgroups::{CgroupName, literal_name};
 use crate::eviction::host_stats::{du, loadavg_tasks, stat_value};
 use crate::eviction::summary::DiskUsage;
-use crate::pods::runtime::labels;
+use crate::pod::labels;
 
 /// Settings.
 #[derive(Debug, Clone)]

@@ -27,7 +27,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::pods::fnv::fnv32a;
+use crate::pod::fnv::fnv32a;
 
 /// One pod's record (kubelet's `state.PodResourceInfo`, whose fields have
 /// no JSON tags: Go's names).

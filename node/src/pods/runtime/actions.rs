@@ -5,9 +5,9 @@
 use k8s_openapi::api::core::v1::{Container, Pod};
 use keelson_probes::ProbeState;
 
-use super::hash::hash_container;
 use super::resize::{Actuated, ContainerResize, ResizeActions, compute_container_resize};
 use super::status::{ContainerState, ContainerStatus, RuntimePodStatus};
+use crate::pod::hash::hash_container;
 use crate::pod::podutil::{self, is_restartable_init};
 
 /// Why a container is killed (decides the grace period source).

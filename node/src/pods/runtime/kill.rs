@@ -16,10 +16,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::actions::KillReason;
 use super::errors::{KILL_CONTAINER_ERROR, KILL_POD_SANDBOX_ERROR, StepError, grpc_text};
-use super::labels::{container_info_from_annotations, container_info_from_labels};
 use super::manager::RuntimeManager;
 use super::status::RuntimePodStatus;
 use super::sync::{PodSyncResult, SyncAction};
+use crate::pod::labels::{container_info_from_annotations, container_info_from_labels};
 use crate::pod::podutil::{self, is_restartable_init};
 use crate::pods::events as reasons;
 use keelson_common::events::EventType;

@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use keelson_cri::api;
 
 use super::dns::{DnsSettings, DnsWarning, pod_dns, pod_hostname};
-use super::labels::{new_pod_annotations, new_pod_labels};
 use super::linux_resources::{CpuQuota, sandbox_resources};
 use super::security::sandbox_security_context;
+use crate::pod::labels::{new_pod_annotations, new_pod_labels};
 use crate::pod::podutil;
 
 /// `/var/log/pods/<ns>_<name>_<uid>` (`BuildPodLogsDirectory`).

@@ -18,13 +18,13 @@ use super::errors::{
     RUN_CONTAINER_ERROR, StepError, cri_message,
 };
 use super::hosts::ensure_hosts_file;
-use super::labels::{new_container_annotations, new_container_labels};
 use super::linux_resources::container_resources;
 use super::manager::RuntimeManager;
 use super::sandbox::container_logs_dir;
 use super::security::{container_security_context, verify_run_as_non_root};
 use super::status::RuntimePodStatus;
 use super::sync::legacy_log_name;
+use crate::pod::labels::{new_container_annotations, new_container_labels};
 use crate::pod::podutil;
 use crate::pods::events as reasons;
 use keelson_common::events::EventType;

@@ -7,8 +7,8 @@ use std::time::SystemTime;
 
 use keelson_cri::api;
 
-use super::labels::{container_info_from_annotations, container_info_from_labels};
 use super::log_tail::{MAX_TERMINATION_MESSAGE_LENGTH, last_log_text, read_at_most};
+use crate::pod::labels::{container_info_from_annotations, container_info_from_labels};
 
 /// A container's state as kubelet models it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -413,14 +413,14 @@ mod tests {
             reason: "Error".into(),
             started_at: 10,
             finished_at: 20,
-            labels: HashMap::from([(super::super::labels::CONTAINER_NAME.into(), "app".into())]),
+            labels: HashMap::from([(crate::pod::labels::CONTAINER_NAME.into(), "app".into())]),
             annotations: HashMap::from([
                 (
-                    super::super::labels::CONTAINER_RESTART_COUNT.into(),
+                    crate::pod::labels::CONTAINER_RESTART_COUNT.into(),
                     "2".into(),
                 ),
                 (
-                    super::super::labels::CONTAINER_TERMINATION_MESSAGE_PATH.into(),
+                    crate::pod::labels::CONTAINER_TERMINATION_MESSAGE_PATH.into(),
                     "/dev/termination-log".into(),
                 ),
             ]),
@@ -469,12 +469,9 @@ mod tests {
                 id: id.into(),
                 state: api::ContainerState::ContainerCreated as i32,
                 created_at: 5,
-                labels: HashMap::from([(
-                    super::super::labels::CONTAINER_NAME.into(),
-                    "app".into(),
-                )]),
+                labels: HashMap::from([(crate::pod::labels::CONTAINER_NAME.into(), "app".into())]),
                 annotations: HashMap::from([(
-                    super::super::labels::CONTAINER_RESTART_COUNT.into(),
+                    crate::pod::labels::CONTAINER_RESTART_COUNT.into(),
                     restarts.into(),
                 )]),
                 ..Default::default()

@@ -14,12 +14,12 @@ use super::actions::{ProbeResults, compute_pod_actions_with};
 use super::errors::{
     CONFIG_POD_SANDBOX_ERROR, CRASH_LOOP_BACK_OFF, CREATE_POD_SANDBOX_ERROR, StepError, grpc_text,
 };
-use super::hash::hash_label;
 use super::manager::RuntimeManager;
 use super::sandbox::{
     SandboxInputs, check_dynamic_resources, generate_sandbox_config, pod_logs_dir,
 };
 use super::status::{ContainerState, RuntimePodStatus};
+use crate::pod::hash::hash_label;
 use crate::pod::podutil::{self, is_restartable_init};
 use crate::pods::clock::from_nanos;
 use crate::pods::events as reasons;
@@ -739,7 +739,7 @@ impl RuntimeManager {
             && let Ok(resp) = self.cri.container_status(id, false).await
             && let Some(s) = resp.status
         {
-            let info = super::labels::container_info_from_labels(&s.labels);
+            let info = crate::pod::labels::container_info_from_labels(&s.labels);
             let link = dir.join(legacy_log_name(
                 &info.pod_name,
                 &info.pod_namespace,

@@ -1,5 +1,5 @@
 use super::*;
-use crate::pods::runtime::hash::hash_container;
+use crate::pod::hash::hash_container;
 use crate::pods::runtime::status::SandboxStatus;
 
 fn pod(v: serde_json::Value) -> Pod {

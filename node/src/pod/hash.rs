@@ -8,7 +8,7 @@
 
 use k8s_openapi::api::core::v1::Container;
 
-use crate::pods::fnv::fnv32a;
+use crate::pod::fnv::fnv32a;
 
 /// kubelet's `HashContainer`.
 pub fn hash_container(c: &Container) -> u64 {
