@@ -1,24 +1,25 @@
 //! keelson: one daemon per Linux node replacing kubelet (the node role) and
 //! kube-proxy (the proxy role). See DESIGN.md for the architecture.
 //!
-//! The binary (`keelson run`) calls [`run::run`]; tests call the roles
-//! directly with a [`role::RoleContext`].
+//! This crate is the wiring: the command line, the configuration file,
+//! [`run::run`] starting the roles, the proxy role, and the commands
+//! (`diagnose`, `migrate`, ...). The node role is the crate `keelson-node`;
+//! what both roles share is `keelson-common`. Tests call the roles directly
+//! with a [`role::RoleContext`].
 
-pub mod apiclient;
-pub mod certificates;
 pub mod config;
 pub mod diagnose;
-pub mod error_chain;
-pub mod events;
-pub mod introspection;
-pub mod lifecycle;
+pub mod logging;
 pub mod migrate;
-pub mod node;
-pub mod node_ip;
-pub mod observability;
 pub mod proxy;
-pub mod quantity;
 pub mod role;
 pub mod run;
-pub mod strategic_patch;
-pub mod version;
+
+// The node role and the shared parts under their old paths, so
+// `keelson::node::...` and `keelson::events::...` keep naming the same items.
+pub use keelson_common::{
+    apiclient, error_chain, events, introspection, lifecycle, observability, quantity,
+    strategic_patch, version,
+};
+pub use keelson_node as node;
+pub use keelson_node::certificates;

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use keelson::config::upstream::{self, Loaded, Sources};
 use keelson::config::{Config, LogFormat, Overrides};
-use keelson::{lifecycle, observability, run, version};
+use keelson::{lifecycle, run, version};
 use tokio_util::sync::CancellationToken;
 
 /// keelson: one daemon per Linux node replacing kubelet and kube-proxy.
@@ -193,7 +193,7 @@ fn main() -> ExitCode {
         Command::Diagnose(args) => {
             // Quiet unless asked: the report is the output.
             if std::env::var_os("RUST_LOG").is_some() {
-                observability::logging::init(&keelson::config::LoggingConfig::default());
+                keelson::logging::init(&keelson::config::LoggingConfig::default());
             }
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -209,7 +209,7 @@ fn main() -> ExitCode {
         }
         Command::Migrate(args) => {
             if std::env::var_os("RUST_LOG").is_some() {
-                observability::logging::init(&keelson::config::LoggingConfig::default());
+                keelson::logging::init(&keelson::config::LoggingConfig::default());
             }
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -247,7 +247,7 @@ fn worker_threads(cfg: &Config) -> Option<usize> {
 fn run_command(args: RunArgs) -> anyhow::Result<()> {
     let loaded = args.sources.load()?;
     let cfg = loaded.config;
-    observability::logging::init(&cfg.logging);
+    keelson::logging::init(&cfg.logging);
     if !loaded.ignored.is_empty() {
         tracing::warn!(
             fields = loaded.ignored.join(", "),

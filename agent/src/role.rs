@@ -30,6 +30,22 @@ pub struct RoleContext {
     pub shutdown: CancellationToken,
 }
 
+impl RoleContext {
+    /// The node role's view: its own section of the configuration and the
+    /// shared parts.
+    pub fn node_context(&self) -> keelson_node::NodeContext {
+        keelson_node::NodeContext {
+            config: std::sync::Arc::new(self.config.node.clone()),
+            node_name: self.node_name.clone(),
+            client: self.client.clone(),
+            registry: self.registry.clone(),
+            health: self.health.clone(),
+            introspection: self.introspection.clone(),
+            shutdown: self.shutdown.clone(),
+        }
+    }
+}
+
 impl std::fmt::Debug for RoleContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RoleContext")

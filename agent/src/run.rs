@@ -159,7 +159,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
             if !nc.ready(&stop).await {
                 return ("node", Ok(()));
             }
-            ("node", node::run(c).await.map_err(|e| e.to_string()))
+            (
+                "node",
+                node::run(c.node_context()).await.map_err(|e| e.to_string()),
+            )
         });
     }
     if let Some(client) = proxy_client {

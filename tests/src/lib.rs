@@ -5,6 +5,8 @@
 //! Nothing here is meant for production use: the test API server is a
 //! stand-in for kube-apiserver on machines where none can be installed.
 
+#[cfg(test)]
+mod architecture;
 pub mod bench;
 pub mod conformance;
 pub mod containerd;

@@ -256,7 +256,7 @@ impl InProcessNode {
             if !node_client.ready(&role_ctx.shutdown).await {
                 return Ok(());
             }
-            keelson::node::run_with(role_ctx, overrides).await
+            keelson::node::run_with(role_ctx.node_context(), overrides).await
         });
         Ok(InProcessNode {
             api,

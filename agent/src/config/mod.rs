@@ -15,16 +15,17 @@
 //! assert_eq!(cfg.node.node_status_update_frequency.get().as_secs(), 10);
 //! ```
 
-pub mod duration;
-pub mod eviction;
-pub mod kubelet_api;
-pub mod node;
-pub mod node_labels;
 pub mod proxy;
 pub mod upstream;
 
-use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+// The node section lives with the node role (crate keelson-node); the
+// durations and the small checks are shared with the proxy section.
+pub use keelson_node::config::{
+    FieldError, check_socket_addr, duration, eviction, is_dns_subdomain, kubelet_api, node,
+    node_labels, socket_addr, usable_node_ip,
+};
+
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -32,8 +33,6 @@ use serde::{Deserialize, Serialize};
 pub use duration::KubeDuration;
 pub use node::{CgroupDriver, NodeConfig};
 pub use proxy::{ProxyConfig, ProxyMode};
-
-use crate::quantity::Quantity;
 
 /// The `apiVersion` keelson reads.
 pub const API_VERSION: &str = "keelson.dev/v1alpha1";
@@ -125,31 +124,6 @@ impl Default for Config {
             node: NodeConfig::default(),
             proxy: ProxyConfig::default(),
         }
-    }
-}
-
-/// One invalid field: its path in the file and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    /// Dotted path, e.g. `node.maxPods` or `proxy.conntrack.min`.
-    pub path: String,
-    /// The reason.
-    pub reason: String,
-}
-
-impl FieldError {
-    /// Builds one.
-    pub fn new(path: impl Into<String>, reason: impl Into<String>) -> Self {
-        FieldError {
-            path: path.into(),
-            reason: reason.into(),
-        }
-    }
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.reason)
     }
 }
 
@@ -411,274 +385,10 @@ impl Config {
                 "both roles are disabled (node.enabled and proxy.enabled are false): nothing to run",
             ));
         }
-        self.validate_node(&mut errs);
+        keelson_node::config::validate(&self.node, &mut errs);
         kubelet_api::validate(&self.node, &mut errs);
         self.validate_proxy(&mut errs);
         if errs.is_empty() { Ok(()) } else { Err(errs) }
-    }
-
-    fn validate_node(&self, errs: &mut Vec<FieldError>) {
-        let n = &self.node;
-        let positive = |errs: &mut Vec<FieldError>, path: &str, d: KubeDuration| {
-            if d.get().is_zero() {
-                errs.push(FieldError::new(
-                    format!("node.{path}"),
-                    "must be greater than 0",
-                ));
-            }
-        };
-        positive(errs, "fileCheckFrequency", n.file_check_frequency);
-        positive(errs, "syncFrequency", n.sync_frequency);
-        positive(errs, "runtimeRequestTimeout", n.runtime_request_timeout);
-        positive(
-            errs,
-            "nodeStatusUpdateFrequency",
-            n.node_status_update_frequency,
-        );
-        positive(
-            errs,
-            "nodeStatusReportFrequency",
-            n.node_status_report_frequency,
-        );
-        positive(errs, "cpuCFSQuotaPeriod", n.cpu_cfs_quota_period);
-        let period = n.cpu_cfs_quota_period.get();
-        if period < std::time::Duration::from_millis(1)
-            || period > std::time::Duration::from_secs(1)
-        {
-            errs.push(FieldError::new(
-                "node.cpuCFSQuotaPeriod",
-                "must be between 1ms and 1s, inclusive",
-            ));
-        }
-        if n.max_pods <= 0 {
-            errs.push(FieldError::new("node.maxPods", "must be greater than 0"));
-        }
-        if n.pod_pids_limit < -1 || n.pod_pids_limit == 0 {
-            errs.push(FieldError::new(
-                "node.podPidsLimit",
-                "must be -1 (no limit) or greater than 0",
-            ));
-        }
-        if n.node_lease_duration_seconds <= 0 {
-            errs.push(FieldError::new(
-                "node.nodeLeaseDurationSeconds",
-                "must be greater than 0",
-            ));
-        }
-        if n.node_status_max_images < -1 {
-            errs.push(FieldError::new(
-                "node.nodeStatusMaxImages",
-                "must be -1 or greater",
-            ));
-        }
-        if n.node_status_report_frequency < n.node_status_update_frequency {
-            errs.push(FieldError::new(
-                "node.nodeStatusReportFrequency",
-                "must not be shorter than nodeStatusUpdateFrequency",
-            ));
-        }
-        for (path, v) in [
-            (
-                "imageGCHighThresholdPercent",
-                n.image_gc_high_threshold_percent,
-            ),
-            (
-                "imageGCLowThresholdPercent",
-                n.image_gc_low_threshold_percent,
-            ),
-        ] {
-            if !(0..=100).contains(&v) {
-                errs.push(FieldError::new(
-                    format!("node.{path}"),
-                    "must be between 0 and 100, inclusive",
-                ));
-            }
-        }
-        if n.image_gc_low_threshold_percent >= n.image_gc_high_threshold_percent {
-            errs.push(FieldError::new(
-                "node.imageGCLowThresholdPercent",
-                "must be less than imageGCHighThresholdPercent",
-            ));
-        }
-        if !n.image_maximum_gc_age.get().is_zero()
-            && n.image_maximum_gc_age <= n.image_minimum_gc_age
-        {
-            errs.push(FieldError::new(
-                "node.imageMaximumGCAge",
-                "must be greater than imageMinimumGCAge",
-            ));
-        }
-        if let Some(p) = n.max_parallel_image_pulls {
-            if p < 1 {
-                errs.push(FieldError::new(
-                    "node.maxParallelImagePulls",
-                    "must be greater than 0",
-                ));
-            } else if n.serialize_image_pulls && p > 1 {
-                errs.push(FieldError::new(
-                    "node.maxParallelImagePulls",
-                    "must be 1 or unset when serializeImagePulls is true",
-                ));
-            }
-        }
-        if n.kube_api_qps <= 0.0 {
-            errs.push(FieldError::new("node.kubeAPIQPS", "must be greater than 0"));
-        }
-        if n.kube_api_burst <= 0 {
-            errs.push(FieldError::new(
-                "node.kubeAPIBurst",
-                "must be greater than 0",
-            ));
-        }
-        if !n.container_runtime_endpoint.starts_with("unix://") {
-            errs.push(FieldError::new(
-                "node.containerRuntimeEndpoint",
-                "must be a unix:// socket endpoint",
-            ));
-        }
-        if let Some(e) = &n.image_service_endpoint
-            && !e.is_empty()
-        {
-            if !e.starts_with("unix://") {
-                errs.push(FieldError::new(
-                    "node.imageServiceEndpoint",
-                    "must be a unix:// socket endpoint",
-                ));
-            } else if *e != n.container_runtime_endpoint {
-                errs.push(FieldError::new(
-                    "node.imageServiceEndpoint",
-                    "a separate image service is not supported: leave it empty or set it to containerRuntimeEndpoint",
-                ));
-            }
-        }
-        if let Some(ip) = n.node_ip
-            && (ip.is_loopback() || ip.is_unspecified())
-        {
-            errs.push(FieldError::new(
-                "node.nodeIP",
-                "must not be a loopback or unspecified address",
-            ));
-        }
-        if !n.pod_cidr.is_empty() {
-            for part in n.pod_cidr.split(',') {
-                if part.trim().parse::<ipnet::IpNet>().is_err() {
-                    errs.push(FieldError::new(
-                        "node.podCIDR",
-                        format!("{part:?} is not a CIDR"),
-                    ));
-                }
-            }
-        }
-        if !n.cgroup_root.starts_with('/') {
-            errs.push(FieldError::new(
-                "node.cgroupRoot",
-                "must be an absolute cgroup path",
-            ));
-        }
-        if !n.root_dir.is_absolute() {
-            errs.push(FieldError::new("node.rootDir", "must be an absolute path"));
-        }
-        if !n.pod_logs_dir.is_absolute() {
-            errs.push(FieldError::new(
-                "node.podLogsDir",
-                "must be an absolute path",
-            ));
-        }
-        for (field, list) in [
-            ("kubeReserved", &n.kube_reserved),
-            ("systemReserved", &n.system_reserved),
-        ] {
-            for (res, val) in list {
-                if !matches!(res.as_str(), "cpu" | "memory" | "ephemeral-storage" | "pid") {
-                    errs.push(FieldError::new(
-                        format!("node.{field}[{res:?}]"),
-                        "unknown resource (cpu, memory, ephemeral-storage, pid)",
-                    ));
-                }
-                match Quantity::parse(val) {
-                    Ok(q) if q.is_negative() => errs.push(FieldError::new(
-                        format!("node.{field}[{res:?}]"),
-                        "must not be negative",
-                    )),
-                    Ok(_) => {}
-                    Err(e) => errs.push(FieldError::new(
-                        format!("node.{field}[{res:?}]"),
-                        e.to_string(),
-                    )),
-                }
-            }
-        }
-        if let Err(mut e) = eviction::parse_thresholds(
-            &n.eviction_hard,
-            &n.eviction_soft,
-            &n.eviction_soft_grace_period,
-            &n.eviction_minimum_reclaim,
-        ) {
-            errs.append(&mut e);
-        }
-        if n.cluster_domain.starts_with('.') || n.cluster_domain.ends_with('.') {
-            errs.push(FieldError::new(
-                "node.clusterDomain",
-                "must not start or end with '.'",
-            ));
-        }
-        node_labels::validate(&n.node_labels, errs);
-        if !(-1000..=1000).contains(&n.oom_score_adj) {
-            errs.push(FieldError::new(
-                "node.oomScoreAdj",
-                "must be between -1000 and 1000, inclusive",
-            ));
-        }
-        for (i, t) in n.register_with_taints.iter().enumerate() {
-            if !matches!(
-                t.effect.as_str(),
-                "NoSchedule" | "PreferNoSchedule" | "NoExecute"
-            ) {
-                errs.push(FieldError::new(
-                    format!("node.registerWithTaints[{i}].effect"),
-                    "must be NoSchedule, PreferNoSchedule or NoExecute",
-                ));
-            }
-            if t.key.is_empty() {
-                errs.push(FieldError::new(
-                    format!("node.registerWithTaints[{i}].key"),
-                    "must not be empty",
-                ));
-            }
-        }
-        for (i, pattern) in n.allowed_unsafe_sysctls.iter().enumerate() {
-            if let Err(e) = crate::node::pods::admission::sysctl::check_pattern(pattern) {
-                errs.push(FieldError::new(
-                    format!("node.allowedUnsafeSysctls[{i}]"),
-                    e,
-                ));
-            }
-        }
-        // kubelet's validation.go (KubeletEnsureSecretPulledImages on).
-        let policy = n.image_pull_credentials_verification_policy.as_str();
-        if let Err(e) =
-            crate::node::pods::runtime::pull_records::VerificationPolicy::parse(policy, &[])
-        {
-            errs.push(FieldError::new(
-                "node.imagePullCredentialsVerificationPolicy",
-                e,
-            ));
-        }
-        if !n.preloaded_images_verification_allowlist.is_empty()
-            && policy != "NeverVerifyAllowlistedImages"
-        {
-            errs.push(FieldError::new(
-                "node.preloadedImagesVerificationAllowlist",
-                "can't be set if imagePullCredentialsVerificationPolicy is not \"NeverVerifyAllowlistedImages\"",
-            ));
-        } else if let Err(e) = crate::node::pods::runtime::pull_records::Allowlist::new(
-            &n.preloaded_images_verification_allowlist,
-        ) {
-            errs.push(FieldError::new(
-                "node.preloadedImagesVerificationAllowlist",
-                format!("invalid image pattern: {e}"),
-            ));
-        }
     }
 
     fn validate_proxy(&self, errs: &mut Vec<FieldError>) {
@@ -773,38 +483,6 @@ impl Config {
     }
 }
 
-fn check_socket_addr(errs: &mut Vec<FieldError>, path: &str, value: &str) {
-    if value.is_empty() {
-        return; // empty disables the server
-    }
-    if value.parse::<SocketAddr>().is_err() {
-        errs.push(FieldError::new(
-            path,
-            format!("{value:?} is not an IP:port address (empty disables the server)"),
-        ));
-    }
-}
-
-/// Parses an `IP:port` setting already validated.
-pub fn socket_addr(value: &str) -> Option<SocketAddr> {
-    value.parse().ok()
-}
-
-/// True for a lowercase RFC 1123 subdomain.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
-}
-
 /// serde_path_to_error prints Rust-side keys as written in the file already
 /// (we rename to camelCase), so the path is the file's path; `.` for the root.
 fn camel_path(p: &str) -> String {
@@ -813,11 +491,6 @@ fn camel_path(p: &str) -> String {
     } else {
         p.to_string()
     }
-}
-
-/// An IP that is usable as the node's address (not loopback/unspecified).
-pub fn usable_node_ip(ip: IpAddr) -> bool {
-    !(ip.is_loopback() || ip.is_unspecified() || ip.is_multicast())
 }
 
 #[cfg(test)]

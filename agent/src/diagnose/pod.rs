@@ -21,8 +21,8 @@ use super::runtime::{self as rt, PodRuntime};
 use super::thresholds;
 use super::words;
 use crate::introspection::types::{PodState, TimelineRecord};
-use crate::node::pods::podutil;
-use crate::node::pods::qos::{QosClass, pod_qos};
+use crate::node::pod::podutil;
+use crate::node::pod::qos::{QosClass, pod_qos};
 
 /// Log lines of a crashed container's previous instance shown.
 pub const PREVIOUS_LOG_LINES: usize = 20;

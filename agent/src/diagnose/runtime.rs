@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use keelson_cri::{RuntimeClient, api};
 
-use crate::node::pods::runtime::labels;
+use crate::node::pod::labels;
 
 /// One sandbox of a pod.
 #[derive(Debug, Clone)]

@@ -330,6 +330,19 @@ pub fn decode_revnat(k: &RevNatKeyBytes, v: &RevNatValueBytes) -> Option<RevNatE
     })
 }
 
+/// What the socket LB should do for one frontend. The model has already
+/// chosen the eligible endpoints (ready ones, else serving-terminating ones;
+/// topology and internalTrafficPolicy applied for this node).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LbService {
+    /// `namespace/name:port` for logs and errors.
+    pub name: String,
+    /// `sessionAffinity: ClientIP` timeout in seconds; `None` without affinity.
+    pub affinity_timeout: Option<u32>,
+    /// The endpoints (IP, target port) new connections may go to.
+    pub backends: Vec<SocketAddr>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,6 +27,7 @@ use aya::{Ebpf, EbpfLoader};
 
 use super::error::{EbpfError, chain};
 use super::fs::{cgroup2_root, ensure_bpffs, is_cgroup2};
+use super::layout::LbService;
 use super::layout::{
     AffinityEntry, AffinityKeyBytes, AffinityValueBytes, Frontend, RevNatEntry, RevNatKeyBytes,
     RevNatValueBytes, decode_affinity, decode_revnat,
@@ -35,7 +36,7 @@ use super::maps::KernelMaps;
 use super::object::{MAPS, MapSpec, PROGRAMS, SOCK_LB_OBJECT};
 use super::pinlock::{self, PinLock};
 use super::sizes::{MIN_SIZES, MapSizes};
-use super::sync::{LbService, SyncError, SyncErrors, SyncStats, Syncer};
+use super::sync::{SyncError, SyncErrors, SyncStats, Syncer};
 
 /// The oldest kernel with every hook the socket LB uses
 /// (`cgroup/getpeername4/6` and `bpf_get_netns_cookie` for sock_addr

@@ -40,6 +40,7 @@ mod sync;
 pub use backend::{EbpfBackend, ebpf_mode_backend};
 pub use error::EbpfError;
 pub use fs::{cgroup2_root, ensure_bpffs, is_bpffs, is_cgroup2};
+pub use layout::LbService;
 pub use layout::{
     AFFINITY_KIND_CLIENT, AFFINITY_KIND_UDP_FLOW, AffinityEntry, Frontend, L4Proto, RevNatEntry,
 };
@@ -51,4 +52,4 @@ pub use maps::{FakeMaps, KernelMaps, LbMap, LbMaps, MapsError};
 pub use pinlock::PIN_LOCK_WAIT;
 pub use render::{changes_of, desired_of, frontend_of, service_of};
 pub use sizes::{MIN_SIZES, MapSizes};
-pub use sync::{LbService, SyncError, SyncErrors, SyncStats, Syncer};
+pub use sync::{SyncError, SyncErrors, SyncStats, Syncer};

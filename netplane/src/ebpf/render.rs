@@ -16,8 +16,8 @@ use std::net::SocketAddr;
 
 use crate::model::{Protocol, ProxyDiff, ProxySnapshot, ServicePortState};
 
+use super::layout::LbService;
 use super::layout::{Frontend, L4Proto};
-use super::sync::LbService;
 
 /// The socket-LB frontend of a service port, if socket LB serves it.
 pub fn frontend_of(state: &ServicePortState) -> Option<Frontend> {

@@ -11,8 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use super::layout::Frontend;
-use super::sync::LbService;
+use super::layout::{Frontend, LbService};
 
 /// Entries each sized map may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,24 +22,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 
 use super::layout::{
-    self, BackendKey, Frontend, SVC_FLAG_AFFINITY, SvcValue, decode_backend_key,
+    self, BackendKey, Frontend, LbService, SVC_FLAG_AFFINITY, SvcValue, decode_backend_key,
     decode_backend_value, decode_member_key, decode_svc_key, decode_svc_value,
 };
 use super::maps::{LbMap, LbMaps, MapsError};
 use super::sizes::MapSizes;
-
-/// What the socket LB should do for one frontend. The model has already
-/// chosen the eligible endpoints (ready ones, else serving-terminating ones;
-/// topology and internalTrafficPolicy applied for this node).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LbService {
-    /// `namespace/name:port` for logs and errors.
-    pub name: String,
-    /// `sessionAffinity: ClientIP` timeout in seconds; `None` without affinity.
-    pub affinity_timeout: Option<u32>,
-    /// The endpoints (IP, target port) new connections may go to.
-    pub backends: Vec<SocketAddr>,
-}
 
 /// Why one frontend could not be written.
 #[derive(Debug, thiserror::Error)]

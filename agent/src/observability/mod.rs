@@ -1,8 +1,0 @@
-//! What operators look at: logs, the health endpoints and Prometheus metrics.
-
-pub mod health;
-pub mod logging;
-pub mod metrics;
-pub mod server;
-
-pub use health::{Health, HealthFlag, ProbeKind};

@@ -1,0 +1,7 @@
+//! What operators look at: logs, the health endpoints and Prometheus metrics.
+
+pub mod health;
+pub mod metrics;
+pub mod server;
+
+pub use health::{Health, HealthFlag, ProbeKind};

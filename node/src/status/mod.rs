@@ -1,0 +1,35 @@
+//! Node registration and Node status, as kubelet keeps them: the Node is
+//! created (or adopted), then its status — capacity, allocatable,
+//! conditions, addresses, daemon endpoints, nodeInfo, images — is
+//! recomputed every `nodeStatusUpdateFrequency` and written when it
+//! changed or `nodeStatusReportFrequency` passed.
+//!
+//! Layout, one concept per file: [`host`] (machine facts), [`runtime`]
+//! (runtime health for Ready), [`capacity`], [`conditions`], [`node_info`],
+//! [`images`], [`addresses`], [`setters`] (all of them in kubelet's order),
+//! [`registration`], [`patch`] (the strategic merge patch and the change
+//! test), [`manager`] (the loop), [`handle`] (what other parts read),
+//! [`metrics`], [`format`] (quantity text).
+
+pub mod addresses;
+pub mod capacity;
+pub mod conditions;
+pub mod features;
+pub mod format;
+pub mod handle;
+pub mod host;
+pub mod images;
+pub mod manager;
+pub mod metrics;
+pub mod node_info;
+pub mod patch;
+pub mod registration;
+pub mod runtime;
+pub mod setters;
+
+pub use handle::{NoPressure, NodeStatusHandle, PressureSource};
+pub use host::{Host, RealHost};
+pub use manager::{NodeStatusManager, StatusConfig, StatusDeps};
+pub use metrics::StatusMetrics;
+pub use runtime::RuntimeState;
+pub use setters::PressureFlags;
