@@ -397,7 +397,8 @@ async fn node_api_logs_rotation(env: Arc<Env>, agents: Agents) -> anyhow::Result
 /// `kubectl debug --target` (issue 33): the ephemeral container goes in
 /// through the `ephemeralcontainers` subresource, runs once in the pod's
 /// sandbox in the target container's process namespace (its `ps` shows the
-/// target's process as pid 1), answers exec and logs, and its status is in
+/// target's process as pid 1), answers exec and logs, and `kubectl debug
+/// -it` attaches to a second one with a terminal; the status is in
 /// `ephemeralContainerStatuses` as kubelet writes it (kubelet_pods.go
 /// generateAPIPodStatus: never ready, no `started`, restart count 0), while
 /// the pod's readiness stays the regular containers'.
@@ -490,6 +491,32 @@ async fn node_api_ephemeral_debug(env: Arc<Env>, agents: Agents) -> anyhow::Resu
     ensure!(out.ok && out.stdout == "marco\n", "{out:?}");
     let out = k(&env, &["-n", &ns, "logs", "app", "-c", "debugger"], None).await?;
     ensure!(out.ok && out.stdout.contains("polo"), "{out:?}");
+    // `kubectl debug -it`: kubectl waits for the new container to run and
+    // attaches to it with a terminal (GetAttach takes the tty from the
+    // ephemeral spec). The shell waits before it writes, so that kubectl
+    // is attached by then; script's stdin stays open and silent.
+    let cmd = format!(
+        "kubectl --kubeconfig {} -n {ns} debug -it app --image {BUSYBOX_IMAGE} \
+         --image-pull-policy IfNotPresent -c shell -- sh -c 'sleep 5; tty; echo val-$((6*7))'",
+        env.cp.admin_kubeconfig().display()
+    );
+    let mut child = tokio::process::Command::new("script")
+        .args(["-qfec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdin = child.stdin.take();
+    let out = tokio::time::timeout(T, child.wait_with_output())
+        .await
+        .map_err(|_| anyhow!("kubectl debug -it did not finish"))??;
+    drop(stdin);
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    ensure!(
+        out.status.success() && text.contains("/dev/pts/") && text.contains("val-42"),
+        "kubectl debug -it: {text}"
+    );
     Ok(())
 }
 
