@@ -22,10 +22,7 @@ const TEST: &str = "keelson_passes_the_ci_conformance_slice";
 /// Tests of the slice keelson does not pass yet, each with the issue
 /// that builds what it needs. They still run in `scripts/conformance`,
 /// where docs/conformance.md shows them failing.
-const NOT_YET: &[(&str, &str)] = &[(
-    r"\[sig-node\] Ephemeral Containers",
-    "ephemeral containers are not run yet (issue 33)",
-)];
+const NOT_YET: &[(&str, &str)] = &[];
 
 #[test]
 fn keelson_passes_the_ci_conformance_slice() {

@@ -2,7 +2,7 @@
 //! names as kubelet prints them, static/mirror pods, restart policies,
 //! container lookups.
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodSpec, Taint, Toleration};
 
 /// Annotation naming where a pod came from (`api`, `file`, `http`).
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
@@ -190,6 +190,88 @@ pub fn container_spec<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
         .find(|c| c.name == name)
 }
 
+/// The ephemeral containers (`kubectl debug`), added to a running pod
+/// through the `ephemeralcontainers` subresource.
+pub fn ephemeral_containers(pod: &Pod) -> &[EphemeralContainer] {
+    spec(pod)
+        .ephemeral_containers
+        .as_deref()
+        .unwrap_or_default()
+}
+
+/// An ephemeral container as the `Container` it is to the runtime: kubelet
+/// converts `EphemeralContainerCommon` to `v1.Container` (the two hold the
+/// same fields; `targetContainerName` is the only addition), e.g. in
+/// `ephemeralContainerStartSpec` (pkg/kubelet/kuberuntime/
+/// kuberuntime_container.go) and `generateAPIPodStatus`
+/// (pkg/kubelet/kubelet_pods.go). The destructuring is exhaustive so a new
+/// field in either type fails the build here.
+pub fn ephemeral_as_container(e: &EphemeralContainer) -> Container {
+    let EphemeralContainer {
+        args,
+        command,
+        env,
+        env_from,
+        image,
+        image_pull_policy,
+        lifecycle,
+        liveness_probe,
+        name,
+        ports,
+        readiness_probe,
+        resize_policy,
+        resources,
+        restart_policy,
+        restart_policy_rules,
+        security_context,
+        startup_probe,
+        stdin,
+        stdin_once,
+        target_container_name: _,
+        termination_message_path,
+        termination_message_policy,
+        tty,
+        volume_devices,
+        volume_mounts,
+        working_dir,
+    } = e.clone();
+    Container {
+        args,
+        command,
+        env,
+        env_from,
+        image,
+        image_pull_policy,
+        lifecycle,
+        liveness_probe,
+        name,
+        ports,
+        readiness_probe,
+        resize_policy,
+        resources,
+        restart_policy,
+        restart_policy_rules,
+        security_context,
+        startup_probe,
+        stdin,
+        stdin_once,
+        termination_message_path,
+        termination_message_policy,
+        tty,
+        volume_devices,
+        volume_mounts,
+        working_dir,
+    }
+}
+
+/// The spec of an ephemeral container by name, as a `Container`.
+pub fn ephemeral_container_spec(pod: &Pod, name: &str) -> Option<Container> {
+    ephemeral_containers(pod)
+        .iter()
+        .find(|e| e.name == name)
+        .map(ephemeral_as_container)
+}
+
 /// True when `name` is an init container of the pod.
 pub fn is_init_container(pod: &Pod, name: &str) -> bool {
     init_containers(pod).iter().any(|c| c.name == name)
@@ -275,6 +357,22 @@ mod tests {
         assert!(has_restartable_init(&p));
         assert_eq!(restart_policy(&p), "Always");
         assert!(container_spec(&p, "s").is_some() && is_init_container(&p, "s"));
+        assert!(ephemeral_containers(&p).is_empty());
+        let e = pod(serde_json::json!({
+            "metadata": {"name": "web"},
+            "spec": {"containers": [{"name": "a"}], "ephemeralContainers": [
+                {"name": "dbg", "image": "busybox", "stdin": true, "tty": true,
+                 "targetContainerName": "a", "env": [{"name": "K", "value": "v"}]}]}
+        }));
+        let c = ephemeral_container_spec(&e, "dbg").expect("ephemeral");
+        assert_eq!(c.image.as_deref(), Some("busybox"));
+        assert_eq!((c.stdin, c.tty), (Some(true), Some(true)));
+        assert_eq!(c.env.expect("env")[0].value.as_deref(), Some("v"));
+        assert!(ephemeral_container_spec(&e, "a").is_none());
+        assert!(
+            container_spec(&e, "dbg").is_none(),
+            "only regular and init containers"
+        );
         assert_eq!(termination_grace(&p), 30);
     }
 }

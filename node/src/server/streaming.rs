@@ -181,18 +181,27 @@ pub async fn serve(
                 .await
         }
         Kind::Attach => {
-            // A tty cannot be added to a running process: the spec decides.
+            // A tty cannot be added to a running process: the spec decides
+            // (`GetAttach` takes it from `GetContainerSpec`, which visits
+            // ephemeral containers too: `kubectl debug -it` attaches to one).
             let tty = pod
                 .spec
                 .as_ref()
-                .map(|s| {
+                .and_then(|s| {
                     s.containers
                         .iter()
                         .chain(s.init_containers.iter().flatten())
                         .find(|c| c.name == container)
-                        .and_then(|c| c.tty)
-                        .unwrap_or(false)
+                        .map(|c| c.tty)
+                        .or_else(|| {
+                            s.ephemeral_containers
+                                .iter()
+                                .flatten()
+                                .find(|c| c.name == container)
+                                .map(|c| c.tty)
+                        })
                 })
+                .flatten()
                 .unwrap_or(false);
             api.cri
                 .attach(api::AttachRequest {

@@ -229,7 +229,7 @@ pub fn prepare_update(old: &Value, new: &mut Value, mode: UpdateMode) -> Result<
     }
     match mode {
         // `resize` is a pods-only subresource: never a CSR's.
-        UpdateMode::Main | UpdateMode::Resize => {
+        UpdateMode::Main | UpdateMode::Resize | UpdateMode::EphemeralContainers => {
             match old.get("status") {
                 Some(s) => o.insert("status".into(), s.clone()),
                 None => o.remove("status"),

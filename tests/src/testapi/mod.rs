@@ -20,6 +20,7 @@ mod authn;
 mod csr;
 mod defaults;
 mod discovery;
+mod ephemeral;
 mod error;
 mod events;
 mod fields;

@@ -593,6 +593,8 @@ pub enum UpdateMode {
     Status,
     /// `pods/resize`: only resources and resize policies change.
     Resize,
+    /// `pods/ephemeralcontainers`: only `spec.ephemeralContainers` changes.
+    EphemeralContainers,
     /// `approval` subresource (CertificateSigningRequests): only the
     /// Approved/Denied conditions change.
     Approval,
@@ -699,6 +701,13 @@ pub fn update_in(
             }
             new = next;
         }
+        UpdateMode::EphemeralContainers => {
+            let mut next = super::ephemeral::drop_non_ephemeral_updates(&old, &new);
+            if let (Some(o), Some(m)) = (next.as_object_mut(), new.get("metadata")) {
+                o.insert("metadata".into(), m.clone());
+            }
+            new = next;
+        }
         UpdateMode::Main => {
             if res.has_status()
                 && let Some(o) = new.as_object_mut()
@@ -728,6 +737,8 @@ pub fn update_in(
     invalid(kind, &name, validation::object(kind, &new))?;
     if kind == "Pod" && mode == UpdateMode::Resize {
         invalid(kind, &name, super::resize::validate(&old, &new))?;
+    } else if kind == "Pod" && mode == UpdateMode::EphemeralContainers {
+        invalid(kind, &name, super::ephemeral::validate(&old, &new))?;
     } else if kind == "Pod" {
         invalid(kind, &name, validation::pod_spec_update(&old, &new))?;
         if mode == UpdateMode::Status {
@@ -837,6 +848,9 @@ fn status_target(t: &Target<'_>) -> Result<UpdateMode, ApiError> {
         None => Ok(UpdateMode::Main),
         Some("status") if t.res.has_status() => Ok(UpdateMode::Status),
         Some("resize") if t.res.plural == "pods" => Ok(UpdateMode::Resize),
+        Some("ephemeralcontainers") if t.res.plural == "pods" => {
+            Ok(UpdateMode::EphemeralContainers)
+        }
         Some("approval") if t.res.subresources.contains(&"approval") => Ok(UpdateMode::Approval),
         Some(_) => Err(ApiError::method_not_allowed("PUT")),
     }

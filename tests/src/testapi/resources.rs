@@ -64,7 +64,7 @@ impl ResourceInfo {
     /// Verbs allowed on a subresource, as discovery lists them.
     pub fn subresource_verbs(sub: &str) -> &'static [&'static str] {
         match sub {
-            "status" | "resize" | "approval" => &["get", "patch", "update"],
+            "status" | "resize" | "approval" | "ephemeralcontainers" => &["get", "patch", "update"],
             "finalize" => &["update"],
             _ => &["create"],
         }
@@ -183,7 +183,13 @@ pub static RESOURCES: &[ResourceInfo] = &[
         namespaced: true,
         short_names: &["po"],
         categories: &["all"],
-        subresources: &["status", "binding", "eviction", "resize"],
+        subresources: &[
+            "status",
+            "binding",
+            "eviction",
+            "resize",
+            "ephemeralcontainers",
+        ],
         storage: "pods",
         fields: POD_FIELDS,
         tracks_generation: true,

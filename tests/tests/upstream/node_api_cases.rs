@@ -5,7 +5,8 @@
 //! `--previous`; across log rotations on a node of its own whose agent
 //! rotates at 4 KiB), `kubectl exec` (stdin, exit codes, `-it` with the
 //! terminal's size and a resize), `kubectl attach`, `kubectl
-//! port-forward` with traffic, `get --raw` of the stats summary and the
+//! port-forward` with traffic, `kubectl debug --target` (an ephemeral
+//! container: exec, logs, its status), `get --raw` of the stats summary and the
 //! resource metrics (the pod's CPU time and memory working set against
 //! its cgroup, read by the test), `/configz` (`{"kubeletconfig": ...}` with the
 //! fields both agents must agree on) and `/runningpods/` (a PodList of
@@ -48,6 +49,11 @@ pub const CASES: &[Case] = &[
         name: "node_api_exec_attach_port_forward",
         agents: &Agents::ALL,
         run: |env, agents| Box::pin(node_api_exec_attach_port_forward(env, agents)),
+    },
+    Case {
+        name: "node_api_ephemeral_debug",
+        agents: &Agents::ALL,
+        run: |env, agents| Box::pin(node_api_ephemeral_debug(env, agents)),
     },
     Case {
         name: "node_api_stats",
@@ -385,6 +391,132 @@ async fn node_api_logs_rotation(env: Arc<Env>, agents: Agents) -> anyhow::Result
     // containerLogMaxFiles (5) in all.
     let files = rotated().map_err(|e| anyhow!(e))? + 1;
     ensure!(files <= 5, "{files} log files");
+    Ok(())
+}
+
+/// `kubectl debug --target` (issue 33): the ephemeral container goes in
+/// through the `ephemeralcontainers` subresource, runs once in the pod's
+/// sandbox in the target container's process namespace (its `ps` shows the
+/// target's process as pid 1), answers exec and logs, and `kubectl debug
+/// -it` attaches to a second one with a terminal; the status is in
+/// `ephemeralContainerStatuses` as kubelet writes it (kubelet_pods.go
+/// generateAPIPodStatus: never ready, no `started`, restart count 0), while
+/// the pod's readiness stays the regular containers'.
+async fn node_api_ephemeral_debug(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
+    use keelson_tests::images::BUSYBOX_IMAGE;
+    let node = env.node(agents).await?;
+    let ns = namespace(&env.admin, "debug").await?;
+    run_pod(&env, &ns, &node.name, "app", "exec sleep 3601").await?;
+    let out = k(
+        &env,
+        &[
+            "-n",
+            &ns,
+            "debug",
+            "app",
+            "--image",
+            BUSYBOX_IMAGE,
+            "--image-pull-policy",
+            "IfNotPresent",
+            "--target",
+            "main",
+            "-c",
+            "debugger",
+            "--",
+            "sh",
+            "-c",
+            "echo polo; exec sleep 3600",
+        ],
+        None,
+    )
+    .await?;
+    ensure!(out.ok, "kubectl debug: {out:?}");
+    let status = wait_pod(&env.admin, &ns, "app", "debugger running", T, |p| {
+        let s = p
+            .status
+            .as_ref()
+            .and_then(|s| s.ephemeral_container_statuses.as_ref())
+            .and_then(|l| l.iter().find(|c| c.name == "debugger"))
+            .ok_or("no ephemeral container status")?;
+        if s.state.as_ref().is_some_and(|st| st.running.is_some()) {
+            Ok(s.clone())
+        } else {
+            Err(format!("{s:?}"))
+        }
+    })
+    .await?;
+    ensure!(
+        !status.ready && status.started.is_none() && status.restart_count == 0,
+        "{status:?}"
+    );
+    ensure!(status.image == BUSYBOX_IMAGE, "{status:?}");
+    ensure!(!status.image_id.is_empty(), "{status:?}");
+    ensure!(
+        status
+            .container_id
+            .as_deref()
+            .is_some_and(|c| c.starts_with("containerd://")),
+        "{status:?}"
+    );
+    let pod: Pod = Api::namespaced(env.admin.clone(), &ns).get("app").await?;
+    ensure!(
+        crate::support::pod_condition(&pod, "Ready").as_deref() == Some("True"),
+        "{}",
+        crate::support::brief_status(&pod)
+    );
+    ensure!(pod.metadata.generation == Some(2), "{:?}", pod.metadata);
+    // The target's process namespace: its sleep is pid 1 here.
+    let out = k(
+        &env,
+        &["-n", &ns, "exec", "app", "-c", "debugger", "--", "ps"],
+        None,
+    )
+    .await?;
+    ensure!(
+        out.ok
+            && out
+                .stdout
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some("1") && l.contains("sleep 3601")),
+        "{out:?}"
+    );
+    let out = k(
+        &env,
+        &[
+            "-n", &ns, "exec", "app", "-c", "debugger", "--", "echo", "marco",
+        ],
+        None,
+    )
+    .await?;
+    ensure!(out.ok && out.stdout == "marco\n", "{out:?}");
+    let out = k(&env, &["-n", &ns, "logs", "app", "-c", "debugger"], None).await?;
+    ensure!(out.ok && out.stdout.contains("polo"), "{out:?}");
+    // `kubectl debug -it`: kubectl waits for the new container to run and
+    // attaches to it with a terminal (GetAttach takes the tty from the
+    // ephemeral spec). The shell waits before it writes, so that kubectl
+    // is attached by then; script's stdin stays open and silent.
+    let cmd = format!(
+        "kubectl --kubeconfig {} -n {ns} debug -it app --image {BUSYBOX_IMAGE} \
+         --image-pull-policy IfNotPresent -c shell -- sh -c 'sleep 5; tty; echo val-$((6*7))'",
+        env.cp.admin_kubeconfig().display()
+    );
+    let mut child = tokio::process::Command::new("script")
+        .args(["-qfec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdin = child.stdin.take();
+    let out = tokio::time::timeout(T, child.wait_with_output())
+        .await
+        .map_err(|_| anyhow!("kubectl debug -it did not finish"))??;
+    drop(stdin);
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    ensure!(
+        out.status.success() && text.contains("/dev/pts/") && text.contains("val-42"),
+        "kubectl debug -it: {text}"
+    );
     Ok(())
 }
 

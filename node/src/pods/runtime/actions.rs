@@ -65,6 +65,9 @@ pub struct PodActions {
     pub init_containers_to_start: Vec<usize>,
     /// Indexes into `spec.containers` to start, in order.
     pub containers_to_start: Vec<usize>,
+    /// Indexes into `spec.ephemeralContainers` to start
+    /// (`EphemeralContainersToStart`): those the runtime has never seen.
+    pub ephemeral_containers_to_start: Vec<usize>,
     /// Containers to kill first.
     pub containers_to_kill: Vec<KillInfo>,
     /// In-place resizes (`ContainersToUpdate`, `UpdatePodResources`,
@@ -291,6 +294,17 @@ pub fn compute_pod_actions_with(
         changes.containers_to_start = to_start;
         return changes;
     }
+
+    // Ephemeral containers may start before initialization is complete,
+    // and only in a sandbox that is already there; they are never
+    // restarted: one the runtime knows (running or exited) is left alone
+    // (pkg/kubelet/kuberuntime/kuberuntime_manager.go, computePodActions).
+    changes.ephemeral_containers_to_start = podutil::ephemeral_containers(pod)
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| status.find_container(&e.name).is_none())
+        .map(|(i, _)| i)
+        .collect();
 
     changes.resize.enabled = actuated.is_some();
     let initialized = compute_init_container_actions(pod, status, probes, actuated, &mut changes);

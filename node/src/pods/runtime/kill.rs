@@ -128,7 +128,17 @@ impl RuntimeManager {
         grace_override: Option<i64>,
         ordering: Option<&TerminationOrdering>,
     ) -> Result<(), String> {
-        let Some(spec) = podutil::container_spec(pod, name) else {
+        // kubelet's `GetContainerSpec` visits ephemeral containers too:
+        // they stop with the pod like the others.
+        let ephemeral;
+        let spec = match podutil::container_spec(pod, name) {
+            Some(s) => Some(s),
+            None => {
+                ephemeral = podutil::ephemeral_container_spec(pod, name);
+                ephemeral.as_ref()
+            }
+        };
+        let Some(spec) = spec else {
             return Err(format!(
                 "failed to get containerSpec {name:?} (id={:?}) in pod {:?} when killing container for reason {message:?}",
                 format!("{}://{container_id}", self.settings.runtime_name),

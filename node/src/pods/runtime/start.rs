@@ -52,14 +52,37 @@ pub fn restart_count_from_log_dir(dir: &Path) -> i32 {
     best
 }
 
+/// An ephemeral container's `targetContainerName`: where the pod does not
+/// share one process namespace (pid mode CONTAINER), the container joins
+/// its target's, as `generateLinuxContainerConfig`
+/// (pkg/kubelet/kuberuntime/kuberuntime_container_linux.go) sets
+/// `NamespaceMode_TARGET` and `TargetId`; with `shareProcessNamespace` or
+/// `hostPID` the pod's mode stays.
+pub fn target_process_namespace(
+    mut sc: api::LinuxContainerSecurityContext,
+    ns_target: Option<&str>,
+) -> api::LinuxContainerSecurityContext {
+    if let Some(id) = ns_target
+        && let Some(ns) = sc.namespace_options.as_mut()
+        && ns.pid == api::NamespaceMode::Container as i32
+    {
+        ns.pid = api::NamespaceMode::Target as i32;
+        ns.target_id = id.to_string();
+    }
+    sc
+}
+
 impl RuntimeManager {
     /// Starts `c` in the sandbox; returns the time spent pulling its image.
+    /// `target`: the `targetContainerName` of an ephemeral container, whose
+    /// process namespace `c` joins.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn start_container(
         &self,
         sandbox_id: &str,
         sandbox_config: &api::PodSandboxConfig,
         c: &Container,
+        target: Option<&str>,
         pod: &Pod,
         status: &RuntimePodStatus,
         pull_secrets: &[Secret],
@@ -92,8 +115,36 @@ impl RuntimeManager {
                 &c.name,
             )),
         };
+        // `getTargetID` (kuberuntime_container.go): the target must be
+        // known to the runtime; its newest instance is the one joined.
+        let ns_target = match target {
+            None => None,
+            Some(t) => match status.find_container(t) {
+                Some(s) => Some(s.id.clone()),
+                None => {
+                    let msg = format!("unable to find target container {t}");
+                    self.events.container(
+                        pod,
+                        &c.name,
+                        "",
+                        EventType::Warning,
+                        reasons::FAILED,
+                        format!("Error: {msg}"),
+                    );
+                    return Err(StepError::new(CREATE_CONTAINER_CONFIG_ERROR, msg));
+                }
+            },
+        };
         let config = match self
-            .generate_container_config(c, pod, restart_count, pod_ip, pod_ips, &ensured.image_ref)
+            .generate_container_config(
+                c,
+                pod,
+                restart_count,
+                pod_ip,
+                pod_ips,
+                &ensured.image_ref,
+                ns_target.as_deref(),
+            )
             .await
         {
             Ok(cfg) => cfg,
@@ -218,7 +269,9 @@ impl RuntimeManager {
     }
 
     /// kubelet's `generateContainerConfig`; the error text becomes the
-    /// `CreateContainerConfigError` message.
+    /// `CreateContainerConfigError` message. `ns_target`: the runtime id of
+    /// the container whose process namespace an ephemeral container joins.
+    #[allow(clippy::too_many_arguments)]
     async fn generate_container_config(
         &self,
         c: &Container,
@@ -227,6 +280,7 @@ impl RuntimeManager {
         _pod_ip: &str,
         pod_ips: &[String],
         image_ref: &str,
+        ns_target: Option<&str>,
     ) -> Result<api::ContainerConfig, String> {
         let ns = podutil::namespace(pod);
         let links = podutil::spec(pod).enable_service_links.unwrap_or(true);
@@ -345,11 +399,9 @@ impl RuntimeManager {
             tty: c.tty.unwrap_or(false),
             linux: Some(api::LinuxContainerConfig {
                 resources: Some(resources),
-                security_context: Some(container_security_context(
-                    pod,
-                    c,
-                    &image_username,
-                    &self.settings.seccomp,
+                security_context: Some(target_process_namespace(
+                    container_security_context(pod, c, &image_username, &self.settings.seccomp),
+                    ns_target,
                 )),
             }),
             windows: None,
@@ -361,6 +413,45 @@ impl RuntimeManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ephemeral_container_joins_its_targets_process_namespace() {
+        let sc = |pid: api::NamespaceMode| api::LinuxContainerSecurityContext {
+            namespace_options: Some(api::NamespaceOption {
+                pid: pid as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let ns = |s: api::LinuxContainerSecurityContext| {
+            let n = s.namespace_options.expect("namespaces");
+            (n.pid, n.target_id)
+        };
+        let target = api::NamespaceMode::Target as i32;
+        assert_eq!(
+            ns(target_process_namespace(
+                sc(api::NamespaceMode::Container),
+                Some("abc")
+            )),
+            (target, "abc".to_string())
+        );
+        // No target: the container's own namespace.
+        assert_eq!(
+            ns(target_process_namespace(
+                sc(api::NamespaceMode::Container),
+                None
+            ))
+            .0,
+            api::NamespaceMode::Container as i32
+        );
+        // shareProcessNamespace (POD) and hostPID (NODE) stay.
+        for mode in [api::NamespaceMode::Pod, api::NamespaceMode::Node] {
+            assert_eq!(
+                ns(target_process_namespace(sc(mode), Some("abc"))),
+                (mode as i32, String::new())
+            );
+        }
+    }
 
     #[test]
     fn restart_count_from_logs() {

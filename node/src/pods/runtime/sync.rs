@@ -159,6 +159,8 @@ pub enum StartKind {
     Init,
     /// `spec.containers[i]`.
     Regular,
+    /// `spec.ephemeralContainers[i]`.
+    Ephemeral,
 }
 
 impl StartKind {
@@ -167,6 +169,7 @@ impl StartKind {
         match self {
             StartKind::Init => "init_container",
             StartKind::Regular => "container",
+            StartKind::Ephemeral => "ephemeral_container",
         }
     }
 }
@@ -411,18 +414,30 @@ impl RuntimeManager {
         };
         let pod_ip = pod_ips.first().cloned().unwrap_or_default();
 
-        // Step 6 of kubelet's SyncPod starts ephemeral containers (`kubectl
-        // debug`); keelson does not run them, and says so on each one at
-        // every sync instead of leaving the debugger waiting in silence.
-        for e in podutil::spec(pod).ephemeral_containers.iter().flatten() {
-            self.events.container(
+        // Step 6 of kubelet's SyncPod: ephemeral containers (`kubectl
+        // debug`), before the init containers so that a debugger runs even
+        // when an init container cannot start; a failure stops nothing
+        // else (pkg/kubelet/kuberuntime/kuberuntime_manager.go, SyncPod).
+        for &idx in &actions.ephemeral_containers_to_start {
+            let Some(e) = podutil::ephemeral_containers(pod).get(idx) else {
+                continue;
+            };
+            let c = podutil::ephemeral_as_container(e);
+            let target = e.target_container_name.as_deref().filter(|t| !t.is_empty());
+            Box::pin(self.start_step(
                 pod,
-                &e.name,
-                "",
-                EventType::Warning,
-                reasons::FAILED,
-                "Error: keelson does not run ephemeral containers",
-            );
+                &c,
+                StartKind::Ephemeral,
+                target,
+                status,
+                &sandbox_id,
+                &sandbox_config,
+                pull_secrets,
+                &pod_ip,
+                &pod_ips,
+                &mut result,
+            ))
+            .await;
         }
         for &idx in &actions.init_containers_to_start {
             let Some(c) = podutil::init_containers(pod).get(idx) else {
@@ -432,6 +447,7 @@ impl RuntimeManager {
                 pod,
                 c,
                 StartKind::Init,
+                None,
                 status,
                 &sandbox_id,
                 &sandbox_config,
@@ -464,6 +480,7 @@ impl RuntimeManager {
                 pod,
                 c,
                 StartKind::Regular,
+                None,
                 status,
                 &sandbox_id,
                 &sandbox_config,
@@ -478,12 +495,14 @@ impl RuntimeManager {
     }
 
     /// One container start with its backoff check; returns success.
+    /// `target`: an ephemeral container's `targetContainerName`.
     #[allow(clippy::too_many_arguments)]
     async fn start_step(
         &self,
         pod: &Pod,
         c: &Container,
         kind: StartKind,
+        target: Option<&str>,
         status: &RuntimePodStatus,
         sandbox_id: &str,
         sandbox_config: &api::PodSandboxConfig,
@@ -507,6 +526,7 @@ impl RuntimeManager {
             sandbox_id,
             sandbox_config,
             c,
+            target,
             pod,
             status,
             pull_secrets,

@@ -887,6 +887,27 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
         inp.runtime_name,
         pod_restarting,
     );
+    // `ephemeralContainerStatuses` (generateAPIPodStatus,
+    // pkg/kubelet/kubelet_pods.go): the same conversion as regular
+    // containers, on the ephemeral containers as `v1.Container`s. They play
+    // no part in the phase or the conditions, and the prober's
+    // `UpdatePodStatus` never visits them: `ready` stays false and
+    // `started` unset.
+    let ephemeral_specs: Vec<Container> = podutil::ephemeral_containers(pod)
+        .iter()
+        .map(podutil::ephemeral_as_container)
+        .collect();
+    let ephemeral = convert_container_statuses(
+        pod,
+        rt,
+        old.ephemeral_container_statuses.as_ref(),
+        &ephemeral_specs,
+        has_init,
+        false,
+        inp.failures,
+        inp.runtime_name,
+        pod_restarting,
+    );
     // As upstream, the phase is computed before probe results are applied.
     let all: Vec<ApiContainerStatus> = containers.iter().chain(inits.iter()).cloned().collect();
     let mut phase = get_phase(
@@ -983,6 +1004,7 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, inp: &StatusInputs<
     }
     s.container_statuses = Some(containers);
     s.init_container_statuses = (!inits.is_empty()).then_some(inits);
+    s.ephemeral_container_statuses = (!ephemeral.is_empty()).then_some(ephemeral);
     s.resources = Some(super::resources::pod_status_resources(
         pod,
         old,

@@ -540,3 +540,53 @@ fn an_exit_the_rule_does_not_match_follows_the_containers_policy() {
         &rt(42)
     ));
 }
+
+/// `computePodActions` (kuberuntime_manager.go v1.36): an ephemeral
+/// container starts once, in the existing sandbox, even while init
+/// containers run; never in a sandbox being created; never again once the
+/// runtime has it, whatever its state.
+#[test]
+fn ephemeral_containers_start_once_in_the_existing_sandbox() {
+    let mut p = with_inits(serde_json::json!([{"name": "i1", "image": "b"}]));
+    let dbg = |name: &str| serde_json::json!({"name": name, "image": "busybox"});
+    if let Some(s) = p.spec.as_mut() {
+        s.ephemeral_containers = Some(vec![
+            serde_json::from_value(dbg("dbg")).expect("ec"),
+            serde_json::from_value(dbg("dbg2")).expect("ec"),
+        ]);
+    }
+    // A new sandbox: not yet.
+    let a = compute_pod_actions(&p, &status(vec![], vec![]), &NoProbes);
+    assert!(a.create_sandbox && a.ephemeral_containers_to_start.is_empty());
+
+    // Init container still running: both start.
+    let i1 = container(&p, "i1", ContainerState::Running, 0, 5);
+    let a = compute_pod_actions(
+        &p,
+        &status(vec![sandbox(true)], vec![i1.clone()]),
+        &NoProbes,
+    );
+    assert_eq!(a.ephemeral_containers_to_start, vec![0, 1]);
+    assert!(a.init_containers_to_start.is_empty() && !a.kill_pod);
+
+    // One exited (code 1, pod policy Always), the other running: neither
+    // starts again.
+    let mut exited = i1.clone();
+    exited.name = "dbg".into();
+    exited.id = "dbg-7".into();
+    exited.state = ContainerState::Exited;
+    exited.exit_code = 1;
+    let mut running = i1.clone();
+    running.name = "dbg2".into();
+    running.id = "dbg2-8".into();
+    let app = container(&p, "app", ContainerState::Running, 0, 9);
+    let mut done = container(&p, "i1", ContainerState::Exited, 0, 5);
+    done.finished_at = 6;
+    let a = compute_pod_actions(
+        &p,
+        &status(vec![sandbox(true)], vec![app, running, exited, done]),
+        &NoProbes,
+    );
+    assert!(a.ephemeral_containers_to_start.is_empty(), "{a:?}");
+    assert!(a.containers_to_start.is_empty() && a.containers_to_kill.is_empty() && !a.kill_pod);
+}
