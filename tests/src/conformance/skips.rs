@@ -143,6 +143,16 @@ pub fn reason(name: &str, env: &Environment) -> Option<&'static str> {
         .map(|s| s.reason)
 }
 
+/// Why `name` fails on every agent of a cluster that lacks something,
+/// whether or not its run left it out: explains a record made before the
+/// skip existed, or on a cluster where the probe did not see the lack.
+pub fn known_cause(name: &str) -> Option<&'static str> {
+    SKIPS
+        .iter()
+        .find(|s| s.name == name && s.when != When::Always)
+        .map(|s| s.reason)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

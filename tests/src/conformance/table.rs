@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use super::record::{Outcome, RunRecord, TestRecord};
+use super::skips;
 
 /// The sigs in the order the table shows them.
 const SIG_ORDER: &[&str] = &[
@@ -185,7 +186,12 @@ fn tests_section(md: &mut String, k: &RunRecord, b: &RunRecord) {
         let _ = writeln!(md, "|---|---|---|---|");
         for t in tests {
             let other = base.get(t.name.as_str()).map(|o| &o.outcome);
-            let note = note(&t.outcome, other);
+            let mut note = note(&t.outcome, other);
+            if let (Outcome::Failed { .. }, Some(Outcome::Failed { .. })) = (&t.outcome, other) {
+                if let Some(cause) = skips::known_cause(&t.name) {
+                    note = format!("{note} (both agents; known cause: {cause})");
+                }
+            }
             let _ = writeln!(
                 md,
                 "| {} | {} | {} | {} |",
@@ -275,6 +281,8 @@ mod tests {
         }
     }
 
+    const LABEL: &str = "[sig-cli] Kubectl client Kubectl label should update the label on a resource [Conformance]";
+
     #[test]
     fn the_page_lists_differences_sigs_and_every_test() {
         let pass = Outcome::Passed { seconds: 1.0 };
@@ -294,13 +302,15 @@ mod tests {
                         reason: "cannot run here: no registry".into(),
                     },
                 ),
+                (LABEL, fail.clone()),
             ],
         );
         let b = record(
             "kubelet",
             vec![
-                ("[sig-node] a [Conformance]", fail),
+                ("[sig-node] a [Conformance]", fail.clone()),
                 ("[sig-network] b [Conformance]", pass),
+                (LABEL, fail),
                 (
                     "[sig-apps] c [Conformance]",
                     Outcome::NotRun {
@@ -319,6 +329,10 @@ mod tests {
         ));
         assert!(md.contains("keelson: expected a\\|b"));
         assert!(md.contains("1.00x the baseline's"));
+        assert!(
+            md.contains("(both agents; known cause: this machine's kube-apiserver"),
+            "a failure on both with a known cause says it"
+        );
         let node = md.find("### sig-node").unwrap_or(usize::MAX);
         let apps = md.find("### sig-apps").unwrap_or(0);
         assert!(node < apps, "sig-node comes first");
