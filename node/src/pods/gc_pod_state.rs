@@ -66,6 +66,15 @@ impl PodState for LifecyclePodState {
         if self.evicted(uid) {
             return true;
         }
+        // A pod a worker still tracks: the worker's own view decides, as
+        // kubelet's pod workers do (pod_workers.go ShouldPodContentBeRemoved:
+        // evicted, or deleted and terminated). The list below may predate
+        // a pod created since it was read: a pod that ran to completion
+        // meanwhile had its logs removed before `kubectl logs` could read
+        // them (e2e's Secrets/EmptyDir/Downward API output tests).
+        if self.pods.has_worker(uid) {
+            return self.pods.should_pod_content_be_removed(uid);
+        }
         match self.exists(uid) {
             None => false,
             Some(exists) => !exists && self.pods.is_terminated(uid),

@@ -261,6 +261,12 @@ impl PodsHandle {
         self.api_synced.load(Ordering::SeqCst) && self.static_synced.load(Ordering::SeqCst)
     }
 
+    /// Whether a pod worker still tracks the pod (running, terminating, or
+    /// terminated and not yet removed from the pod sources).
+    pub fn has_worker(&self, uid: &str) -> bool {
+        self.workers.phase(uid).is_some()
+    }
+
     /// `ShouldPodContentBeRemoved`: volumes, logs and dead containers of
     /// the pod may go (evicted, or deleted and terminated; a pod no worker
     /// knows once every source listed).

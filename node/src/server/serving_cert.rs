@@ -10,8 +10,8 @@
 //! `pkg/kubelet/certificate/kubelet.go`).
 //!
 //! ```
-//! # fn demo(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), keelson::node::server::ServerError> {
-//! use keelson::node::server::ServingCertificate;
+//! # fn demo(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), keelson_node::server::ServerError> {
+//! use keelson_node::server::ServingCertificate;
 //! let serving = ServingCertificate::new();
 //! serving.set_pem(cert_pem, key_pem)?;   // e.g. after a CSR was issued
 //! # Ok(()) }

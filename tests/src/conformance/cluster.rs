@@ -155,8 +155,9 @@ impl Cluster {
     }
 }
 
-/// Whether `GET /openapi/v2` answers within 30 s (it answers 503 while
-/// the API server builds the document, and for good when it cannot).
+/// Whether `GET /openapi/v2` in kubectl's protobuf form answers within
+/// 30 s (it answers 503 while the API server builds the document, and for
+/// good when it cannot).
 async fn serves_openapi_v2(admin: &kube::Client) -> bool {
     wait_for(
         "the API server's OpenAPI v2 document",
@@ -165,14 +166,21 @@ async fn serves_openapi_v2(admin: &kube::Client) -> bool {
         || {
             let admin = admin.clone();
             async move {
+                // kubectl asks for the protobuf form; the JSON form can
+                // answer where the protobuf one fails.
                 let req = http::Request::get("/openapi/v2")
-                    .body(Vec::new())
+                    .header(
+                        http::header::ACCEPT,
+                        "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+                    )
+                    .body(kube::client::Body::from(Vec::new()))
                     .map_err(|e| e.to_string())?;
-                admin
-                    .request_text(req)
-                    .await
-                    .map(drop)
-                    .map_err(|e| e.to_string())
+                let status = admin.send(req).await.map_err(|e| e.to_string())?.status();
+                if status.is_success() {
+                    Ok(())
+                } else {
+                    Err(format!("GET /openapi/v2: {status}"))
+                }
             }
         },
     )

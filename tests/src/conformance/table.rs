@@ -187,10 +187,10 @@ fn tests_section(md: &mut String, k: &RunRecord, b: &RunRecord) {
         for t in tests {
             let other = base.get(t.name.as_str()).map(|o| &o.outcome);
             let mut note = note(&t.outcome, other);
-            if let (Outcome::Failed { .. }, Some(Outcome::Failed { .. })) = (&t.outcome, other) {
-                if let Some(cause) = skips::known_cause(&t.name) {
-                    note = format!("{note} (both agents; known cause: {cause})");
-                }
+            if let (Outcome::Failed { .. }, Some(Outcome::Failed { .. })) = (&t.outcome, other)
+                && let Some(cause) = skips::known_cause(&t.name)
+            {
+                note = format!("{note} (both agents; known cause: {cause})");
             }
             let _ = writeln!(
                 md,
