@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use keelson_cri::{CriError, RuntimeClient, api, image_spec, runtime_condition};
-use keelson_tests::containerd::{Containerd, Instance, cni_cache_leftovers};
+use keelson_tests::containerd::{Containerd, Instance, cni_cache_leftovers, wait_container_exited};
 use keelson_tests::images::{BUSYBOX_IMAGE, PAUSE_IMAGE};
 use keelson_tests::support::{require_root, wait_for};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -39,29 +39,6 @@ async fn status_of(cri: &RuntimeClient, id: &str) -> api::ContainerStatus {
         .expect("container status")
         .status
         .expect("status present")
-}
-
-async fn wait_exited(cri: &RuntimeClient, id: &str) -> api::ContainerStatus {
-    wait_for(
-        "container to exit",
-        Duration::from_secs(30),
-        Duration::from_millis(50),
-        || async {
-            let st = cri
-                .container_status(id, false)
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .ok_or("no status")?;
-            if st.state == api::ContainerState::ContainerExited as i32 {
-                Ok(st)
-            } else {
-                Err(format!("state {}", st.state))
-            }
-        },
-    )
-    .await
-    .expect("container exited")
 }
 
 /// GET / on the pod's HTTP server, from the harness's namespace.
@@ -293,7 +270,7 @@ async fn cri_against_real_containerd() {
         .await
         .expect("create failing");
     cri.start_container(&failing).await.expect("start failing");
-    let done = wait_exited(&cri, &failing).await;
+    let done = wait_container_exited(&cri, &failing).await;
     assert_eq!((done.exit_code, done.reason.as_str()), (3, "Error"));
     // containerd stamps started_at when Start returns and finished_at with
     // the exit time from the shim: a quick process may "finish" first.
@@ -307,7 +284,7 @@ async fn cri_against_real_containerd() {
         .await
         .expect("create ok");
     cri.start_container(&ok).await.expect("start ok");
-    let done = wait_exited(&cri, &ok).await;
+    let done = wait_container_exited(&cri, &ok).await;
     assert_eq!((done.exit_code, done.reason.as_str()), (0, "Completed"));
 
     // List with filters.

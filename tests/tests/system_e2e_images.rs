@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use keelson_cri::{RuntimeClient, api, image_spec};
-use keelson_tests::containerd::{Containerd, ContainerdOptions};
+use keelson_tests::containerd::{Containerd, ContainerdOptions, wait_container_exited};
 use keelson_tests::images::e2e;
 use keelson_tests::support::{require_root, skip, wait_for};
 use keelson_tests::upstream::bins::BIN_ENV;
@@ -106,35 +106,12 @@ async fn start(cri: &RuntimeClient, pod: &Pod, config: api::ContainerConfig) -> 
     id
 }
 
-async fn wait_exited(cri: &RuntimeClient, id: &str) -> api::ContainerStatus {
-    wait_for(
-        "container to exit",
-        Duration::from_secs(30),
-        Duration::from_millis(50),
-        || async {
-            let st = cri
-                .container_status(id, false)
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .ok_or("no status")?;
-            if st.state == api::ContainerState::ContainerExited as i32 {
-                Ok(st)
-            } else {
-                Err(format!("state {}", st.state))
-            }
-        },
-    )
-    .await
-    .expect("container exited")
-}
-
 /// Runs a container to completion; its exit code and output (the CRI
 /// log's message parts).
 async fn run_to_end(ctrd: &Containerd, pod: &Pod, config: api::ContainerConfig) -> (i32, String) {
     let cri = ctrd.client();
     let id = start(cri, pod, config).await;
-    let status = wait_exited(cri, &id).await;
+    let status = wait_container_exited(cri, &id).await;
     let log = std::fs::read_to_string(
         Path::new(&pod.config.log_directory).join(status.log_path.trim_start_matches('/')),
     )
@@ -388,7 +365,7 @@ async fn e2e_images_build_import_and_run() {
     cri.stop_container(&nginx, Duration::from_secs(10))
         .await
         .expect("stop nginx");
-    let stopped = wait_exited(&cri, &nginx).await;
+    let stopped = wait_container_exited(&cri, &nginx).await;
     assert_eq!(stopped.exit_code, 0, "{stopped:?}");
 
     // nonroot runs as 1234 unless told otherwise.
@@ -474,7 +451,7 @@ async fn e2e_images_build_import_and_run() {
     cri.stop_container(&nginx_new, Duration::from_secs(10))
         .await
         .expect("stop nginx 1.27");
-    let stopped = wait_exited(&cri, &nginx_new).await;
+    let stopped = wait_container_exited(&cri, &nginx_new).await;
     assert_eq!(stopped.exit_code, 0, "{stopped:?}");
 
     for p in [&web, &other] {

@@ -585,3 +585,28 @@ impl Drop for Containerd {
         // `self.netns` drops after this, deleting the namespace.
     }
 }
+
+/// Waits (30 s at most) until container `id` has exited and returns its
+/// status; panics otherwise (for tests).
+pub async fn wait_container_exited(cri: &RuntimeClient, id: &str) -> api::ContainerStatus {
+    crate::support::wait_for(
+        "container to exit",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || async {
+            let st = cri
+                .container_status(id, false)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .ok_or("no status")?;
+            if st.state == api::ContainerState::ContainerExited as i32 {
+                Ok(st)
+            } else {
+                Err(format!("state {}", st.state))
+            }
+        },
+    )
+    .await
+    .expect("container exited")
+}
