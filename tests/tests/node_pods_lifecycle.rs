@@ -616,3 +616,92 @@ async fn container_statuses_carry_the_user_the_runtime_reports() {
     let p = w.wait_phase("plain", "Running", T).await;
     assert!(container_status(&p, "app").unwrap().user.is_none());
 }
+
+/// The pod state container GC reads, with an API list taken once before
+/// the pods of the test existed: a collection that runs while a pod is
+/// created and completes reads such a list (kubelet's GC asks its pod
+/// workers instead, `ShouldPodContentBeRemoved` in pod_workers.go).
+struct ListedBefore(keelson::node::pods::LifecyclePodState);
+
+impl keelson::node::gc::PodState for ListedBefore {
+    fn should_pod_content_be_removed(&self, uid: &str) -> bool {
+        self.0.should_pod_content_be_removed(uid)
+    }
+    fn should_pod_runtime_be_removed(&self, uid: &str) -> bool {
+        self.0.should_pod_runtime_be_removed(uid)
+    }
+    fn all_sources_ready(&self) -> bool {
+        self.0.all_sources_ready()
+    }
+}
+
+/// A pod that ran to completion after the collector's last API list keeps
+/// its logs until it is deleted: `kubectl logs` of a finished pod (e2e's
+/// Secrets, EmptyDir and Downward API output tests) read an empty log on
+/// keelson when GC took the list's word that the pod did not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_keeps_the_logs_of_a_pod_completed_after_its_last_list() {
+    use keelson::node::gc::{ContainerGc, ContainerGcPolicy, PodState};
+    use keelson::node::pods::LifecyclePodState;
+    use std::sync::Arc;
+
+    let w = World::new().await;
+    w.fake
+        .script_exit("done", ExitScript::code(0, Duration::from_millis(100)));
+    let cri = keelson_cri::RuntimeClient::connect(&w.fake.endpoint(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let collector = |state: Arc<dyn PodState>| {
+        ContainerGc::new(
+            cri.clone(),
+            state,
+            ContainerGcPolicy::default(),
+            w.config.pod_logs_dir.clone(),
+            None,
+        )
+    };
+    let stale = LifecyclePodState::new(w.handle.clone(), w.admin.clone(), &w.node);
+    stale.refresh().await;
+    assert!(stale.all_sources_ready(), "the first list succeeds");
+
+    let spec = json!({"restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
+                      "containers": [{"name": "done", "image": IMAGE}]});
+    let pod = w.create_pod("finished", spec).await;
+    w.wait_phase("finished", "Succeeded", T).await;
+    let logs = keelson::node::pods::runtime::sandbox::pod_logs_dir(&w.config.pod_logs_dir, &pod);
+    assert!(logs.is_dir(), "{} exists once the pod ran", logs.display());
+
+    collector(Arc::new(ListedBefore(stale)))
+        .garbage_collect(false)
+        .await
+        .unwrap();
+    assert!(
+        logs.is_dir(),
+        "a completed pod that still exists keeps its logs through a collection whose list predates it"
+    );
+
+    // Deleted (and terminated): the next collection removes them.
+    w.delete("finished", Some(0)).await;
+    w.wait_gone("finished", T).await;
+    let fresh = Arc::new(LifecyclePodState::new(
+        w.handle.clone(),
+        w.admin.clone(),
+        &w.node,
+    ));
+    let gc = collector(fresh);
+    wait_for(
+        "the deleted pod's logs removed",
+        T,
+        Duration::from_millis(100),
+        || async {
+            gc.garbage_collect(false).await?;
+            if logs.exists() {
+                Err(format!("{} still there", logs.display()))
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await
+    .unwrap();
+}
