@@ -130,40 +130,10 @@ impl KubeDuration {
 }
 
 impl fmt::Display for KubeDuration {
-    /// Formats like Go's `Duration.String()` for the values config files use:
-    /// `0s`, `500ms`, `10s`, `5m0s`, `1h30m0s`.
+    /// Go's `Duration.String()` (`0s`, `500ms`, `10s`, `5m0s`, `1h30m0s`),
+    /// as kubelet prints a configuration's durations.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let d = self.0;
-        if d.is_zero() {
-            return f.write_str("0s");
-        }
-        let total_secs = d.as_secs();
-        let nanos = d.subsec_nanos();
-        if total_secs == 0 {
-            if nanos.is_multiple_of(1_000_000) {
-                return write!(f, "{}ms", nanos / 1_000_000);
-            }
-            if nanos.is_multiple_of(1_000) {
-                return write!(f, "{}us", nanos / 1_000);
-            }
-            return write!(f, "{nanos}ns");
-        }
-        let h = total_secs / 3600;
-        let m = (total_secs % 3600) / 60;
-        let s = total_secs % 60;
-        let secs_part = if nanos == 0 {
-            format!("{s}s")
-        } else {
-            let frac = format!("{nanos:09}");
-            format!("{s}.{}s", frac.trim_end_matches('0'))
-        };
-        if h > 0 {
-            write!(f, "{h}h{m}m{secs_part}")
-        } else if m > 0 {
-            write!(f, "{m}m{secs_part}")
-        } else {
-            f.write_str(&secs_part)
-        }
+        f.write_str(&crate::gofmt::duration(self.0))
     }
 }
 

@@ -4,11 +4,15 @@
 //! small value types (quantities, durations). Nothing here knows a role.
 
 pub mod apiclient;
+pub mod clock;
 pub mod duration;
 pub mod error_chain;
 pub mod events;
+pub mod expansion;
+pub mod gofmt;
 pub mod introspection;
 pub mod lifecycle;
+pub mod mountinfo;
 pub mod observability;
 pub mod quantity;
 pub mod strategic_patch;

@@ -208,55 +208,9 @@ pub fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
     };
     let lines: Vec<String> = map
         .iter()
-        .map(|(k, v)| format!("{k}={}", go_quote(v)))
+        .map(|(k, v)| format!("{k}={}", keelson_common::gofmt::quote(v)))
         .collect();
     lines.join("\n")
-}
-
-/// Quotes a string as Go's `strconv.Quote`: printable characters stay,
-/// `"` and `\` are escaped, control and other non-printable characters
-/// become `\n`, `\t`, `\xNN`, `\uNNNN` or `\UNNNNNNNN`.
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if go_printable(c) => out.push(c),
-            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push_str(&format!("\\U{:08x}", c as u32)),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// Go's `unicode.IsPrint` for the characters that matter in labels and
-/// annotations: the ASCII space is printable, every other space, control
-/// and format character is not.
-fn go_printable(c: char) -> bool {
-    if c == ' ' {
-        return true;
-    }
-    if c.is_control() || c.is_whitespace() {
-        return false;
-    }
-    let u = c as u32;
-    // Format characters (Cf), surrogates/private use/unassigned noncharacters.
-    !matches!(u,
-        0xad | 0x600..=0x605 | 0x61c | 0x6dd | 0x70f | 0x180e | 0x200b..=0x200f
-        | 0x202a..=0x202e | 0x2060..=0x2064 | 0x2066..=0x206f | 0xfeff
-        | 0xfff9..=0xfffb | 0xe000..=0xf8ff | 0xfffe | 0xffff
-        | 0xf0000..=0x10ffff)
 }
 
 /// Checks a Kubernetes qualified name (`[prefix/]name`) as
@@ -542,15 +496,6 @@ mod tests {
             pod_field(&p, &sel("status.hostIP"), &rt),
             Err(DownwardError::HostIpsUnknown)
         );
-    }
-
-    #[test]
-    fn go_quoting() {
-        assert_eq!(go_quote("a\tb"), "\"a\\tb\"");
-        assert_eq!(go_quote("\u{1}"), "\"\\x01\"");
-        assert_eq!(go_quote("\u{a0}"), "\"\\u00a0\"");
-        assert_eq!(go_quote("héllo ✓"), "\"héllo ✓\"");
-        assert_eq!(go_quote("\u{7f}"), "\"\\x7f\"");
     }
 
     #[test]

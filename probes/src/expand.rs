@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::EnvVar;
+use keelson_common::expansion::expand_known;
 
 /// Expands every element of `command` against `env`.
 pub fn expand_command(command: &[String], env: &[EnvVar]) -> Vec<String> {
@@ -14,59 +15,10 @@ pub fn expand_command(command: &[String], env: &[EnvVar]) -> Vec<String> {
     for var in env {
         vars.insert(var.name.as_str(), var.value.as_deref().unwrap_or(""));
     }
-    command.iter().map(|arg| expand(arg, &vars)).collect()
-}
-
-/// Expands one string.
-fn expand(input: &str, vars: &HashMap<&str, &str>) -> String {
-    let bytes = input.as_bytes();
-    let mut out = String::with_capacity(input.len());
-    let mut checkpoint = 0;
-    let mut cursor = 0;
-    while cursor < bytes.len() {
-        if bytes[cursor] == b'$' && cursor + 1 < bytes.len() {
-            out.push_str(&input[checkpoint..cursor]);
-            let rest = &input[cursor + 1..];
-            let advance = match rest.as_bytes()[0] {
-                b'$' => {
-                    out.push('$');
-                    1
-                }
-                b'(' => match rest.find(')') {
-                    Some(close) => {
-                        let name = &rest[1..close];
-                        match vars.get(name) {
-                            Some(value) => out.push_str(value),
-                            None => {
-                                out.push_str("$(");
-                                out.push_str(name);
-                                out.push(')');
-                            }
-                        }
-                        close + 1
-                    }
-                    None => {
-                        out.push_str("$(");
-                        1
-                    }
-                },
-                _ => {
-                    // A lone operator: keep it and the character after it.
-                    let next = rest.chars().next().map_or(1, char::len_utf8);
-                    out.push('$');
-                    out.push_str(&rest[..next]);
-                    next
-                }
-            };
-            cursor += advance;
-            checkpoint = cursor + 1;
-        }
-        cursor += 1;
-    }
-    if checkpoint < input.len() {
-        out.push_str(&input[checkpoint..]);
-    }
-    out
+    command
+        .iter()
+        .map(|arg| expand_known(arg, |n| vars.get(n).map(|v| (*v).to_string())))
+        .collect()
 }
 
 #[cfg(test)]

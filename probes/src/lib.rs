@@ -37,7 +37,6 @@
 
 pub mod events;
 mod expand;
-pub mod gofmt;
 pub mod handlers;
 mod manager;
 pub mod metrics;

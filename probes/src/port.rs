@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::gofmt;
+use keelson_common::gofmt;
 
 /// Resolves `port` against `container`'s `ports`.
 ///

@@ -21,7 +21,7 @@
 pub const CRATE_DEPS: &[(&str, &[&str])] = &[
     ("common", &[]),
     ("cri", &[]),
-    ("probes", &[]),
+    ("probes", &["keelson-common"]),
     ("netplane", &[]),
     ("node", &["keelson-common", "keelson-cri", "keelson-probes"]),
     (
@@ -42,6 +42,10 @@ pub const LAYERS: &[(&str, &[&str])] = &[
         "common/src",
         &[
             "error_chain",
+            "gofmt",
+            "expansion",
+            "clock",
+            "mountinfo",
             "version",
             "duration",
             "quantity",

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
-use keelson::node::volumes::tokens::Clock;
+use keelson_common::clock::Clock;
 use keelson_tests::support::{require_root, wait_for};
 use kube::api::PostParams;
 use node_volumes_support::*;
@@ -146,8 +146,8 @@ async fn concurrent_reader_never_sees_a_partial_update() {
 struct ManualClock(Mutex<jiff::Timestamp>);
 
 impl Clock for ManualClock {
-    fn now(&self) -> jiff::Timestamp {
-        *self.0.lock().unwrap()
+    fn now(&self) -> std::time::SystemTime {
+        (*self.0.lock().unwrap()).into()
     }
 }
 

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// Go's `time.Duration` text, rounded to seconds (`1m30s`).
 pub fn go_duration(d: Duration) -> String {
-    keelson_probes::gofmt::duration(Duration::from_secs(d.as_secs()))
+    keelson_common::gofmt::duration(Duration::from_secs(d.as_secs()))
 }
 
 /// "12s ago" / "in 28s" relative to now.

@@ -40,26 +40,15 @@ pub fn detect_mode(mountinfo: &Path) -> Result<CgroupMode, CgroupError> {
 pub fn parse_mountinfo(text: &str) -> Result<CgroupMode, CgroupError> {
     let mut v1: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut v2: Option<PathBuf> = None;
-    for line in text.lines() {
-        let Some((pre, post)) = line.split_once(" - ") else {
-            continue;
-        };
-        let pre: Vec<&str> = pre.split_whitespace().collect();
-        let post: Vec<&str> = post.split_whitespace().collect();
-        let (Some(mount_point), Some(fstype)) = (pre.get(4), post.first()) else {
-            continue;
-        };
-        let mount_point = unescape(mount_point);
-        match *fstype {
-            "cgroup2" if v2.is_none() || mount_point == "/sys/fs/cgroup" => {
-                v2 = Some(PathBuf::from(mount_point));
+    for m in keelson_common::mountinfo::parse_mountinfo(text) {
+        match m.fstype.as_str() {
+            "cgroup2" if v2.is_none() || m.path == Path::new("/sys/fs/cgroup") => {
+                v2 = Some(m.path);
             }
             "cgroup" => {
-                let opts = post.get(2).copied().unwrap_or_default();
-                for opt in opts.split(',') {
+                for opt in m.options.split(',') {
                     if V1_SUBSYSTEMS.contains(&opt) {
-                        v1.entry(opt.to_string())
-                            .or_insert_with(|| PathBuf::from(&mount_point));
+                        v1.entry(opt.to_string()).or_insert_with(|| m.path.clone());
                     }
                 }
             }
@@ -76,27 +65,6 @@ pub fn parse_mountinfo(text: &str) -> Result<CgroupMode, CgroupError> {
                 .to_string(),
         )),
     }
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && let Some(oct) = bytes.get(i + 1..i + 4)
-            && let Ok(text) = std::str::from_utf8(oct)
-            && let Ok(v) = u8::from_str_radix(text, 8)
-        {
-            out.push(v);
-            i += 4;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -142,11 +110,5 @@ mod tests {
     #[test]
     fn no_cgroups_is_an_error() {
         assert!(parse_mountinfo("1 0 0:1 / / rw - ext4 /dev/sda rw\n").is_err());
-    }
-
-    #[test]
-    fn escaped_mount_points() {
-        assert_eq!(unescape("/a\\040b"), "/a b");
-        assert_eq!(unescape("/plain"), "/plain");
     }
 }

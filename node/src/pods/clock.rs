@@ -1,64 +1,10 @@
-//! Wall-clock time for the pod lifecycle. Backoffs compare container
-//! finish times (wall clock, from CRI) with "now", so "now" must be
-//! replaceable in tests: [`TokioClock`] follows tokio's (pausable) time
-//! from a fixed wall-clock origin, so a test with paused time can drive
-//! CrashLoopBackOff and image pull backoff through minutes in milliseconds.
+//! Wall-clock time for the pod lifecycle: the shared [`Clock`] (backoffs
+//! compare container finish times from CRI with "now") and the
+//! conversions between CRI timestamps, `SystemTime` and API times.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A source of wall-clock time.
-pub trait Clock: Send + Sync + std::fmt::Debug {
-    /// Now.
-    fn now(&self) -> SystemTime;
-}
-
-/// The system's wall clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct WallClock;
-
-impl Clock for WallClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
-}
-
-/// Wall time = origin + time elapsed on tokio's clock since creation.
-#[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
-    origin: SystemTime,
-    start: tokio::time::Instant,
-}
-
-impl TokioClock {
-    /// Starts at the current wall time.
-    pub fn new() -> Self {
-        TokioClock {
-            origin: SystemTime::now(),
-            start: tokio::time::Instant::now(),
-        }
-    }
-
-    /// The wall time this clock started at.
-    pub fn origin(&self) -> SystemTime {
-        self.origin
-    }
-}
-
-impl Default for TokioClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> SystemTime {
-        self.origin + self.start.elapsed()
-    }
-}
-
-/// A shared clock.
-pub type SharedClock = Arc<dyn Clock>;
+pub use keelson_common::clock::{Clock, SharedClock, TokioClock, WallClock};
 
 /// Nanoseconds since the epoch (CRI timestamps) as a `SystemTime`.
 pub fn from_nanos(nanos: i64) -> SystemTime {
@@ -90,15 +36,6 @@ pub fn to_api_time(t: SystemTime) -> k8s_openapi::apimachinery::pkg::apis::meta:
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn tokio_clock_follows_paused_time() {
-        let c = TokioClock::new();
-        let t0 = c.now();
-        tokio::time::advance(Duration::from_secs(300)).await;
-        let d = c.now().duration_since(t0).expect("monotonic");
-        assert_eq!(d.as_secs(), 300);
-    }
 
     #[test]
     fn nanos_round_trip_and_api_time_truncates() {

@@ -5,6 +5,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use keelson_common::expansion::expand;
+
 /// Expands `expr`; `Err` lists the missing variables (`missing value for A, B`).
 pub fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, String> {
     let vars: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -24,44 +26,6 @@ pub fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, S
             missing.into_iter().collect::<Vec<_>>().join(", ")
         ))
     }
-}
-
-/// Kubernetes' `expansion.Expand`.
-pub fn expand(input: &str, mut mapping: impl FnMut(&str) -> String) -> String {
-    let mut out = String::with_capacity(input.len());
-    let mut rest = input;
-    while let Some(pos) = rest.find('$') {
-        out.push_str(&rest[..pos]);
-        let after = &rest[pos + 1..];
-        let Some(next) = after.chars().next() else {
-            out.push('$');
-            rest = after;
-            break;
-        };
-        match next {
-            '$' => {
-                out.push('$');
-                rest = &after[1..];
-            }
-            '(' => match after.find(')') {
-                Some(close) => {
-                    out.push_str(&mapping(&after[1..close]));
-                    rest = &after[close + 1..];
-                }
-                None => {
-                    out.push_str("$(");
-                    rest = &after[1..];
-                }
-            },
-            c => {
-                out.push('$');
-                out.push(c);
-                rest = &after[c.len_utf8()..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 #[cfg(test)]

@@ -58,10 +58,11 @@ pub use mounts::MountOptions;
 pub use objects::ObjectError;
 pub use paths::Layout;
 
+use keelson_common::clock::{Clock, WallClock};
 use mounter::{LinuxMounter, Mounter};
 use objects::{Changed, ObjectCache};
 use plugins::Plugin;
-use tokens::{ApiTokenRequester, Clock, SystemClock, TokenManager, TokenRequester};
+use tokens::{ApiTokenRequester, TokenManager, TokenRequester};
 
 /// The node's allocatable resources (`status.allocatable`), asked when a
 /// downward API value or a memory-backed volume's size needs them.
@@ -323,7 +324,7 @@ impl VolumeManager {
             recorder: None,
             allocatable: Arc::new(BTreeMap::new),
             mounter: Arc::new(LinuxMounter),
-            clock: Arc::new(SystemClock),
+            clock: Arc::new(WallClock),
             registry: None,
             idle_limit: None,
         }

@@ -8,18 +8,7 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::{MntFlags, MsFlags};
 
-/// One entry of the mount table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MountPoint {
-    /// Where it is mounted.
-    pub path: PathBuf,
-    /// Filesystem type (`tmpfs`, `hugetlbfs`, `ext4`…).
-    pub fstype: String,
-    /// Mount source.
-    pub source: String,
-    /// Superblock options (`rw,size=65536k`).
-    pub options: String,
-}
+pub use keelson_common::mountinfo::{MountPoint, parse_mountinfo};
 
 /// The mount operations volumes need.
 pub trait Mounter: Send + Sync + std::fmt::Debug {
@@ -83,51 +72,6 @@ impl Mounter for LinuxMounter {
     }
 }
 
-/// Parses `/proc/<pid>/mountinfo`. Lines that do not parse are skipped.
-pub fn parse_mountinfo(text: &str) -> Vec<MountPoint> {
-    text.lines().filter_map(parse_line).collect()
-}
-
-fn parse_line(line: &str) -> Option<MountPoint> {
-    // id parent major:minor root mountpoint options [optional...] - fstype source superoptions
-    let (left, right) = line.split_once(" - ")?;
-    let mut l = left.split(' ');
-    let mountpoint = l.nth(4)?;
-    let mut r = right.split(' ');
-    let fstype = r.next()?;
-    let source = r.next().unwrap_or("");
-    let options = r.next().unwrap_or("");
-    Some(MountPoint {
-        path: PathBuf::from(unescape(mountpoint)),
-        fstype: unescape(fstype),
-        source: unescape(source),
-        options: unescape(options),
-    })
-}
-
-/// Undoes the kernel's octal escapes (`\040` for space, `\011`, `\012`, `\134`).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') as u32 * 64
-                + (b[i + 2] - b'0') as u32 * 8
-                + (b[i + 3] - b'0') as u32;
-            out.push(v as u8);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// The mount point exactly at `path`, if any (the last one wins, as the
 /// kernel shows stacked mounts in order).
 pub fn mount_at<'a>(mounts: &'a [MountPoint], path: &Path) -> Option<&'a MountPoint> {
@@ -175,16 +119,8 @@ garbage line
 ";
 
     #[test]
-    fn parses_and_unescapes() {
+    fn finds_mounts_at_and_under_a_path() {
         let m = parse_mountinfo(SAMPLE);
-        assert_eq!(m.len(), 3);
-        assert_eq!(
-            m[1].path,
-            PathBuf::from("/var/lib/keelson/pods/u1/volumes/kubernetes.io~secret/a b")
-        );
-        assert_eq!(m[1].fstype, "tmpfs");
-        assert_eq!(m[1].options, "rw,size=1024k");
-        assert_eq!(m[2].source, "/dev/sda1");
         let under = mounts_under(&m, Path::new("/var/lib/keelson/pods/u1"));
         assert_eq!(under.len(), 2);
         assert!(mount_at(&m, Path::new("/proc")).is_some());

@@ -11,8 +11,7 @@
 //! - expired tokens are dropped every minute, and all tokens bound to a pod
 //!   when its volumes are torn down.
 //!
-//! The clock is a trait: [`SystemClock`] in production, [`TokioClock`]
-//! (wall time that follows tokio's pausable clock) in tests.
+//! Token ages are judged by a [`Clock`] (`keelson_common::clock`).
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -22,6 +21,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
+use keelson_common::clock::Clock;
 use kube::Api;
 use kube::api::PostParams;
 
@@ -31,55 +31,6 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 pub const MAX_JITTER: Duration = Duration::from_secs(10);
 /// How often expired tokens are dropped.
 pub const GC_PERIOD: Duration = Duration::from_secs(60);
-
-/// Wall-clock time.
-pub trait Clock: Send + Sync + Debug {
-    /// Now.
-    fn now(&self) -> jiff::Timestamp;
-}
-
-/// The system's wall clock.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> jiff::Timestamp {
-        jiff::Timestamp::now()
-    }
-}
-
-/// Wall time that advances with tokio's clock: the wall time at creation
-/// plus the tokio time elapsed since. Under `tokio::time::pause`,
-/// `tokio::time::advance` moves it.
-#[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
-    wall: jiff::Timestamp,
-    start: tokio::time::Instant,
-}
-
-impl TokioClock {
-    /// Starts at the current wall time.
-    pub fn new() -> TokioClock {
-        TokioClock {
-            wall: jiff::Timestamp::now(),
-            start: tokio::time::Instant::now(),
-        }
-    }
-}
-
-impl Default for TokioClock {
-    fn default() -> Self {
-        TokioClock::new()
-    }
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> jiff::Timestamp {
-        self.wall
-            .checked_add(self.start.elapsed())
-            .unwrap_or(jiff::Timestamp::MAX)
-    }
-}
 
 /// A failed TokenRequest; the text is the API server's message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -244,7 +195,7 @@ impl TokenManager {
 
     fn expired(&self, t: &TokenRequest) -> bool {
         match expiration(t) {
-            Some(exp) => self.clock.now() > exp,
+            Some(exp) => self.clock.now_timestamp() > exp,
             None => true,
         }
     }
@@ -257,7 +208,7 @@ impl TokenManager {
         let Some(exp) = expiration(t) else {
             return true;
         };
-        let now = self.clock.now();
+        let now = self.clock.now_timestamp();
         let jitter = jiff::SignedDuration::from_secs(
             (rand::random::<f64>() * MAX_JITTER.as_secs_f64()) as i64,
         );
@@ -307,6 +258,7 @@ mod tests {
         BoundObjectReference, TokenRequestSpec, TokenRequestStatus,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use keelson_common::clock::TokioClock;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     /// Issues `tok-N` tokens valid for the requested lifetime from the clock.
@@ -331,7 +283,7 @@ mod tests {
                 let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
                 let spec = r.spec.clone().unwrap_or_default();
                 let secs = spec.expiration_seconds.unwrap_or(3600);
-                let exp = self.clock.now() + jiff::SignedDuration::from_secs(secs);
+                let exp = self.clock.now_timestamp() + jiff::SignedDuration::from_secs(secs);
                 Ok(TokenRequest {
                     spec: Some(TokenRequestSpec {
                         expiration_seconds: Some(secs),

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use tokio::net::TcpStream;
 
-use crate::gofmt;
+use keelson_common::gofmt;
 
 /// Connects to `host:port`. An IP literal is dialled directly, a name is
 /// resolved first (every address is tried in turn) and an empty host means

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::gofmt;
 use crate::result::ProbeResult;
+use keelson_common::gofmt;
 
 /// Bytes of output kept (upstream `maxReadLength`).
 pub const MAX_OUTPUT_BYTES: usize = 10 * 1024;

@@ -11,8 +11,8 @@ use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
-use crate::gofmt;
 use crate::result::ProbeResult;
+use keelson_common::gofmt;
 
 /// gRPC's first reconnect backoff and its growth (grpc-go defaults).
 const BASE_BACKOFF: Duration = Duration::from_secs(1);

@@ -1,30 +1,26 @@
 //! The manager's clock. Scheduling uses tokio's `Instant` (so tests can pause
-//! time); container start times come from the runtime as wall-clock times.
-//! The wall clock is read as "wall time at creation + monotonic time since",
-//! which follows tokio's paused clock in tests and ignores wall-clock steps.
+//! time); container start times come from the runtime as wall-clock times,
+//! read against `keelson_common::clock::TokioClock` (wall time at creation +
+//! tokio time since: it follows tokio's paused clock in tests and ignores
+//! wall-clock steps).
 
 use std::time::{Duration, SystemTime};
 
+use keelson_common::clock::TokioClock;
 use tokio::time::Instant;
 
 /// Converts between wall-clock and tokio instants.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Clock {
-    wall_at_anchor: SystemTime,
-    anchor: Instant,
-}
+pub(crate) struct Clock(TokioClock);
 
 impl Clock {
     pub(crate) fn new() -> Clock {
-        Clock {
-            wall_at_anchor: SystemTime::now(),
-            anchor: Instant::now(),
-        }
+        Clock(TokioClock::new())
     }
 
     /// Wall-clock now.
     pub(crate) fn wall_now(&self) -> SystemTime {
-        self.wall_at_anchor + self.anchor.elapsed()
+        keelson_common::clock::Clock::now(&self.0)
     }
 
     /// The instant `delay` after wall time `since` (now, if that is past).

@@ -163,7 +163,7 @@ pub fn pod_dns(pod: &Pod, s: &DnsSettings) -> (api::DnsConfig, Vec<DnsWarning>) 
                 reason: "MissingClusterDNS",
                 message: format!(
                     "pod: {}. {msg}",
-                    keelson_probes::gofmt::quote(&podutil::format_pod(pod))
+                    keelson_common::gofmt::quote(&podutil::format_pod(pod))
                 ),
             });
             kind = Kind::Host;

@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
-use super::expand::expand;
 use crate::downward::{self, PodRuntime};
 use crate::pods::deps::EnvSources;
+use keelson_common::expansion::expand_known;
 
 /// Inputs of an environment.
 pub struct EnvInputs<'a> {
@@ -104,7 +104,7 @@ pub async fn make_environment(inp: &EnvInputs<'_>) -> Result<Environment, String
     for var in inp.container.env.iter().flatten() {
         let literal = var.value.as_deref().unwrap_or_default();
         let value = if !literal.is_empty() {
-            expand(literal, &|name: &str| {
+            expand_known(literal, |name: &str| {
                 tmp.get(name)
                     .cloned()
                     .or_else(|| service_env.get(name).cloned())
@@ -171,13 +171,13 @@ pub fn expand_command_and_args(c: &Container, env: &Environment) -> (Vec<String>
         .command
         .iter()
         .flatten()
-        .map(|s| expand(s, &lookup))
+        .map(|s| expand_known(s, lookup))
         .collect();
     let args = c
         .args
         .iter()
         .flatten()
-        .map(|s| expand(s, &lookup))
+        .map(|s| expand_known(s, lookup))
         .collect();
     (command, args)
 }

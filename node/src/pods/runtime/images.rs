@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
+use keelson_common::gofmt;
 use keelson_cri::{RuntimeClient, api};
-use keelson_probes::gofmt;
 use tokio::sync::Semaphore;
 
 use super::errors::{

@@ -7,7 +7,6 @@ pub mod dns;
 pub mod do_resize;
 pub mod env;
 pub mod errors;
-pub mod expand;
 pub mod hooks;
 pub mod hosts;
 pub mod imageref;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
+use keelson_common::gofmt;
 use keelson_cri::api;
-use keelson_probes::gofmt;
 
 use super::actions::{ProbeResults, compute_pod_actions_with};
 use super::errors::{

@@ -24,8 +24,8 @@ pub use request::{HttpRequest, canonical_header_key};
 pub use url::ProbeUrl;
 
 use super::dial::{dial, timeout_text};
-use crate::gofmt;
 use crate::result::ProbeResult;
+use keelson_common::gofmt;
 
 /// Redirects followed before the probe fails (Go's default).
 pub const MAX_REDIRECTS: usize = 10;

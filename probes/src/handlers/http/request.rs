@@ -9,8 +9,8 @@ use http::{HeaderName, HeaderValue, Request, Uri};
 use http_body_util::Empty;
 
 use super::url::ProbeUrl;
-use crate::gofmt;
 use crate::spec::HttpGetSpec;
+use keelson_common::gofmt;
 
 /// A prepared `httpGet` probe request.
 #[derive(Debug, Clone)]

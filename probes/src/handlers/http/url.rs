@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::gofmt;
+use keelson_common::gofmt;
 
 /// An absolute `http`/`https` (or other, rejected later) URL.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,12 +1,15 @@
-//! Formatting that matches Go's, so probe messages read exactly like the ones
-//! kubelet writes into events (`%q` quoting, `time.Duration` printing and the
-//! syscall error texts of Go's `net` package).
+//! Formatting that matches Go's, so messages read exactly like the ones
+//! kubelet and kube-proxy write into events and logs (`%q` quoting,
+//! `time.Duration` printing and the syscall error texts of Go's `net`
+//! package).
 
 use std::fmt::Write as _;
 use std::io;
 use std::time::Duration;
 
-/// Quotes `s` like Go's `strconv.Quote` / `%q`.
+/// Quotes `s` like Go's `strconv.Quote` / `%q`: printable characters stay,
+/// `"` and `\` are escaped, control and other non-printable characters
+/// become `\n`, `\t`, `\xNN`, `\uNNNN` or `\UNNNNNNNN`.
 pub fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
@@ -21,21 +24,39 @@ pub fn quote(s: &str) -> String {
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
             '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+            c if go_printable(c) => out.push(c),
+            c if (c as u32) < 0x80 => {
                 let _ = write!(out, "\\x{:02x}", c as u32);
             }
-            c if c.is_control() => {
-                if (c as u32) < 0x10000 {
-                    let _ = write!(out, "\\u{:04x}", c as u32);
-                } else {
-                    let _ = write!(out, "\\U{:08x}", c as u32);
-                }
+            c if (c as u32) < 0x10000 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
             }
-            c => out.push(c),
+            c => {
+                let _ = write!(out, "\\U{:08x}", c as u32);
+            }
         }
     }
     out.push('"');
     out
+}
+
+/// Go's `unicode.IsPrint` for the characters that matter in labels and
+/// annotations: the ASCII space is printable, every other space, control
+/// and format character is not.
+fn go_printable(c: char) -> bool {
+    if c == ' ' {
+        return true;
+    }
+    if c.is_control() || c.is_whitespace() {
+        return false;
+    }
+    let u = c as u32;
+    // Format characters (Cf), surrogates/private use/unassigned noncharacters.
+    !matches!(u,
+        0xad | 0x600..=0x605 | 0x61c | 0x6dd | 0x70f | 0x180e | 0x200b..=0x200f
+        | 0x202a..=0x202e | 0x2060..=0x2064 | 0x2066..=0x206f | 0xfeff
+        | 0xfff9..=0xfffb | 0xe000..=0xf8ff | 0xfffe | 0xffff
+        | 0xf0000..=0x10ffff)
 }
 
 /// Prints a duration like Go's `time.Duration.String` (`1s`, `1m30s`,
@@ -128,7 +149,10 @@ mod tests {
         assert_eq!(quote("sh -c exit 1"), "\"sh -c exit 1\"");
         assert_eq!(quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
         assert_eq!(quote("\u{1}"), "\"\\x01\"");
-        assert_eq!(quote("héllo"), "\"héllo\"");
+        assert_eq!(quote("héllo ✓"), "\"héllo ✓\"");
+        assert_eq!(quote("a\tb"), "\"a\\tb\"");
+        assert_eq!(quote("\u{a0}"), "\"\\u00a0\"");
+        assert_eq!(quote("\u{7f}"), "\"\\x7f\"");
     }
 
     #[test]
