@@ -112,6 +112,8 @@ pub struct NodeServices {
     /// The eviction manager's read side: pressure conditions and the
     /// admission check for new pods (`eviction.admit(&pod)`).
     pub eviction: eviction::EvictionHandle,
+    /// The node's statistics (the node API's and the eviction manager's).
+    pub stats: Arc<stats::StatsCache>,
 }
 
 impl std::fmt::Debug for NodeServices {
@@ -279,19 +281,15 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
     ctx.introspection.set_node(introspector.clone());
     // The node API (kubelet's :10250), its statistics and log rotation.
     let pods_slot: server::PodsSlot = Default::default();
+    // One sampler of the node's statistics: the node API's handlers read
+    // its housekeeping snapshot, the eviction manager asks it for a fresh
+    // round (kubelet's `updateStats=true`).
+    let stats = stats::StatsCache::new(stats::StatsProvider::new(
+        stats::StatsConfig::for_node(&ctx.node_name, n),
+        cri.clone(),
+    ));
     {
-        let provider = stats::StatsProvider::new(
-            stats::StatsConfig {
-                node_name: ctx.node_name.clone(),
-                root_dir: n.root_dir.clone(),
-                pod_logs_dir: n.pod_logs_dir.clone(),
-                cgroup_root: n.cgroup_root.clone(),
-                cgroup_driver: n.cgroup_driver,
-                proc_root: std::path::PathBuf::from("/proc"),
-            },
-            cri.clone(),
-        );
-        let stats = stats::StatsCache::new(provider);
+        let stats = stats.clone();
         let node_ips: Vec<std::net::IpAddr> =
             crate::node_ip::resolve(n.node_ip).into_iter().collect();
         server::start(
@@ -337,6 +335,7 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
         runtime,
         status: status_handle,
         eviction: eviction_handle,
+        stats,
     };
     // Pods (and their volumes): started as a task so a runtime that is not
     // up yet does not hold the rest of the node role.

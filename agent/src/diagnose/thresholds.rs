@@ -1,5 +1,6 @@
 //! The eviction signals measured now, as the eviction manager measures
-//! them (`HostStats` and `signals::observations`), each against its
+//! them (the node's statistics sampler, `StatsSummary` and
+//! `signals::observations`), each against its
 //! configured threshold: what `diagnose node` and `diagnose pod` show of
 //! the node's resource pressure.
 
@@ -10,9 +11,9 @@ use k8s_openapi::api::core::v1::Pod;
 use super::context::Context;
 use super::words;
 use crate::config::eviction::Signal;
-use crate::node::eviction::host_stats::{HostStats, HostStatsConfig};
 use crate::node::eviction::manager::EvictionConfig;
 use crate::node::eviction::signals;
+use crate::node::eviction::stats_summary::StatsSummary;
 use crate::node::eviction::summary::{Summary, SummaryProvider};
 
 /// One signal against one threshold.
@@ -37,7 +38,7 @@ pub struct Reading {
 pub async fn measure(ctx: &Context, pods: &[Arc<Pod>]) -> Option<(Summary, Vec<Reading>)> {
     let cri = ctx.cri.as_ref()?;
     let n = &ctx.config.node;
-    let stats = HostStats::new(HostStatsConfig::for_node(n), cri.clone());
+    let stats = StatsSummary::standalone(&ctx.node, n, cri.clone());
     let summary = stats.summary(pods).await.ok()?;
     let observed = signals::observations(&summary);
     let readings = EvictionConfig::from_node_config(n)

@@ -7,14 +7,13 @@
 //! ephemeral storage limits, admission of new pods under pressure, and
 //! memory threshold notifications from the kernel.
 //!
-//! One concept per file: [`summary`] (what is measured), [`host_stats`]
-//! (measuring the real machine), [`signals`] (threshold arithmetic),
+//! One concept per file: [`summary`] (what is measured), [`stats_summary`]
+//! (the figures, from the node's statistics sampler), [`signals`] (threshold arithmetic),
 //! [`rank`], [`message`], [`local_storage`], [`pods`] (the pod lifecycle's
 //! side), [`handle`] (conditions and admission), [`manager`] (the loop),
 //! [`notifier`] (memcg notifications), [`metrics`].
 
 pub mod handle;
-pub mod host_stats;
 pub mod local_storage;
 pub mod manager;
 pub mod message;
@@ -23,6 +22,7 @@ pub mod notifier;
 pub mod pods;
 pub mod rank;
 pub mod signals;
+pub mod stats_summary;
 pub mod summary;
 
 use std::sync::Arc;
@@ -54,9 +54,10 @@ pub fn start(
     let ctx = &services.ctx;
     let n = &ctx.config;
     let summary: Arc<dyn SummaryProvider> = summary.unwrap_or_else(|| {
-        Arc::new(host_stats::HostStats::new(
-            host_stats::HostStatsConfig::for_node(n),
+        Arc::new(stats_summary::StatsSummary::new(
+            services.stats.clone(),
             services.cri.clone(),
+            n.root_dir.clone(),
         ))
     });
     let cfg = EvictionConfig::from_node_config(n);

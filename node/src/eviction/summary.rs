@@ -4,8 +4,8 @@
 //! usage (memory working set, processes, container writable layers and logs,
 //! local volumes).
 //!
-//! [`SummaryProvider`] is the seam: [`super::host_stats::HostStats`] reads
-//! cgroup files, statvfs, procfs and CRI; unit tests hand in figures.
+//! [`SummaryProvider`] is the seam: [`super::stats_summary::StatsSummary`]
+//! reads the node's statistics sampler; unit tests hand in figures.
 
 use std::collections::BTreeMap;
 
@@ -52,14 +52,7 @@ pub struct RlimitStats {
     pub time: Instant,
 }
 
-/// Disk usage of something (a writable layer, logs, a volume).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct DiskUsage {
-    /// Bytes used.
-    pub used_bytes: u64,
-    /// Inodes used.
-    pub inodes_used: u64,
-}
+pub use crate::stats::DiskUsage;
 
 /// One container of a pod.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 
 use crate::cgroups::CgroupMode;
-use crate::eviction::host_stats::{parse_limit, stat_value};
 
 /// Where the controllers are mounted.
 #[derive(Debug, Clone)]
@@ -44,6 +43,26 @@ pub struct CgroupUsage {
     pub major_page_faults: Option<u64>,
     /// Memory limit (`None`: unlimited).
     pub memory_limit: Option<u64>,
+}
+
+/// Values at or above this are "no limit" in cgroup v1.
+const V1_UNLIMITED: u64 = 1 << 62;
+
+/// A value of a `memory.stat`-style file (`key value` lines).
+pub fn stat_value(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+/// A cgroup memory limit: `None` for no limit (`max`, or v1's huge value).
+pub fn parse_limit(text: &str) -> Option<u64> {
+    let t = text.trim();
+    if t == "max" {
+        return None;
+    }
+    t.parse::<u64>().ok().filter(|v| *v < V1_UNLIMITED)
 }
 
 fn read(p: &Path) -> Option<String> {
@@ -176,6 +195,17 @@ pub fn net_dev(text: &str) -> Vec<(String, u64, u64, u64, u64)> {
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_files_and_limits() {
+        let stat = "cache 10\ntotal_inactive_file 4096\ninactive_file 1\n";
+        assert_eq!(stat_value(stat, "total_inactive_file"), Some(4096));
+        assert_eq!(stat_value(stat, "inactive_file"), Some(1));
+        assert_eq!(stat_value(stat, "nope"), None);
+        assert_eq!(parse_limit("max\n"), None);
+        assert_eq!(parse_limit("9223372036854771712\n"), None);
+        assert_eq!(parse_limit("419430400\n"), Some(419_430_400));
+    }
 
     #[test]
     fn reads_a_v2_cgroup() {

@@ -7,9 +7,11 @@
 pub mod cache;
 pub mod cgroup;
 pub mod cpu_rate;
+pub mod disk;
 pub mod exposition;
 pub mod provider;
 pub mod types;
 
 pub use cache::StatsCache;
+pub use disk::DiskUsage;
 pub use provider::{StatsConfig, StatsProvider};

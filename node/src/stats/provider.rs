@@ -34,13 +34,23 @@ use keelson_cri::{RuntimeClient, api};
 use tokio::time::Instant;
 
 use super::cache::Collect;
+use super::cgroup::stat_value;
 use super::cgroup::{CgroupUsage, Layout, net_dev};
 use super::cpu_rate::CpuRates;
+use super::disk::{DiskUsage, du};
 use super::types::*;
 use crate::cgroups::{CgroupName, literal_name};
-use crate::eviction::host_stats::{du, loadavg_tasks, stat_value};
-use crate::eviction::summary::DiskUsage;
 use crate::pod::labels;
+
+/// The running task count of `/proc/loadavg` (`1.36 3.49 4.53 2/3518 3715089`).
+pub fn loadavg_tasks(text: &str) -> Option<u64> {
+    text.split_whitespace()
+        .nth(3)?
+        .split_once('/')?
+        .1
+        .parse()
+        .ok()
+}
 
 /// Settings.
 #[derive(Debug, Clone)]
@@ -57,6 +67,21 @@ pub struct StatsConfig {
     pub cgroup_driver: crate::config::CgroupDriver,
     /// procfs.
     pub proc_root: PathBuf,
+}
+
+impl StatsConfig {
+    /// The node role's: its directories, cgroup root and driver, the
+    /// host's procfs.
+    pub fn for_node(node_name: &str, n: &crate::config::NodeConfig) -> StatsConfig {
+        StatsConfig {
+            node_name: node_name.to_string(),
+            root_dir: n.root_dir.clone(),
+            pod_logs_dir: n.pod_logs_dir.clone(),
+            cgroup_root: n.cgroup_root.clone(),
+            cgroup_driver: n.cgroup_driver,
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
 }
 
 /// How long walked disk usage is reused (kubelet's volume stats period).
@@ -274,11 +299,13 @@ impl StatsProvider {
         })
     }
 
-    fn memory_stats(u: &CgroupUsage, capacity: Option<u64>) -> Option<MemoryStats> {
+    /// A cgroup's memory; `availableBytes` only under a limit, as kubelet
+    /// gives it (`pkg/kubelet/stats/helper.go`, `isMemoryUnlimited`).
+    fn memory_stats(u: &CgroupUsage) -> Option<MemoryStats> {
         let ws = u.working_set?;
         Some(MemoryStats {
             time: now_str(),
-            available_bytes: u.memory_limit.or(capacity).map(|l| l.saturating_sub(ws)),
+            available_bytes: u.memory_limit.map(|l| l.saturating_sub(ws)),
             usage_bytes: u.memory_usage,
             working_set_bytes: Some(ws),
             rss_bytes: u.rss,
@@ -499,7 +526,6 @@ impl StatsProvider {
     fn assemble(&self, pods: Vec<RunningPod>, figures: &RuntimeFigures) -> Summary {
         let layout = self.layout.as_ref();
         let root = layout.and_then(|l| l.usage_rel(""));
-        let capacity = self.meminfo("MemTotal");
         let (image_fs, container_fs) = Self::image_fs(figures.image_fs_info.as_ref());
         let mut node = NodeStats {
             node_name: self.cfg.node_name.clone(),
@@ -523,14 +549,14 @@ impl StatsProvider {
                 name: "pods".to_string(),
                 start_time: self.boot_time.clone(),
                 cpu: self.cpu_stats(&kp, u.cpu_ns),
-                memory: Self::memory_stats(&u, capacity),
+                memory: Self::memory_stats(&u),
                 ..Default::default()
             });
         }
         let container_fs = container_fs.or(image_fs);
         let out = pods
             .into_iter()
-            .map(|p| self.pod_stats(p, capacity, figures, container_fs.as_ref()))
+            .map(|p| self.pod_stats(p, figures, container_fs.as_ref()))
             .collect();
         self.cpu
             .lock()
@@ -542,7 +568,6 @@ impl StatsProvider {
     fn pod_stats(
         &self,
         p: RunningPod,
-        capacity: Option<u64>,
         figures: &RuntimeFigures,
         container_fs: Option<&FsStats>,
     ) -> PodStats {
@@ -561,9 +586,7 @@ impl StatsProvider {
             cpu: pod_usage
                 .as_ref()
                 .and_then(|u| self.cpu_stats(&format!("pod/{}", p.uid), u.cpu_ns)),
-            memory: pod_usage
-                .as_ref()
-                .and_then(|u| Self::memory_stats(u, capacity)),
+            memory: pod_usage.as_ref().and_then(Self::memory_stats),
             ..Default::default()
         };
         let logs_dir = self
@@ -581,7 +604,7 @@ impl StatsProvider {
                 cpu: usage
                     .as_ref()
                     .and_then(|u| self.cpu_stats(&format!("c/{}", c.id), u.cpu_ns)),
-                memory: usage.as_ref().and_then(|u| Self::memory_stats(u, capacity)),
+                memory: usage.as_ref().and_then(Self::memory_stats),
                 ..Default::default()
             };
             if usage.is_none()
@@ -616,7 +639,10 @@ impl StatsProvider {
                 ephemeral.used_bytes += w.used_bytes;
                 ephemeral.inodes_used += w.inodes_used;
             }
-            if let Some(u) = self.du_cached(logs_dir.join(&c.name)) {
+            // Walked at every round: kubelet measures log directories on
+            // each request (`host_stats_provider.go`, `NewMetricsDu`); only
+            // volume usage is cached.
+            if let Some(u) = du(&logs_dir.join(&c.name)) {
                 cs.logs = Some(usage_on(&self.cfg.pod_logs_dir, u));
                 ephemeral.used_bytes += u.used_bytes;
                 ephemeral.inodes_used += u.inodes_used;
@@ -738,6 +764,12 @@ impl Collect for StatsProvider {
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loadavg_running_tasks() {
+        assert_eq!(loadavg_tasks("1.36 3.49 4.53 2/3518 3715089\n"), Some(3518));
+        assert_eq!(loadavg_tasks("garbage"), None);
+    }
 
     /// A provider over a fake v2 cgroup tree in a temp dir (nothing dials
     /// the runtime: [`StatsProvider::assemble`] is given its figures).
