@@ -13,7 +13,9 @@ use k8s_openapi::api::core::v1::{Container, Event, Pod, PodCondition, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use keelson::config::eviction::{Signal, Threshold, ThresholdValue};
 use keelson::events::EventRecorder;
-use keelson::node::eviction::summary::{ContainerStats, MemoryStats, PodStats, Summary};
+use keelson::node::eviction::summary::{
+    ContainerStats, MemoryStats, PodStats, Summary, SummaryError,
+};
 use keelson::node::eviction::{
     EvictionConfig, EvictionDeps, EvictionHandle, EvictionManager, EvictionMetrics, EvictionPods,
     SummaryProvider, signals,
@@ -28,11 +30,14 @@ const MI: u64 = 1024 * 1024;
 struct FixedSummary(Summary);
 
 impl SummaryProvider for FixedSummary {
-    fn summary<'a>(&'a self, _pods: &'a [Arc<Pod>]) -> BoxFuture<'a, Result<Summary, String>> {
+    fn summary<'a>(
+        &'a self,
+        _pods: &'a [Arc<Pod>],
+    ) -> BoxFuture<'a, Result<Summary, SummaryError>> {
         let s = self.0.clone();
         Box::pin(async move { Ok(s) })
     }
-    fn has_dedicated_image_fs(&self) -> BoxFuture<'_, Result<bool, String>> {
+    fn has_dedicated_image_fs(&self) -> BoxFuture<'_, Result<bool, SummaryError>> {
         Box::pin(async { Ok(false) })
     }
 }

@@ -327,7 +327,18 @@ async fn image_gc_frees_least_recently_used_unused_images_down_to_the_low_thresh
         .await
         .expect_err("cannot free 200 bytes");
     assert!(
-        e.contains("Attempted to free 200 bytes, but only found 80 bytes eligible to free"),
+        matches!(
+            e,
+            keelson::node::gc::GcError::NotEnoughFreed {
+                wanted: 200,
+                freed: 80
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("Attempted to free 200 bytes, but only found 80 bytes eligible to free"),
         "{e}"
     );
     assert_eq!(image_ids(&s.fake).len(), 2);

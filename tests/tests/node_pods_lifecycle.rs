@@ -694,7 +694,7 @@ async fn gc_keeps_the_logs_of_a_pod_completed_after_its_last_list() {
         T,
         Duration::from_millis(100),
         || async {
-            gc.garbage_collect(false).await?;
+            gc.garbage_collect(false).await.map_err(|e| e.to_string())?;
             if logs.exists() {
                 Err(format!("{} still there", logs.display()))
             } else {

@@ -56,13 +56,7 @@ pub const POD_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Poll interval of that wait.
 pub const POD_CLEANUP_POLL: Duration = Duration::from_secs(1);
 
-/// Node-level reclaim: kubelet's container and image garbage collectors.
-pub trait NodeReclaim: Send + Sync + 'static {
-    /// Removes every dead container and sandbox that may go.
-    fn delete_all_unused_containers(&self) -> futures::future::BoxFuture<'_, Result<(), String>>;
-    /// Removes every image no container uses.
-    fn delete_unused_images(&self) -> futures::future::BoxFuture<'_, Result<(), String>>;
-}
+pub use crate::gc::NodeReclaim;
 
 /// Settings of the eviction manager.
 #[derive(Debug, Clone)]

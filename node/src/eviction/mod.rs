@@ -35,7 +35,7 @@ pub use handle::{AdmitRejection, EvictionHandle};
 pub use manager::{EvictionConfig, EvictionDeps, EvictionManager, NodeReclaim};
 pub use metrics::EvictionMetrics;
 pub use pods::{EvictionPods, REASON_EVICTED};
-pub use summary::SummaryProvider;
+pub use summary::{SummaryError, SummaryProvider};
 
 use crate::NodeServices;
 use crate::cgroups::CgroupName;

@@ -27,7 +27,7 @@ use keelson_cri::RuntimeClient;
 use tokio::time::Instant;
 
 use super::summary::{
-    ContainerStats, DiskUsage, FsStats, MemoryStats, PodStats, RlimitStats, Summary,
+    ContainerStats, DiskUsage, FsStats, MemoryStats, PodStats, RlimitStats, Summary, SummaryError,
     SummaryProvider, VolumeStats,
 };
 use crate::stats::types;
@@ -76,28 +76,36 @@ impl StatsSummary {
 }
 
 impl SummaryProvider for StatsSummary {
-    fn summary<'a>(&'a self, pods: &'a [Arc<Pod>]) -> BoxFuture<'a, Result<Summary, String>> {
+    fn summary<'a>(&'a self, pods: &'a [Arc<Pod>]) -> BoxFuture<'a, Result<Summary, SummaryError>> {
         Box::pin(async move {
             let snapshot = self.stats.refresh().await;
-            let summary = snapshot.summary.as_ref().map_err(Clone::clone)?;
+            let summary = snapshot.summary.as_ref().map_err(|e| e.clone())?;
             Ok(eviction_summary(summary, pods, Instant::now()))
         })
     }
 
-    fn has_dedicated_image_fs(&self) -> BoxFuture<'_, Result<bool, String>> {
+    fn has_dedicated_image_fs(&self) -> BoxFuture<'_, Result<bool, SummaryError>> {
         Box::pin(async move {
-            let info = self.cri.image_fs_info().await.map_err(|e| e.to_string())?;
+            let info = self
+                .cri
+                .image_fs_info()
+                .await
+                .map_err(SummaryError::ImageFsInfo)?;
             let mount = info
                 .image_filesystems
                 .iter()
                 .find_map(|f| f.fs_id.as_ref().map(|id| id.mountpoint.clone()))
-                .ok_or("CRI ImageFsInfo names no image filesystem")?;
-            let image_dev = std::fs::metadata(&mount)
-                .map_err(|e| format!("stat {mount}: {e}"))?
-                .dev();
-            let root_dev = std::fs::metadata(&self.root_dir)
-                .map_err(|e| format!("stat {}: {e}", self.root_dir.display()))?
-                .dev();
+                .ok_or(SummaryError::NoImageFs)?;
+            let dev = |path: &std::path::Path| {
+                std::fs::metadata(path)
+                    .map(|m| m.dev())
+                    .map_err(|e| SummaryError::Stat {
+                        path: path.display().to_string(),
+                        error: e.to_string(),
+                    })
+            };
+            let image_dev = dev(std::path::Path::new(&mount))?;
+            let root_dev = dev(&self.root_dir)?;
             Ok(image_dev != root_dev)
         })
     }

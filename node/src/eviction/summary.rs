@@ -135,14 +135,36 @@ pub struct Summary {
     pub pods: BTreeMap<String, PodStats>,
 }
 
+/// Why the eviction manager has no figures this round.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SummaryError {
+    /// The statistics round failed.
+    #[error(transparent)]
+    Stats(#[from] crate::stats::StatsError),
+    /// The runtime did not say where its images are.
+    #[error("CRI ImageFsInfo failed: {0}")]
+    ImageFsInfo(keelson_cri::CriError),
+    /// The runtime's answer names no image filesystem.
+    #[error("CRI ImageFsInfo names no image filesystem")]
+    NoImageFs,
+    /// A filesystem could not be examined.
+    #[error("stat {path}: {error}")]
+    Stat {
+        /// What was examined.
+        path: String,
+        /// The system's error.
+        error: String,
+    },
+}
+
 /// Where summaries come from.
 pub trait SummaryProvider: Send + Sync + 'static {
     /// Measures everything; `pods` are the pods to report per-pod usage for.
     fn summary<'a>(
         &'a self,
         pods: &'a [std::sync::Arc<Pod>],
-    ) -> BoxFuture<'a, Result<Summary, String>>;
+    ) -> BoxFuture<'a, Result<Summary, SummaryError>>;
 
     /// Whether images live on another filesystem than the root dir.
-    fn has_dedicated_image_fs(&self) -> BoxFuture<'_, Result<bool, String>>;
+    fn has_dedicated_image_fs(&self) -> BoxFuture<'_, Result<bool, SummaryError>>;
 }

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::error::GcError;
 use keelson_cri::{RuntimeClient, api};
 
 /// The pod UID label of kubelet's containers and sandboxes.
@@ -115,7 +116,7 @@ impl ContainerGc {
 
     /// One collection (kubelet's `GarbageCollect`); `evict_non_deleted_pods`
     /// also removes everything of terminated pods (eviction reclaim).
-    pub async fn garbage_collect(&self, evict_non_deleted_pods: bool) -> Result<(), String> {
+    pub async fn garbage_collect(&self, evict_non_deleted_pods: bool) -> Result<(), GcError> {
         self.pods.refresh().await;
         let ready = self.pods.all_sources_ready();
         let mut errors = Vec::new();
@@ -128,18 +129,11 @@ impl ContainerGc {
         if let Err(e) = self.evict_pod_logs_directories(ready).await {
             errors.push(e);
         }
-        match crate::status::conditions::aggregate(&errors) {
-            None => Ok(()),
-            Some(e) => Err(e),
-        }
+        GcError::aggregate(errors)
     }
 
-    async fn evictable_containers(&self) -> Result<EvictUnits, String> {
-        let containers = self
-            .cri
-            .list_containers(None)
-            .await
-            .map_err(|e| e.to_string())?;
+    async fn evictable_containers(&self) -> Result<EvictUnits, GcError> {
+        let containers = self.cri.list_containers(None).await?;
         let newest = now_nanos()
             .saturating_sub(i64::try_from(self.policy.min_age.as_nanos()).unwrap_or(i64::MAX));
         let mut units = EvictUnits::new();
@@ -201,7 +195,7 @@ impl ContainerGc {
         &self,
         all_sources_ready: bool,
         evict_non_deleted: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), GcError> {
         let mut units = self.evictable_containers().await?;
         if all_sources_ready {
             let gone: Vec<(String, String)> = units
@@ -239,17 +233,9 @@ impl ContainerGc {
         Ok(())
     }
 
-    async fn evict_sandboxes(&self, evict_non_deleted: bool) -> Result<(), String> {
-        let containers = self
-            .cri
-            .list_containers(None)
-            .await
-            .map_err(|e| e.to_string())?;
-        let sandboxes = self
-            .cri
-            .list_pod_sandbox(None)
-            .await
-            .map_err(|e| e.to_string())?;
+    async fn evict_sandboxes(&self, evict_non_deleted: bool) -> Result<(), GcError> {
+        let containers = self.cri.list_containers(None).await?;
+        let sandboxes = self.cri.list_pod_sandbox(None).await?;
         let with_containers: HashSet<&str> = containers
             .iter()
             .map(|c| c.pod_sandbox_id.as_str())
@@ -291,16 +277,16 @@ impl ContainerGc {
         Ok(())
     }
 
-    async fn evict_pod_logs_directories(&self, all_sources_ready: bool) -> Result<(), String> {
+    async fn evict_pod_logs_directories(&self, all_sources_ready: bool) -> Result<(), GcError> {
         if all_sources_ready {
             let entries = match std::fs::read_dir(&self.pod_logs_dir) {
                 Ok(e) => e,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
                 Err(e) => {
-                    return Err(format!(
-                        "failed to read podLogsDirectory {:?}: {e}",
-                        self.pod_logs_dir.display().to_string()
-                    ));
+                    return Err(GcError::PodLogsDirectory {
+                        path: self.pod_logs_dir.display().to_string(),
+                        error: e,
+                    });
                 }
             };
             for entry in entries.flatten() {

@@ -16,6 +16,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::error::{Errors, GcError};
 use keelson_cri::{RuntimeClient, api, image_spec};
 use prometheus::{IntCounterVec, Opts, Registry};
 use tokio::time::Instant;
@@ -109,16 +110,18 @@ impl std::fmt::Debug for ImageGc {
 }
 
 /// statvfs of the image filesystem CRI names.
-pub async fn image_fs_usage(cri: &RuntimeClient) -> Result<ImageFsUsage, String> {
-    let info = cri.image_fs_info().await.map_err(|e| e.to_string())?;
+pub async fn image_fs_usage(cri: &RuntimeClient) -> Result<ImageFsUsage, GcError> {
+    let info = cri.image_fs_info().await?;
     let mount = info
         .image_filesystems
         .iter()
         .find_map(|f| f.fs_id.as_ref().map(|id| id.mountpoint.clone()))
         .filter(|m| !m.is_empty())
-        .ok_or("the runtime reports no image filesystem")?;
-    let s = nix::sys::statvfs::statvfs(Path::new(&mount))
-        .map_err(|e| format!("statvfs {mount}: {e}"))?;
+        .ok_or(GcError::NoImageFs)?;
+    let s = nix::sys::statvfs::statvfs(Path::new(&mount)).map_err(|error| GcError::Statvfs {
+        mount: mount.clone(),
+        error,
+    })?;
     let frsize = s.fragment_size() as u64;
     Ok(ImageFsUsage {
         capacity: frsize.saturating_mul(s.blocks() as u64),
@@ -168,17 +171,9 @@ impl ImageGc {
     }
 
     /// kubelet's `detectImages`: records images; returns the ids in use.
-    pub async fn detect_images(&self, detect_time: Instant) -> Result<HashSet<String>, String> {
-        let images = self
-            .cri
-            .list_images(None)
-            .await
-            .map_err(|e| e.to_string())?;
-        let containers = self
-            .cri
-            .list_containers(None)
-            .await
-            .map_err(|e| e.to_string())?;
+    pub async fn detect_images(&self, detect_time: Instant) -> Result<HashSet<String>, GcError> {
+        let images = self.cri.list_images(None).await?;
+        let containers = self.cri.list_containers(None).await?;
         let mut in_use = HashSet::new();
         for c in &containers {
             // image_ref is the image id for containerd; image.image may be a tag.
@@ -223,7 +218,10 @@ impl ImageGc {
 
     /// kubelet's `imagesInEvictionOrder`: unused, unpinned images, least
     /// recently used first (ties: first detected first).
-    async fn images_in_eviction_order(&self, free_time: Instant) -> Result<Vec<Candidate>, String> {
+    async fn images_in_eviction_order(
+        &self,
+        free_time: Instant,
+    ) -> Result<Vec<Candidate>, GcError> {
         let in_use = self.detect_images(free_time).await?;
         let records = self.records();
         let mut out: Vec<Candidate> = records
@@ -243,12 +241,9 @@ impl ImageGc {
         Ok(out)
     }
 
-    async fn free_image(&self, c: &Candidate, reason: &str) -> Result<(), String> {
+    async fn free_image(&self, c: &Candidate, reason: &str) -> Result<(), GcError> {
         tracing::info!(image_id = %c.id, size = c.record.size, "removing image to free bytes");
-        self.cri
-            .remove_image(image_spec(&c.id))
-            .await
-            .map_err(|e| e.to_string())?;
+        self.cri.remove_image(image_spec(&c.id)).await?;
         self.records().remove(&c.id);
         self.metrics.collected.with_label_values(&[reason]).inc();
         Ok(())
@@ -260,7 +255,7 @@ impl ImageGc {
         bytes_to_free: u64,
         free_time: Instant,
         images: &[Candidate],
-    ) -> (u64, Result<(), String>) {
+    ) -> (u64, Result<(), GcError>) {
         let mut freed = 0u64;
         let mut errors = Vec::new();
         for c in images {
@@ -283,10 +278,11 @@ impl ImageGc {
         let result = if errors.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "wanted to free {bytes_to_free} bytes, but freed {freed} bytes space with errors in image deletion: {}",
-                crate::status::conditions::aggregate(&errors).unwrap_or_default()
-            ))
+            Err(GcError::FreeSpace {
+                wanted: bytes_to_free,
+                freed,
+                errors: Errors(errors),
+            })
         };
         (freed, result)
     }
@@ -297,7 +293,7 @@ impl ImageGc {
         images: Vec<Candidate>,
         free_time: Instant,
         began: Instant,
-    ) -> Result<Vec<Candidate>, String> {
+    ) -> Result<Vec<Candidate>, GcError> {
         if self.policy.max_age.is_zero()
             || free_time.saturating_duration_since(began) <= self.policy.max_age
         {
@@ -324,11 +320,10 @@ impl ImageGc {
         if errors.is_empty() {
             Ok(remaining)
         } else {
-            Err(format!(
-                "wanted to free images older than {:?}, encountered errors in image deletion: {}",
-                self.policy.max_age,
-                crate::status::conditions::aggregate(&errors).unwrap_or_default()
-            ))
+            Err(GcError::FreeOldImages {
+                max_age: self.policy.max_age,
+                errors: Errors(errors),
+            })
         }
     }
 
@@ -337,15 +332,15 @@ impl ImageGc {
         &self,
         began: Instant,
         fs: ImageFsUsage,
-    ) -> Result<(), String> {
+    ) -> Result<(), GcError> {
         let free_time = Instant::now();
         let images = self.images_in_eviction_order(free_time).await?;
         let images = self.free_old_images(images, free_time, began).await?;
         let capacity = fs.capacity;
         let available = fs.available.min(capacity);
         if capacity == 0 {
-            let e = "invalid capacity 0 on image filesystem".to_string();
-            self.warn("InvalidDiskCapacity", &e);
+            let e = GcError::ZeroCapacity;
+            self.warn("InvalidDiskCapacity", &e.to_string());
             return Err(e);
         }
         let usage_percent = 100 - (u128::from(available) * 100 / u128::from(capacity)) as i64;
@@ -365,10 +360,11 @@ impl ImageGc {
             let (freed, result) = self.free_space(to_free, free_time, &images).await;
             result?;
             if freed < to_free {
-                let e = format!(
-                    "Failed to garbage collect required amount of images. Attempted to free {to_free} bytes, but only found {freed} bytes eligible to free."
-                );
-                self.warn("FreeDiskSpaceFailed", &e);
+                let e = GcError::NotEnoughFreed {
+                    wanted: to_free,
+                    freed,
+                };
+                self.warn("FreeDiskSpaceFailed", &e.to_string());
                 return Err(e);
             }
         }
@@ -376,13 +372,13 @@ impl ImageGc {
     }
 
     /// kubelet's `GarbageCollect`.
-    pub async fn garbage_collect(&self, began: Instant) -> Result<(), String> {
+    pub async fn garbage_collect(&self, began: Instant) -> Result<(), GcError> {
         let fs = image_fs_usage(&self.cri).await?;
         self.garbage_collect_with(began, fs).await
     }
 
     /// kubelet's `DeleteUnusedImages` (eviction's disk reclaim).
-    pub async fn delete_unused_images(&self) -> Result<(), String> {
+    pub async fn delete_unused_images(&self) -> Result<(), GcError> {
         tracing::info!("attempting to delete unused images");
         let free_time = Instant::now();
         let images = self.images_in_eviction_order(free_time).await?;

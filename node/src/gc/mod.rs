@@ -2,9 +2,10 @@
 //! images, as kubelet runs it: container GC every minute, image GC every
 //! five minutes (off when `imageGCHighThresholdPercent` is 100), image
 //! detection every five minutes; both also serve the eviction manager's
-//! disk reclaim ([`Collectors`] implements its `NodeReclaim`).
+//! disk reclaim ([`Collectors`] implement [`NodeReclaim`]).
 
 pub mod containers;
+pub mod error;
 pub mod images;
 
 use std::time::Duration;
@@ -14,13 +15,23 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use containers::{ContainerGc, ContainerGcPolicy, PodState};
+pub use error::GcError;
 pub use images::{ImageGc, ImageGcMetrics, ImageGcPolicy};
 
-use crate::eviction::NodeReclaim;
 use keelson_common::events::{EventRecorder, EventType, node_ref};
 
 /// Period of container GC (kubelet's `ContainerGCPeriod`).
 pub const CONTAINER_GC_PERIOD: Duration = Duration::from_secs(60);
+
+/// Node-level reclaim as the eviction manager asks for it: kubelet's
+/// container and image garbage collectors (`ContainerGC`, `ImageGC` in
+/// `pkg/kubelet/eviction/types.go`).
+pub trait NodeReclaim: Send + Sync + 'static {
+    /// Removes every dead container and sandbox that may go.
+    fn delete_all_unused_containers(&self) -> BoxFuture<'_, Result<(), GcError>>;
+    /// Removes every image no container uses.
+    fn delete_unused_images(&self) -> BoxFuture<'_, Result<(), GcError>>;
+}
 
 /// Both collectors.
 #[derive(Clone, Debug)]
@@ -32,11 +43,11 @@ pub struct Collectors {
 }
 
 impl NodeReclaim for Collectors {
-    fn delete_all_unused_containers(&self) -> BoxFuture<'_, Result<(), String>> {
+    fn delete_all_unused_containers(&self) -> BoxFuture<'_, Result<(), GcError>> {
         Box::pin(self.containers.garbage_collect(true))
     }
 
-    fn delete_unused_images(&self) -> BoxFuture<'_, Result<(), String>> {
+    fn delete_unused_images(&self) -> BoxFuture<'_, Result<(), GcError>> {
         Box::pin(self.images.delete_unused_images())
     }
 }
@@ -71,7 +82,7 @@ pub async fn run(
             _ = container_tick.tick() => {
                 if let Err(e) = collectors.containers.garbage_collect(false).await {
                     tracing::error!(error = %e, "container garbage collection failed");
-                    warn("ContainerGCFailed", e);
+                    warn("ContainerGCFailed", e.to_string());
                 }
             }
             _ = detect_tick.tick() => {
@@ -90,7 +101,7 @@ pub async fn run(
                     Err(e) => {
                         if image_failed_before {
                             tracing::error!(error = %e, "image garbage collection failed multiple times in a row");
-                            warn("ImageGCFailed", e);
+                            warn("ImageGCFailed", e.to_string());
                         } else {
                             tracing::error!(error = %e, "image garbage collection failed once; stats initialization may not have completed yet");
                         }

@@ -78,7 +78,7 @@ pub async fn metrics(api: &NodeApi, path: &str) -> Response<Body> {
         }
         "/metrics/cadvisor" => match &api.stats.current().await.summary {
             Ok(s) => body::prometheus(exposition::cadvisor_metrics(s)),
-            Err(e) => body::text(StatusCode::INTERNAL_SERVER_ERROR, e.clone()),
+            Err(e) => body::text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         },
         _ => body::not_found(),
     }

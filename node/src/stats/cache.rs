@@ -31,19 +31,20 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::error::StatsError;
 use super::types::Summary;
 
 /// Takes one sample of the node's statistics.
 pub trait Collect: Send + Sync + 'static {
     /// The whole summary, every figure read now.
-    fn collect(self: Arc<Self>) -> BoxFuture<'static, Result<Summary, String>>;
+    fn collect(self: Arc<Self>) -> BoxFuture<'static, Result<Summary, StatsError>>;
 }
 
 /// The result of one housekeeping round.
 #[derive(Debug)]
 pub struct Snapshot {
     /// The summary, or why the round failed.
-    pub summary: Result<Summary, String>,
+    pub summary: Result<Summary, StatsError>,
     /// When the round ended.
     pub taken: Instant,
 }
@@ -99,7 +100,7 @@ impl StatsCache {
             if rx.changed().await.is_err() {
                 // The sender lives as long as `self`: not reached.
                 return Arc::new(Snapshot {
-                    summary: Err("statistics are not collected".to_string()),
+                    summary: Err(StatsError::NotCollected),
                     taken: Instant::now(),
                 });
             }
@@ -166,7 +167,7 @@ mod tests {
     struct Fake {
         pods: Mutex<Vec<String>>,
         calls: AtomicUsize,
-        fail: Mutex<Option<String>>,
+        fail: Mutex<Option<StatsError>>,
         gate: Option<Arc<tokio::sync::Semaphore>>,
     }
 
@@ -177,7 +178,7 @@ mod tests {
     }
 
     impl Collect for Fake {
-        fn collect(self: Arc<Self>) -> BoxFuture<'static, Result<Summary, String>> {
+        fn collect(self: Arc<Self>) -> BoxFuture<'static, Result<Summary, StatsError>> {
             Box::pin(async move {
                 self.calls.fetch_add(1, Ordering::SeqCst);
                 if let Some(g) = &self.gate {
@@ -329,11 +330,17 @@ mod tests {
         let fake = Arc::new(Fake::default());
         fake.set_pods(&["a"]);
         let cache = StatsCache::new(fake.clone());
-        *fake.fail.lock().unwrap() = Some("failed to list pod sandboxes: down".to_string());
+        *fake.fail.lock().unwrap() = Some(StatsError::Interrupted("down".to_string()));
         cache.refresh().await;
         assert_eq!(
-            cache.current().await.summary.as_ref().unwrap_err(),
-            "failed to list pod sandboxes: down"
+            cache
+                .current()
+                .await
+                .summary
+                .as_ref()
+                .unwrap_err()
+                .to_string(),
+            "stats collection failed: down"
         );
         *fake.fail.lock().unwrap() = None;
         cache.refresh().await;

@@ -8,10 +8,12 @@ pub mod cache;
 pub mod cgroup;
 pub mod cpu_rate;
 pub mod disk;
+pub mod error;
 pub mod exposition;
 pub mod provider;
 pub mod types;
 
 pub use cache::StatsCache;
 pub use disk::DiskUsage;
+pub use error::StatsError;
 pub use provider::{StatsConfig, StatsProvider};

@@ -38,6 +38,7 @@ use super::cgroup::stat_value;
 use super::cgroup::{CgroupUsage, Layout, net_dev};
 use super::cpu_rate::CpuRates;
 use super::disk::{DiskUsage, du};
+use super::error::StatsError;
 use super::types::*;
 use crate::cgroups::{CgroupName, literal_name};
 use crate::pod::labels;
@@ -375,7 +376,7 @@ impl StatsProvider {
         })
     }
 
-    async fn running_pods(&self) -> Result<Vec<RunningPod>, String> {
+    async fn running_pods(&self) -> Result<Vec<RunningPod>, StatsError> {
         let sandboxes = self
             .cri
             .list_pod_sandbox(Some(api::PodSandboxFilter {
@@ -385,7 +386,7 @@ impl StatsProvider {
                 ..Default::default()
             }))
             .await
-            .map_err(|e| format!("failed to list pod sandboxes: {e}"))?;
+            .map_err(StatsError::ListSandboxes)?;
         let containers = self
             .cri
             .list_containers(Some(api::ContainerFilter {
@@ -395,7 +396,7 @@ impl StatsProvider {
                 ..Default::default()
             }))
             .await
-            .map_err(|e| format!("failed to list containers: {e}"))?;
+            .map_err(StatsError::ListContainers)?;
         let mut by_sandbox: HashMap<String, Vec<RunningContainer>> = HashMap::new();
         for c in containers {
             let name = c
@@ -509,13 +510,13 @@ impl StatsProvider {
     /// One sample of everything the Summary API reports: the runtime's
     /// pods, containers and figures over CRI, then every file on a
     /// blocking thread ([`Self::assemble`]).
-    pub async fn sample(self: &Arc<Self>) -> Result<Summary, String> {
+    pub async fn sample(self: &Arc<Self>) -> Result<Summary, StatsError> {
         let pods = self.running_pods().await?;
         let figures = self.runtime_figures().await;
         let this = self.clone();
         tokio::task::spawn_blocking(move || this.assemble(pods, &figures))
             .await
-            .map_err(|e| format!("stats collection failed: {e}"))
+            .map_err(|e| StatsError::Interrupted(e.to_string()))
     }
 
     /// The summary of `pods` from the files (blocking: cgroups, procfs,
@@ -755,7 +756,7 @@ impl StatsProvider {
 }
 
 impl Collect for StatsProvider {
-    fn collect(self: Arc<Self>) -> BoxFuture<'static, Result<Summary, String>> {
+    fn collect(self: Arc<Self>) -> BoxFuture<'static, Result<Summary, StatsError>> {
         Box::pin(async move { self.sample().await })
     }
 }

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::*;
 use crate::config::eviction::{Threshold, ThresholdValue};
 use crate::eviction::summary::{
-    ContainerStats, DiskUsage, FsStats, MemoryStats, PodStats, VolumeStats,
+    ContainerStats, DiskUsage, FsStats, MemoryStats, PodStats, SummaryError, VolumeStats,
 };
 use crate::status::PressureSource;
 
@@ -34,11 +34,14 @@ impl FakeSummary {
 }
 
 impl SummaryProvider for FakeSummary {
-    fn summary<'a>(&'a self, _pods: &'a [Arc<Pod>]) -> BoxFuture<'a, Result<Summary, String>> {
+    fn summary<'a>(
+        &'a self,
+        _pods: &'a [Arc<Pod>],
+    ) -> BoxFuture<'a, Result<Summary, SummaryError>> {
         let s = self.summary.lock().expect("lock").clone();
         Box::pin(async move { Ok(s) })
     }
-    fn has_dedicated_image_fs(&self) -> BoxFuture<'_, Result<bool, String>> {
+    fn has_dedicated_image_fs(&self) -> BoxFuture<'_, Result<bool, SummaryError>> {
         let d = self.dedicated;
         Box::pin(async move { Ok(d) })
     }
@@ -96,11 +99,11 @@ struct FakeReclaim {
 }
 
 impl NodeReclaim for FakeReclaim {
-    fn delete_all_unused_containers(&self) -> BoxFuture<'_, Result<(), String>> {
+    fn delete_all_unused_containers(&self) -> BoxFuture<'_, Result<(), crate::gc::GcError>> {
         self.calls.lock().expect("lock").push("containers");
         Box::pin(async { Ok(()) })
     }
-    fn delete_unused_images(&self) -> BoxFuture<'_, Result<(), String>> {
+    fn delete_unused_images(&self) -> BoxFuture<'_, Result<(), crate::gc::GcError>> {
         self.calls.lock().expect("lock").push("images");
         if let Some((s, bytes)) = self.frees.lock().expect("lock").as_ref() {
             s.set(|sum| {
