@@ -419,7 +419,8 @@ fn crate_table_problems(
         match mine.as_slice() {
             [] => {
                 let deps = match allowed {
-                    Some([]) | None => "none".to_string(),
+                    None => "<the workspace crates it may depend on>".to_string(),
+                    Some([]) => "none".to_string(),
                     Some(a) => a
                         .iter()
                         .map(|d| format!("`{d}`"))
