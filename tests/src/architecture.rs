@@ -13,6 +13,10 @@
 //! 3. **No circles between siblings.** In every library crate, the files
 //!    and folders of one folder do not import each other in a circle
 //!    (`super::x` / `crate::path::x`), the folder's `mod.rs` aside.
+//! 4. **The map matches the territory.** DESIGN.md's crate table (section
+//!    "Crates": crate, folder, what it is, may depend on) has one row per
+//!    workspace member, names the crate its `Cargo.toml` names, and lists
+//!    exactly the crates [`CRATE_DEPS`] allows.
 //!
 //! The scan is textual: comments and everything after a file's first
 //! `#[cfg(test)]` are ignored, as are `tests.rs` files and `tests/` folders.
@@ -29,6 +33,17 @@ pub const CRATE_DEPS: &[(&str, &[&str])] = &[
         &[
             "keelson-common",
             "keelson-node",
+            "keelson-cri",
+            "keelson-probes",
+            "keelson-netplane",
+        ],
+    ),
+    (
+        "tests",
+        &[
+            "keelson",
+            "keelson-node",
+            "keelson-common",
             "keelson-cri",
             "keelson-probes",
             "keelson-netplane",
@@ -294,6 +309,174 @@ fn circles(edges: &std::collections::BTreeSet<(String, String)>) -> Vec<Vec<Stri
     out
 }
 
+/// One row of DESIGN.md's crate table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CrateRow {
+    name: String,
+    folder: String,
+    deps: Vec<String>,
+}
+
+/// The crate table of DESIGN.md: the first table after the `## Crates`
+/// heading, columns crate, folder, what it is, may depend on ("none" or a
+/// comma-separated list). Backticks and a folder's trailing `/` are dropped.
+fn design_crate_table(design: &str) -> Result<Vec<CrateRow>, String> {
+    let section = design
+        .split("\n## ")
+        .find(|s| s.starts_with("Crates\n"))
+        .ok_or("DESIGN.md has no `## Crates` section")?;
+    let mut lines = section
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| !l.starts_with('|'));
+    let header = lines.next().ok_or("the Crates section has no table")?;
+    let columns: Vec<String> = cells(header).iter().map(|c| c.to_lowercase()).collect();
+    if columns != ["crate", "folder", "what it is", "may depend on"] {
+        return Err(format!(
+            "the crate table's columns are {columns:?}, expected crate | folder | what it is | may depend on"
+        ));
+    }
+    let mut rows = Vec::new();
+    for line in lines.skip(1).take_while(|l| l.starts_with('|')) {
+        let c = cells(line);
+        if c.len() != 4 {
+            return Err(format!("crate table row without 4 cells: {line}"));
+        }
+        let deps = if c[3] == "none" {
+            Vec::new()
+        } else {
+            c[3].split(',').map(|d| d.trim().to_string()).collect()
+        };
+        rows.push(CrateRow {
+            name: c[0].clone(),
+            folder: c[1].trim_end_matches('/').to_string(),
+            deps,
+        });
+    }
+    Ok(rows)
+}
+
+/// The cells of a Markdown table row, trimmed, without backticks.
+fn cells(line: &str) -> Vec<String> {
+    let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+    inner
+        .split('|')
+        .map(|c| c.trim().replace('`', ""))
+        .collect()
+}
+
+/// The workspace members (folders) and the package name of each, read from
+/// the root `Cargo.toml` and the members' own.
+fn workspace_members(root: &std::path::Path) -> Result<Vec<(String, String)>, String> {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).map_err(|e| e.to_string())?;
+    let line = manifest
+        .lines()
+        .find(|l| l.trim_start().starts_with("members"))
+        .ok_or("the workspace Cargo.toml has no members list")?;
+    let list = line
+        .split_once('[')
+        .and_then(|(_, r)| r.split_once(']'))
+        .map(|(l, _)| l)
+        .ok_or("the members list is not on one line")?;
+    let mut out = Vec::new();
+    for m in list.split(',').map(|m| m.trim().trim_matches('"')) {
+        if m.is_empty() {
+            continue;
+        }
+        let text = std::fs::read_to_string(root.join(m).join("Cargo.toml"))
+            .map_err(|e| format!("{m}/Cargo.toml: {e}"))?;
+        let name = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("name = "))
+            .map(|n| n.trim_matches('"').to_string())
+            .ok_or_else(|| format!("{m}/Cargo.toml names no package"))?;
+        out.push((m.to_string(), name));
+    }
+    Ok(out)
+}
+
+/// What is wrong between DESIGN.md's crate table, the workspace members
+/// (folder, package name) and the dependency rules; each problem says what
+/// to change.
+fn crate_table_problems(
+    rows: &[CrateRow],
+    members: &[(String, String)],
+    rules: &[(&str, &[&str])],
+) -> Vec<String> {
+    use std::collections::BTreeSet;
+    let mut out = Vec::new();
+    let rule = |folder: &str| rules.iter().find(|(d, _)| *d == folder).map(|(_, a)| *a);
+    for (folder, name) in members {
+        let mine: Vec<&CrateRow> = rows.iter().filter(|r| r.folder == *folder).collect();
+        let allowed = rule(folder);
+        if allowed.is_none() {
+            out.push(format!(
+                "workspace member {folder}/ ({name}) has no entry in CRATE_DEPS \
+                 (tests/src/architecture.rs): add (\"{folder}\", &[...]) with the \
+                 workspace crates it may depend on"
+            ));
+        }
+        match mine.as_slice() {
+            [] => {
+                let deps = match allowed {
+                    None => "<the workspace crates it may depend on>".to_string(),
+                    Some([]) => "none".to_string(),
+                    Some(a) => a
+                        .iter()
+                        .map(|d| format!("`{d}`"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                };
+                out.push(format!(
+                    "crate {name} ({folder}/) has no row in DESIGN.md's crate table \
+                     (section \"Crates\"); add the row:\n\
+                     | `{name}` | `{folder}/` | <what it is> | {deps} |"
+                ));
+            }
+            [row] => {
+                if row.name != *name {
+                    out.push(format!(
+                        "DESIGN.md's crate table names the crate in {folder}/ `{}`, \
+                         but {folder}/Cargo.toml names it `{name}`",
+                        row.name
+                    ));
+                }
+                if let Some(allowed) = allowed {
+                    let table: BTreeSet<&str> = row.deps.iter().map(String::as_str).collect();
+                    let rules: BTreeSet<&str> = allowed.iter().copied().collect();
+                    if table != rules {
+                        out.push(format!(
+                            "DESIGN.md says {name} may depend on {table:?}, \
+                             CRATE_DEPS says {rules:?}: make them agree"
+                        ));
+                    }
+                }
+            }
+            _ => out.push(format!(
+                "DESIGN.md's crate table has {} rows for {folder}/; keep one",
+                mine.len()
+            )),
+        }
+    }
+    for row in rows {
+        if !members.iter().any(|(f, _)| *f == row.folder) {
+            out.push(format!(
+                "DESIGN.md's crate table has a row for {}/ ({}), which is not a \
+                 workspace member: remove the row",
+                row.folder, row.name
+            ));
+        }
+    }
+    for (folder, _) in rules {
+        if !members.iter().any(|(f, _)| f == folder) {
+            out.push(format!(
+                "CRATE_DEPS has an entry for {folder}, which is not a workspace member: remove it"
+            ));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
@@ -418,5 +601,60 @@ mod tests {
             .map(|(x, y)| (x.to_string(), y.to_string()))
             .collect();
         assert_eq!(circles(&e), vec![vec!["a".to_string(), "b".to_string()]]);
+    }
+
+    #[test]
+    fn design_crate_table_matches_the_workspace() {
+        let root = workspace();
+        let design = std::fs::read_to_string(root.join("DESIGN.md")).unwrap();
+        let rows = design_crate_table(&design).unwrap();
+        let members = workspace_members(&root).unwrap();
+        let problems = crate_table_problems(&rows, &members, CRATE_DEPS);
+        assert!(
+            problems.is_empty(),
+            "DESIGN.md's crate table, the workspace and CRATE_DEPS disagree:\n{}",
+            problems.join("\n")
+        );
+    }
+
+    #[test]
+    fn the_crate_table_check_names_the_row_to_add() {
+        let design = "# x\n\n## Crates\n\ntext\n\n| crate | folder | what it is | may depend on |\n\
+                      |---|---|---|---|\n\
+                      | `a` | `a/` | the binary | `b` |\n\
+                      | `gone` | `gone/` | removed | none |\n\n## Next\n| x | y |\n";
+        let rows = design_crate_table(design).unwrap();
+        assert_eq!(
+            rows,
+            vec![
+                CrateRow {
+                    name: "a".into(),
+                    folder: "a".into(),
+                    deps: vec!["b".into()]
+                },
+                CrateRow {
+                    name: "gone".into(),
+                    folder: "gone".into(),
+                    deps: vec![]
+                },
+            ]
+        );
+        let members = vec![
+            ("a".to_string(), "a".to_string()),
+            ("b".to_string(), "keelson-b".to_string()),
+        ];
+        let rules: &[(&str, &[&str])] = &[("a", &["keelson-b"]), ("b", &[])];
+        let problems = crate_table_problems(&rows, &members, rules);
+        assert_eq!(problems.len(), 3, "{problems:#?}");
+        assert!(problems[0].contains(r#"CRATE_DEPS says {"keelson-b"}"#));
+        assert!(
+            problems[1].ends_with("add the row:\n| `keelson-b` | `b/` | <what it is> | none |"),
+            "{}",
+            problems[1]
+        );
+        assert!(problems[2].contains("gone/ (gone), which is not a workspace member"));
+        let err = design_crate_table("x\n## Crates\n\n| crate | dir |\n|---|---|\n").unwrap_err();
+        assert!(err.contains("columns"), "{err}");
+        assert!(design_crate_table("# x\n## Other\n").is_err());
     }
 }

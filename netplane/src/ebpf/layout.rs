@@ -39,7 +39,7 @@ pub type RevNatKeyBytes = [u8; 32];
 pub type RevNatValueBytes = [u8; 20];
 
 /// Layer-4 protocols the socket LB translates. SCTP is not among them: it
-/// stays on nftables (see DESIGN.md, "eBPF data plane").
+/// stays on nftables (see docs/design/ebpf.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum L4Proto {
     /// TCP (`IPPROTO_TCP` = 6).

@@ -20,7 +20,7 @@
 //!   with the model (`keelson diagnose service`), from
 //!   [`pinned_service_maps`].
 //!
-//! Which path serves what is written down in DESIGN.md ("eBPF data plane").
+//! Which path serves what is written down in docs/design/ebpf.md.
 
 #![allow(clippy::cast_possible_truncation)]
 

@@ -277,8 +277,8 @@ fn talker_number(l: &str) -> anyhow::Result<u64> {
 /// container's log path) and may drop the lines written between its last
 /// read of the old file and its reopening; keelson reads the rotated
 /// files first and the old file to its end before the new one
-/// (DESIGN.md, Logs): on keelson, every line from line 0, none lost or
-/// repeated, followed or not.
+/// (docs/design/node-api.md, Logs): on keelson, every line from line 0,
+/// none lost or repeated, followed or not.
 async fn node_api_logs_rotation(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
     let spec = NodeSpec {
         proxy: ProxyAgent::None,
