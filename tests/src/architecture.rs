@@ -34,7 +34,6 @@ pub const CRATE_DEPS: &[(&str, &[&str])] = &[
             "keelson-common",
             "keelson-node",
             "keelson-cri",
-            "keelson-probes",
             "keelson-netplane",
         ],
     ),

@@ -14,7 +14,8 @@
 //!   it (`<pod cgroup>/<container id>`, containerd's cgroupfs layout; the
 //!   runtime's ListContainerStats figures when absent), the pod's network namespace through its
 //!   first process, writable layers (CRI), log and volume usage (walked
-//!   like `du`, cached for a minute as kubelet's volume stats are).
+//!   like `du`; logs at every round as kubelet measures them per request,
+//!   volumes cached for a minute as kubelet's volume stats are).
 //!
 //! [`StatsProvider::sample`] takes one sample of everything: the runtime's
 //! lists and figures over CRI first, then every file read (cgroups, procfs,
