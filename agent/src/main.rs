@@ -226,8 +226,8 @@ fn main() -> ExitCode {
         Command::Run(args) => match run_command(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
+                // One line, on stderr as the log: said once.
                 eprintln!("error: {e:#}");
-                tracing::error!(error = format!("{e:#}"), "keelson exited with an error");
                 ExitCode::FAILURE
             }
         },
@@ -246,6 +246,17 @@ fn worker_threads(cfg: &Config) -> Option<usize> {
 
 fn run_command(args: RunArgs) -> anyhow::Result<()> {
     let loaded = args.sources.load()?;
+    let s = &args.sources;
+    let files: Vec<PathBuf> = [
+        &s.config,
+        &s.kubelet_config,
+        &s.proxy_config,
+        &s.kubeadm_flags,
+    ]
+    .into_iter()
+    .flatten()
+    .cloned()
+    .collect();
     let cfg = loaded.config;
     keelson::logging::init(&cfg.logging);
     if !loaded.ignored.is_empty() {
@@ -266,7 +277,7 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
     rt.block_on(async move {
         let shutdown = CancellationToken::new();
         lifecycle::cancel_on_signals(shutdown.clone()).context("installing signal handlers")?;
-        run::run(cfg, shutdown).await?;
+        run::run(cfg, &files, shutdown).await?;
         Ok(())
     })
 }
