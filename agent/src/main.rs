@@ -86,6 +86,10 @@ struct SourceArgs {
     /// This node's name (default: the host name; kubelet's --hostname-override).
     #[arg(long, value_name = "NAME", alias = "hostname-override")]
     node_name: Option<String>,
+    /// `external` when a cloud controller manager initializes the Node
+    /// (kubelet's --cloud-provider; node.cloudProvider).
+    #[arg(long, value_name = "NAME")]
+    cloud_provider: Option<String>,
     /// Run only the node role (kubelet).
     #[arg(long, conflicts_with = "proxy_only")]
     node_only: bool,
@@ -114,6 +118,7 @@ impl SourceArgs {
                 root_dir: self.root_dir.clone(),
                 node_ip: self.node_ip,
                 node_name: self.node_name.clone(),
+                cloud_provider: self.cloud_provider.clone(),
                 node_only: self.node_only,
                 proxy_only: self.proxy_only,
                 log_format: self.log_format,
