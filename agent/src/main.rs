@@ -86,6 +86,10 @@ struct SourceArgs {
     /// This node's name (default: the host name; kubelet's --hostname-override).
     #[arg(long, value_name = "NAME", alias = "hostname-override")]
     node_name: Option<String>,
+    /// `external` when a cloud controller manager initializes the Node
+    /// (kubelet's --cloud-provider; node.cloudProvider).
+    #[arg(long, value_name = "NAME")]
+    cloud_provider: Option<String>,
     /// Run only the node role (kubelet).
     #[arg(long, conflicts_with = "proxy_only")]
     node_only: bool,
@@ -114,6 +118,7 @@ impl SourceArgs {
                 root_dir: self.root_dir.clone(),
                 node_ip: self.node_ip,
                 node_name: self.node_name.clone(),
+                cloud_provider: self.cloud_provider.clone(),
                 node_only: self.node_only,
                 proxy_only: self.proxy_only,
                 log_format: self.log_format,
@@ -226,8 +231,8 @@ fn main() -> ExitCode {
         Command::Run(args) => match run_command(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
+                // One line, on stderr as the log: said once.
                 eprintln!("error: {e:#}");
-                tracing::error!(error = format!("{e:#}"), "keelson exited with an error");
                 ExitCode::FAILURE
             }
         },
@@ -246,6 +251,17 @@ fn worker_threads(cfg: &Config) -> Option<usize> {
 
 fn run_command(args: RunArgs) -> anyhow::Result<()> {
     let loaded = args.sources.load()?;
+    let s = &args.sources;
+    let files: Vec<PathBuf> = [
+        &s.config,
+        &s.kubelet_config,
+        &s.proxy_config,
+        &s.kubeadm_flags,
+    ]
+    .into_iter()
+    .flatten()
+    .cloned()
+    .collect();
     let cfg = loaded.config;
     keelson::logging::init(&cfg.logging);
     if !loaded.ignored.is_empty() {
@@ -266,7 +282,7 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
     rt.block_on(async move {
         let shutdown = CancellationToken::new();
         lifecycle::cancel_on_signals(shutdown.clone()).context("installing signal handlers")?;
-        run::run(cfg, shutdown).await?;
+        run::run(cfg, &files, shutdown).await?;
         Ok(())
     })
 }

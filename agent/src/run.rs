@@ -17,18 +17,30 @@ use crate::{certificates, lifecycle, node, proxy};
 /// Why `keelson run` stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// A role's API client could not be built (bad kubeconfig, no credentials).
-    #[error("{role} role: {source}")]
+    /// A role's API client could not be built (bad kubeconfig). The text
+    /// holds the whole cause, once: no `source` for a chain to repeat.
+    #[error("{role} role: {reason}")]
     Client {
         /// Which role.
         role: &'static str,
-        /// The reason.
-        #[source]
-        source: apiclient::ClientError,
+        /// The reason, with its causes.
+        reason: String,
     },
-    /// The node's credentials could not be set up (kubeconfig, certificate store).
+    /// A role has no credentials: no kubeconfig was given for it and none
+    /// could be inferred.
+    #[error("{role} role: no credentials: give {how}; {found}")]
+    NoCredentials {
+        /// Which role.
+        role: &'static str,
+        /// Which setting gives them, and why another role's do not do.
+        how: String,
+        /// What keelson fell back on and why it was unusable.
+        found: String,
+    },
+    /// The node's credentials could not be set up (kubeconfig, certificate
+    /// store); the text holds the whole cause.
     #[error("node role: {0}")]
-    Credentials(#[source] crate::certificates::CertError),
+    Credentials(String),
     /// The health or metrics server could not listen.
     #[error(transparent)]
     Serve(#[from] observability::server::ServeError),
@@ -45,13 +57,55 @@ pub enum RunError {
     ShutdownTimeout(Duration),
 }
 
-/// Runs until `shutdown` is cancelled (or a role fails).
-pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunError> {
+/// What `keelson diagnose` needs of this daemon's start: its effective
+/// configuration and the kubeconfigs its command line may have given.
+fn started_with(
+    config: &Config,
+    files: &[std::path::PathBuf],
+) -> crate::introspection::types::StartedWith {
+    let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    crate::introspection::types::StartedWith {
+        files: files.iter().map(|f| f.display().to_string()).collect(),
+        node_kubeconfig: path(&config.node.kubeconfig).filter(|_| config.node.enabled),
+        proxy_kubeconfig: path(&config.proxy.client_connection.kubeconfig)
+            .filter(|_| config.proxy.enabled),
+        config: config.to_yaml(),
+    }
+}
+
+/// How the node role gets credentials.
+const NODE_CREDENTIALS: &str = "--kubeconfig FILE (or node.kubeconfig) with the node's credentials, or --bootstrap-kubeconfig FILE to request them";
+
+/// How the proxy role gets credentials. With the node role, `--kubeconfig`
+/// is the node's, whose rights (the Node authorizer's) do not cover what
+/// kube-proxy watches; the roles never share credentials.
+fn proxy_credentials(config: &Config) -> String {
+    const FILE: &str = "(or proxy.clientConnection.kubeconfig) with kube-proxy's rights";
+    if !config.node.enabled {
+        return format!("--kubeconfig FILE {FILE}");
+    }
+    let node = match &config.node.kubeconfig {
+        Some(p) => format!("the node's kubeconfig {}", p.display()),
+        None => "the node's credentials".to_string(),
+    };
+    format!(
+        "--proxy-kubeconfig FILE {FILE}; {node} is not used for the proxy role, as a node's rights do not cover the Services and EndpointSlices it watches"
+    )
+}
+
+/// Runs until `shutdown` is cancelled (or a role fails). `files` are the
+/// configuration files `config` was read from, for `keelson diagnose`.
+pub async fn run(
+    config: Config,
+    files: &[std::path::PathBuf],
+    shutdown: CancellationToken,
+) -> Result<(), RunError> {
     let config = Arc::new(config);
     let node_name = config.effective_node_name();
     let registry = observability::metrics::new_registry();
     let health = Health::new();
     let introspection = Introspection::new(&node_name);
+    introspection.set_started_with(started_with(&config, files));
     tracing::info!(
         node = %node_name,
         version = crate::version::KEELSON_VERSION,
@@ -93,7 +147,14 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
                 Some(introspection.api_log()),
             )
             .await
-            .map_err(RunError::Credentials)?,
+            .map_err(|e| match e {
+                crate::certificates::CertError::NoCredentials(found) => RunError::NoCredentials {
+                    role: "node",
+                    how: NODE_CREDENTIALS.to_string(),
+                    found,
+                },
+                e => RunError::Credentials(crate::error_chain::error_chain(&e)),
+            })?,
         )
     } else {
         None
@@ -110,9 +171,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
                 Some(introspection.api_log()),
             )
             .await
-            .map_err(|source| RunError::Client {
-                role: "proxy",
-                source,
+            .map_err(|e| match e {
+                apiclient::ClientError::Infer(found) => RunError::NoCredentials {
+                    role: "proxy",
+                    how: proxy_credentials(&config),
+                    found,
+                },
+                e => RunError::Client {
+                    role: "proxy",
+                    reason: crate::error_chain::error_chain(&e),
+                },
             })?,
         )
     } else {

@@ -139,3 +139,64 @@ fn check_config_reads_kubeadms_files() {
         "{stderr}"
     );
 }
+
+/// `keelson run` with both roles and only the node's kubeconfig: one line
+/// naming the missing setting and why the node's does not do, with no
+/// `$KUBECONFIG`, `~/.kube/config` or pod to fall back on (the child's
+/// environment has none of them). It fails before serving or touching
+/// anything: the node's client is built without contacting the server.
+#[test]
+fn run_without_proxy_credentials_names_the_missing_setting_once() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: keelson.dev/v1alpha1\nkind: KeelsonConfiguration\n",
+    )
+    .expect("write config");
+    let node_kubeconfig = dir.path().join("node.kubeconfig");
+    std::fs::write(
+        &node_kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: node\ncurrent-context: c\nusers:\n- name: node\n  user:\n    token: t\n",
+    )
+    .expect("write kubeconfig");
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).expect("home");
+    let out = Command::new(env!("CARGO_BIN_EXE_keelson"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .arg("--kubeconfig")
+        .arg(&node_kubeconfig)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("HOME", &home)
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("run keelson");
+    assert_eq!(out.status.code(), Some(1), "status {:?}", out.status);
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "error: proxy role: no credentials: give --proxy-kubeconfig FILE (or proxy.clientConnection.kubeconfig) with kube-proxy's rights; the node's kubeconfig {} is not used for the proxy role, as a node's rights do not cover the Services and EndpointSlices it watches; there is no $KUBECONFIG, ~/.kube/config or pod service account to fall back on\n",
+            node_kubeconfig.display()
+        )
+    );
+
+    // With the proxy role alone, --kubeconfig is the proxy's.
+    let out = Command::new(env!("CARGO_BIN_EXE_keelson"))
+        .args(["run", "--proxy-only", "--config"])
+        .arg(&config)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("HOME", &home)
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("run keelson");
+    assert_eq!(out.status.code(), Some(1), "status {:?}", out.status);
+    assert_eq!(
+        text(&out.stderr),
+        "error: proxy role: no credentials: give --kubeconfig FILE (or proxy.clientConnection.kubeconfig) with kube-proxy's rights; there is no $KUBECONFIG, ~/.kube/config or pod service account to fall back on\n"
+    );
+}

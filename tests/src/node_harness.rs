@@ -406,6 +406,9 @@ pub struct BinaryNodeOptions {
     /// `systemd` cgroup driver and cgroup root `/` (the containerd harness
     /// must run there too); see [`crate::private_systemd`].
     pub systemd: Option<SystemdEntry>,
+    /// Give the kubeconfig on the command line (`--kubeconfig`) instead of
+    /// in the configuration file, as a kubeadm node's unit does.
+    pub kubeconfig_flag: bool,
 }
 
 impl Default for BinaryNodeOptions {
@@ -415,6 +418,7 @@ impl Default for BinaryNodeOptions {
             configure: None,
             log_filter: "info,keelson=debug".to_string(),
             systemd: None,
+            kubeconfig_flag: false,
         }
     }
 }
@@ -564,7 +568,13 @@ impl BinaryNode {
             .validate()
             .map_err(|e| setup("validating the configuration")(format!("{e:?}")))?;
         let config_path = dir.path().join("config.yaml");
-        std::fs::write(&config_path, config.to_yaml())
+        let mut file = config.clone();
+        let kubeconfig_flag = if opts.kubeconfig_flag {
+            file.node.kubeconfig.take()
+        } else {
+            None
+        };
+        std::fs::write(&config_path, file.to_yaml())
             .map_err(|e| setup("writing the configuration")(e.to_string()))?;
         let log_path = dir.path().join("keelson.log");
         let log = std::fs::File::create(&log_path)
@@ -581,6 +591,11 @@ impl BinaryNode {
             .arg("run")
             .arg("--config")
             .arg(&config_path)
+            .args(
+                kubeconfig_flag
+                    .iter()
+                    .flat_map(|k| [std::ffi::OsStr::new("--kubeconfig"), k.as_os_str()]),
+            )
             .env("RUST_LOG", &opts.log_filter)
             .stdin(Stdio::null())
             .stdout(log)

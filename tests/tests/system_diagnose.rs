@@ -903,6 +903,101 @@ async fn diagnose_names_each_broken_link_with_its_evidence() {
     );
 }
 
+/// A daemon given its kubeconfig on the command line, as a kubeadm node's
+/// unit does (no file says where it is): `keelson diagnose` with neither
+/// `--config` nor `--kubeconfig` takes the daemon's configuration and
+/// credentials from its socket and reads the API with them (it said "no
+/// API client" before). The child's environment has no `$KUBECONFIG`,
+/// `~/.kube/config` or pod to fall back on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diagnose_takes_the_daemons_configuration_from_its_socket() {
+    if !require_root("diagnose_takes_the_daemons_configuration_from_its_socket") {
+        return;
+    }
+    let ctrd = keelson_tests::containerd::Containerd::start()
+        .await
+        .expect("containerd");
+    let api = keelson_tests::testapi::TestApiServer::start(
+        keelson_tests::testapi::TestApiOptions::default(),
+    )
+    .await
+    .expect("test API server");
+    let mut node = keelson_tests::node_harness::BinaryNode::start(
+        &ctrd,
+        &api,
+        keelson_tests::node_harness::BinaryNodeOptions {
+            kubeconfig_flag: true,
+            ..Default::default()
+        },
+    )
+    .expect("keelson started");
+    node.wait_healthy(&ctrd, T).await.expect("keelson healthy");
+    let config = std::fs::read_to_string(node.dir().join("config.yaml")).unwrap();
+    let file = keelson::config::Config::from_yaml_str(&config).unwrap();
+    assert_eq!(file.node.kubeconfig, None, "{config}");
+    let socket = node.config.effective_diagnose_socket().expect("a socket");
+    let home = tempfile::tempdir().unwrap();
+    let netns = ctrd.netns().path();
+    let bin = keelson_bin().unwrap();
+    let diagnose = || {
+        let mut cmd = std::process::Command::new("nsenter");
+        cmd.arg(format!("--net={}", netns.display()))
+            .arg("--")
+            .arg(&bin)
+            .arg("diagnose")
+            .arg("--socket")
+            .arg(&socket)
+            .args(["node", "-o", "json"])
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("HOME", home.path())
+            .stdin(std::process::Stdio::null());
+        async move {
+            let out = tokio::task::spawn_blocking(move || cmd.output())
+                .await
+                .unwrap()
+                .expect("keelson diagnose runs");
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            serde_json::from_str::<Report>(&stdout).map_err(|e| {
+                format!(
+                    "not a report ({e}): {stdout}\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+        }
+    };
+    // The Lease exists once the node registered and renewed it.
+    let report = wait_for(
+        "diagnose to read the node's Lease",
+        T,
+        Duration::from_millis(500),
+        || async {
+            let r = diagnose().await?;
+            match r.link("lease") {
+                Some(l) if l.status == Mark::Ok => Ok(r),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", node.log_tail(30)));
+    assert!(report.daemon.running, "{:?}", report.daemon);
+    let api_link = link(&report, "api");
+    assert_eq!(api_link.status, Mark::Ok, "{}", text_of(api_link));
+    assert!(
+        text_of(api_link).contains("answers"),
+        "{}",
+        text_of(api_link)
+    );
+    // The kubeconfig itself is read: the harness's has a bearer token.
+    let cert = link(&report, "certificate");
+    assert!(
+        text_of(cert).contains("a bearer token"),
+        "{}",
+        text_of(cert)
+    );
+}
+
 /// Kills the keelson process (by PID) when the test ends, also on failure.
 struct Process(std::process::Child);
 

@@ -21,8 +21,8 @@ pub mod upstream;
 // The node section lives with the node role (crate keelson-node); the
 // durations and the small checks are shared with the proxy section.
 pub use keelson_node::config::{
-    FieldError, check_socket_addr, duration, eviction, is_dns_subdomain, kubelet_api, node,
-    node_labels, socket_addr, usable_node_ip,
+    FieldError, check_cloud_provider, check_socket_addr, duration, eviction, is_dns_subdomain,
+    kubelet_api, node, node_labels, socket_addr, usable_node_ip,
 };
 
 use std::net::IpAddr;
@@ -207,6 +207,8 @@ pub struct Overrides {
     pub node_ip: Option<IpAddr>,
     /// `--node-name`.
     pub node_name: Option<String>,
+    /// `--cloud-provider` (kubelet's flag): `node.cloudProvider`.
+    pub cloud_provider: Option<String>,
     /// `--node-only`.
     pub node_only: bool,
     /// `--proxy-only`.
@@ -284,6 +286,9 @@ impl Config {
         }
         if let Some(n) = &o.node_name {
             self.node_name = Some(n.clone());
+        }
+        if let Some(c) = &o.cloud_provider {
+            self.node.cloud_provider = c.clone();
         }
         if o.node_only {
             self.node.enabled = true;

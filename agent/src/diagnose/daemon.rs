@@ -153,6 +153,13 @@ mod tests {
         let down = Daemon::connect(&path).await.expect_err("nothing listens");
         assert!(down.contains("connect"), "{down}");
         let state = Introspection::new("n1");
+        let started = crate::introspection::types::StartedWith {
+            files: vec!["/etc/keelson/config.yaml".into()],
+            node_kubeconfig: Some("/etc/kubernetes/kubelet.conf".into()),
+            proxy_kubeconfig: None,
+            config: "node:\n  enabled: true\n".into(),
+        };
+        state.set_started_with(started.clone());
         state.timeline().record(
             crate::introspection::types::RecordSource::Event,
             crate::introspection::ObjectKey {
@@ -171,6 +178,7 @@ mod tests {
             .expect("serve");
         let d = Daemon::connect(&path).await.expect("connect");
         assert_eq!(d.info.node_name, "n1");
+        assert_eq!(d.info.started_with, Some(started));
         assert_eq!(d.pod("default", "web").await.expect("pod"), None);
         let t = d
             .timeline("Pod", Some("default"), "web", "1970-01-01T00:00:00Z")

@@ -43,6 +43,7 @@ use keelson_cri::{ClientConfig, RuntimeClient};
 
 use crate::apiclient::{ClientSettings, build_client};
 use crate::config::Config;
+use crate::introspection::types::StartedWith;
 use context::Context;
 use report::{Mark, Report};
 
@@ -142,27 +143,56 @@ fn duration(text: &str, flag: &str) -> Result<Duration, DiagnoseError> {
 }
 
 /// Builds the context: configuration, API client, daemon, runtime.
+///
+/// The configuration is `--config`, else the running daemon's (it hands
+/// over what it runs with on its socket: a command line's `--kubeconfig`
+/// is in no file), else [`DEFAULT_CONFIG`], else the defaults. The
+/// credentials are `--kubeconfig`, else the configuration's, else the
+/// daemon's (also for the links that read the kubeconfig itself).
 pub async fn context(args: &DiagnoseArgs) -> Result<Context, DiagnoseError> {
-    let config = match &args.config {
-        Some(p) => Config::load(p).map_err(|e| DiagnoseError::Usage(e.to_string()))?,
-        None if std::path::Path::new(DEFAULT_CONFIG).is_file() => {
+    let local = match &args.config {
+        Some(p) => Some(Config::load(p).map_err(|e| DiagnoseError::Usage(e.to_string()))?),
+        None if std::path::Path::new(DEFAULT_CONFIG).is_file() => Some(
             Config::load(std::path::Path::new(DEFAULT_CONFIG))
-                .map_err(|e| DiagnoseError::Usage(e.to_string()))?
-        }
-        None => Config::default(),
+                .map_err(|e| DiagnoseError::Usage(e.to_string()))?,
+        ),
+        None => None,
     };
     let timeout = duration(&args.request_timeout, "--request-timeout")?;
     let since = match &args.since {
         Some(s) => Some(SystemTime::now() - duration(s, "--since")?),
         None => None,
     };
-    let kubeconfig = args.kubeconfig.clone().or_else(|| match &args.what {
-        What::Service { .. } if config.proxy.enabled => {
-            config.proxy.client_connection.kubeconfig.clone()
-        }
-        _ if config.node.enabled => config.node.kubeconfig.clone(),
-        _ => config.proxy.client_connection.kubeconfig.clone(),
+    let socket = args.socket.clone().or_else(|| {
+        local.as_ref().map_or_else(
+            || Config::default().effective_diagnose_socket(),
+            |c| c.effective_diagnose_socket(),
+        )
     });
+    let daemon = match &socket {
+        Some(s) => daemon::Daemon::connect(s).await,
+        None => Err("no diagnoseSocket is configured".to_string()),
+    };
+    let started = daemon
+        .as_ref()
+        .ok()
+        .and_then(|d| d.info.started_with.clone());
+    let config = match (args.config.is_some(), local, &started) {
+        (true, Some(c), _) => c,
+        (false, local, Some(s)) => match Config::from_yaml_str(&s.config) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "the daemon's configuration does not load here");
+                local.unwrap_or_default()
+            }
+        },
+        (_, local, _) => local.unwrap_or_default(),
+    };
+    let config = with_daemon_credentials(config, started.as_ref());
+    let kubeconfig = args
+        .kubeconfig
+        .clone()
+        .or_else(|| role_kubeconfig(&args.what, &config));
     let (api, api_error) = match build_client(&ClientSettings {
         kubeconfig: kubeconfig.as_deref(),
         qps: 50.0,
@@ -173,14 +203,6 @@ pub async fn context(args: &DiagnoseArgs) -> Result<Context, DiagnoseError> {
     {
         Ok(c) => (Some(api::ReadApi::new(c, timeout)), None),
         Err(e) => (None, Some(e.to_string())),
-    };
-    let socket = args
-        .socket
-        .clone()
-        .or_else(|| config.effective_diagnose_socket());
-    let daemon = match &socket {
-        Some(s) => daemon::Daemon::connect(s).await,
-        None => Err("no diagnoseSocket is configured".to_string()),
     };
     let cri = RuntimeClient::new_lazy(
         &config.node.container_runtime_endpoint,
@@ -202,6 +224,33 @@ pub async fn context(args: &DiagnoseArgs) -> Result<Context, DiagnoseError> {
         since,
         probe: matches!(args.what, What::Service { probe: true, .. }),
     })
+}
+
+/// The credentials of the role that sees `what`: for a Service the proxy
+/// role's when it runs, else the node role's, else the proxy role's.
+fn role_kubeconfig(what: &What, config: &Config) -> Option<PathBuf> {
+    match what {
+        What::Service { .. } if config.proxy.enabled => {
+            config.proxy.client_connection.kubeconfig.clone()
+        }
+        _ if config.node.enabled => config.node.kubeconfig.clone(),
+        _ => config.proxy.client_connection.kubeconfig.clone(),
+    }
+}
+
+/// Fills the kubeconfigs `config` lacks with the daemon's: its command
+/// line gave them (`--kubeconfig`, `--proxy-kubeconfig`).
+fn with_daemon_credentials(mut config: Config, started: Option<&StartedWith>) -> Config {
+    if let Some(s) = started {
+        if config.node.kubeconfig.is_none() {
+            config.node.kubeconfig = s.node_kubeconfig.as_ref().map(PathBuf::from);
+        }
+        if config.proxy.client_connection.kubeconfig.is_none() {
+            config.proxy.client_connection.kubeconfig =
+                s.proxy_kubeconfig.as_ref().map(PathBuf::from);
+        }
+    }
+    config
 }
 
 /// Runs one diagnosis.
@@ -259,6 +308,40 @@ pub async fn run(args: DiagnoseArgs) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_daemons_kubeconfigs_fill_what_the_configuration_lacks() {
+        let started = StartedWith {
+            node_kubeconfig: Some("/etc/kubernetes/kubelet.conf".into()),
+            proxy_kubeconfig: Some("/etc/keelson/proxy.kubeconfig".into()),
+            ..Default::default()
+        };
+        let c = with_daemon_credentials(Config::default(), Some(&started));
+        let node = What::Node;
+        let service = What::Service {
+            name: "default/web".into(),
+            probe: false,
+        };
+        assert_eq!(
+            role_kubeconfig(&node, &c),
+            Some(PathBuf::from("/etc/kubernetes/kubelet.conf"))
+        );
+        assert_eq!(
+            role_kubeconfig(&service, &c),
+            Some(PathBuf::from("/etc/keelson/proxy.kubeconfig"))
+        );
+        // A kubeconfig the configuration names wins.
+        let mut own = Config::default();
+        own.node.kubeconfig = Some("/mine".into());
+        let c = with_daemon_credentials(own, Some(&started));
+        assert_eq!(role_kubeconfig(&node, &c), Some(PathBuf::from("/mine")));
+        assert_eq!(
+            with_daemon_credentials(Config::default(), None)
+                .node
+                .kubeconfig,
+            None
+        );
+    }
 
     #[test]
     fn names_must_be_namespaced() {

@@ -26,9 +26,10 @@ pub enum ClientError {
         source: kube::config::KubeconfigError,
     },
     /// No kubeconfig given and neither `$KUBECONFIG`/`~/.kube/config` nor the
-    /// in-cluster service account works.
-    #[error("no API server configured (give --kubeconfig, set KUBECONFIG, or run in a pod): {0}")]
-    Infer(#[source] kube::config::InferConfigError),
+    /// in-cluster service account works. The text says what was looked
+    /// for; which flag gives the role its credentials is the caller's to say.
+    #[error("no kubeconfig was given, and {0}")]
+    Infer(String),
     /// The client stack could not be built (TLS material, proxy, ...).
     #[error("building API client: {0}")]
     Build(#[source] kube::Error),
@@ -62,7 +63,38 @@ pub async fn load_config(kubeconfig: Option<&Path>) -> Result<kube::Config, Clie
                     source,
                 })
         }
-        None => kube::Config::infer().await.map_err(ClientError::Infer),
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| ClientError::Infer(not_inferred(&e))),
+    }
+}
+
+/// Why no credentials could be inferred, said once (kube's own error
+/// repeats the kubeconfig failure inside the in-cluster one): what keelson
+/// fell back on and why it was unusable.
+fn not_inferred(e: &kube::config::InferConfigError) -> String {
+    use std::error::Error;
+    let env = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty());
+    let home = std::env::var_os("HOME").map(|h| Path::new(&h).join(".kube/config"));
+    // The source is the kubeconfig failure; the in-cluster one is only in
+    // the text.
+    let failure = || {
+        e.source()
+            .map(crate::error_chain::error_chain)
+            .unwrap_or_default()
+    };
+    match (&env, &home) {
+        (Some(v), _) => format!(
+            "$KUBECONFIG ({}) is unusable: {}",
+            v.to_string_lossy(),
+            failure()
+        ),
+        (None, Some(h)) if h.exists() => format!("{} is unusable: {}", h.display(), failure()),
+        _ if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
+            format!("the pod's service account is unusable: {e}")
+        }
+        _ => "there is no $KUBECONFIG, ~/.kube/config or pod service account to fall back on"
+            .to_string(),
     }
 }
 

@@ -47,6 +47,7 @@ struct Inner {
     api_log: ApiLog,
     node: OnceLock<Arc<dyn NodeIntrospect>>,
     proxy: OnceLock<Arc<dyn ProxyIntrospect>>,
+    started_with: OnceLock<types::StartedWith>,
 }
 
 /// The process's introspection state; cheap to clone.
@@ -82,6 +83,7 @@ impl Introspection {
                 timeline,
                 node: OnceLock::new(),
                 proxy: OnceLock::new(),
+                started_with: OnceLock::new(),
             }),
         }
     }
@@ -104,6 +106,11 @@ impl Introspection {
     /// Registers the proxy role's provider (the first one wins).
     pub fn set_proxy(&self, p: Arc<dyn ProxyIntrospect>) {
         let _ = self.inner.proxy.set(p);
+    }
+
+    /// Records what the daemon was started with (the first call wins).
+    pub fn set_started_with(&self, s: types::StartedWith) {
+        let _ = self.inner.started_with.set(s);
     }
 
     /// The node role's provider, once registered.
@@ -133,6 +140,7 @@ impl Introspection {
             started_at: timeline::rfc3339(self.inner.started),
             roles,
             proxy_mode: self.proxy().map(|p| p.mode()),
+            started_with: self.inner.started_with.get().cloned(),
         }
     }
 }

@@ -24,6 +24,31 @@ pub struct DaemonInfo {
     /// `proxy.mode` when the proxy role runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_mode: Option<String>,
+    /// What it was started with, for `keelson diagnose` run without
+    /// `--config`/`--kubeconfig` (the socket is root's only, as the files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_with: Option<StartedWith>,
+}
+
+/// The configuration a daemon runs with and where its credentials are: its
+/// command line may have given them (`--kubeconfig`, `--kubelet-config`),
+/// which no file on the node records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct StartedWith {
+    /// The files it read (`--config`, `--kubelet-config`, `--proxy-config`,
+    /// `--kubeadm-flags`), in that order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
+    /// The node role's kubeconfig, when one was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_kubeconfig: Option<String>,
+    /// The proxy role's kubeconfig, when one was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_kubeconfig: Option<String>,
+    /// The effective configuration (a KeelsonConfiguration, YAML: what
+    /// `keelson check-config` prints for the same sources).
+    pub config: String,
 }
 
 /// How a kind of API request fared lately (from the daemon's own request

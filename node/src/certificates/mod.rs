@@ -46,6 +46,10 @@ pub enum CertError {
     /// No API client could be built.
     #[error("{0}")]
     Client(String),
+    /// No kubeconfig was given and none could be inferred: the text says
+    /// what keelson fell back on (`ClientError::Infer`).
+    #[error("no kubeconfig was given, and {0}")]
+    NoCredentials(String),
     /// A kubeconfig could not be read or written.
     #[error("{0}")]
     Kubeconfig(String),

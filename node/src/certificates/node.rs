@@ -116,7 +116,10 @@ pub async fn start(
     let plain = |kc: Option<PathBuf>| async move {
         apiclient::build_client_logged(&settings(node, kc.as_deref()), api_log)
             .await
-            .map_err(|e| CertError::Client(e.to_string()))
+            .map_err(|e| match e {
+                apiclient::ClientError::Infer(found) => CertError::NoCredentials(found),
+                e => CertError::Client(e.to_string()),
+            })
     };
     let kubeconfig = node.kubeconfig.clone();
     let needs_bootstrap = match (&node.bootstrap_kubeconfig, &kubeconfig) {

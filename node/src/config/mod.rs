@@ -41,6 +41,21 @@ impl fmt::Display for FieldError {
     }
 }
 
+/// `cloudProvider` for a cloud controller manager outside kubelet
+/// (cloud-provider's `IsExternal`).
+pub const EXTERNAL_CLOUD_PROVIDER: &str = "external";
+
+/// kubelet's check of `--cloud-provider` (pkg/kubelet/kubelet.go,
+/// cloud-provider's `ErrorForDisabledProvider`): none or `external`.
+pub fn check_cloud_provider(name: &str) -> Result<(), String> {
+    if name.is_empty() || name == EXTERNAL_CLOUD_PROVIDER {
+        return Ok(());
+    }
+    Err(format!(
+        "cloud provider {name:?} was specified, but built-in cloud providers are disabled: set \"external\" and run the provider's external cloud controller manager, or leave it empty"
+    ))
+}
+
 /// Checks every value of the `node:` section (paths `node.<field>`).
 pub fn validate(n: &NodeConfig, errs: &mut Vec<FieldError>) {
     let positive = |errs: &mut Vec<FieldError>, path: &str, d: KubeDuration| {
@@ -248,6 +263,11 @@ pub fn validate(n: &NodeConfig, errs: &mut Vec<FieldError>) {
             "node.oomScoreAdj",
             "must be between -1000 and 1000, inclusive",
         ));
+    }
+    // pkg/kubelet/kubelet.go (NewMainKubelet): in-tree cloud providers
+    // were removed; cloud-provider's ErrorForDisabledProvider.
+    if let Err(e) = check_cloud_provider(&n.cloud_provider) {
+        errs.push(FieldError::new("node.cloudProvider", e));
     }
     for (i, t) in n.register_with_taints.iter().enumerate() {
         if !matches!(

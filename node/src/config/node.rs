@@ -143,6 +143,12 @@ pub struct NodeConfig {
     /// Cloud provider ID for `spec.providerID` (`providerID`).
     #[serde(rename = "providerID")]
     pub provider_id: String,
+    /// kubelet's `--cloud-provider`: `""` (none) or `external` (a cloud
+    /// controller manager initializes the Node: keelson registers it with
+    /// the `node.cloudprovider.kubernetes.io/uninitialized` taint and
+    /// leaves `status.addresses` to it). In-tree providers are refused, as
+    /// kubelet v1.36 refuses them.
+    pub cloud_provider: String,
     /// Client-side request rate to the API server (`kubeAPIQPS`).
     #[serde(rename = "kubeAPIQPS")]
     pub kube_api_qps: f32,
@@ -286,6 +292,7 @@ impl Default for NodeConfig {
             register_with_taints: Vec::new(),
             node_labels: BTreeMap::new(),
             provider_id: String::new(),
+            cloud_provider: String::new(),
             kube_api_qps: 50.0,
             kube_api_burst: 100,
             allowed_unsafe_sysctls: Vec::new(),
@@ -340,6 +347,14 @@ impl From<TaintConfig> for Taint {
             effect: t.effect,
             time_added: t.time_added,
         }
+    }
+}
+
+impl NodeConfig {
+    /// Whether a cloud controller manager outside keelson initializes the
+    /// Node (`cloudProvider: external`).
+    pub fn external_cloud_provider(&self) -> bool {
+        self.cloud_provider == super::EXTERNAL_CLOUD_PROVIDER
     }
 }
 

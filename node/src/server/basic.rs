@@ -162,6 +162,7 @@ const NOT_KUBELET_CONFIGURATION: &[&str] = &[
     "rootDir",
     "nodeIP",
     "nodeLabels",
+    "cloudProvider",
     "housekeepingInterval",
 ];
 

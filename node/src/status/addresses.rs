@@ -1,11 +1,23 @@
-//! `status.addresses` without a cloud provider, as kubelet's NodeAddress
-//! setter computes them: the node IP (configured and checked to be on a
-//! local interface, else the host name when it is an IP, else the default
-//! route's source address) as `InternalIP`, and the host name as `Hostname`.
+//! `status.addresses` as kubelet's NodeAddress setter
+//! (pkg/kubelet/nodestatus/setters.go) sets them: the node IP (configured
+//! and checked to be on a local interface, else the host name when it is
+//! an IP, else the default route's source address) as `InternalIP`, and
+//! the host name as `Hostname`. With an external cloud provider
+//! (`cloudProvider: external`) the cloud controller manager owns the list:
+//! the configured node IP goes to it in the
+//! `alpha.kubernetes.io/provided-node-ip` annotation, and the list is only
+//! set while it is empty (the node IP and host name, or only the host name
+//! without a node IP) so the Node has addresses until the manager sets its
+//! own.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::NodeAddress;
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus};
+
+/// The annotation carrying `--node-ip` to an external cloud controller
+/// manager (cloud-provider's `AnnotationAlphaProvidedIPAddr`).
+pub const PROVIDED_NODE_IP_ANNOTATION: &str = "alpha.kubernetes.io/provided-node-ip";
 
 /// Why no address list could be computed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +47,52 @@ pub struct AddressInputs<'a> {
     pub interface_addresses: Option<&'a [IpAddr]>,
     /// The default route's source address, when there is one.
     pub default_route_ip: Option<IpAddr>,
+}
+
+/// kubelet's NodeAddress setter on `node`: the provided-node-ip annotation
+/// and `status.addresses`.
+pub fn set_node_addresses(
+    node: &mut Node,
+    inputs: &AddressInputs<'_>,
+    external_cloud_provider: bool,
+) -> Result<(), AddressError> {
+    let specified = inputs.configured_ip.filter(|ip| !ip.is_unspecified());
+    if let (Some(ip), Some(local)) = (specified, inputs.interface_addresses)
+        && !local.contains(&ip)
+    {
+        return Err(AddressError::NotLocal(ip.to_string()));
+    }
+    match specified {
+        Some(ip) if external_cloud_provider => {
+            node.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(PROVIDED_NODE_IP_ANNOTATION.to_string(), ip.to_string());
+        }
+        // No cloud provider, or no node IP to hand over: a stale one goes.
+        _ => {
+            if let Some(a) = node.metadata.annotations.as_mut() {
+                a.remove(PROVIDED_NODE_IP_ANNOTATION);
+            }
+        }
+    }
+    let status = node.status.get_or_insert_with(NodeStatus::default);
+    if external_cloud_provider {
+        // The provider's addresses take precedence; the node's own are a
+        // bootstrap until it sets them.
+        if status.addresses.as_ref().is_some_and(|a| !a.is_empty()) {
+            return Ok(());
+        }
+        if inputs.configured_ip.is_none() {
+            status.addresses = Some(vec![NodeAddress {
+                type_: "Hostname".to_string(),
+                address: inputs.hostname.to_string(),
+            }]);
+            return Ok(());
+        }
+    }
+    status.addresses = Some(node_addresses(inputs)?);
+    Ok(())
 }
 
 /// Computes the address list.
@@ -131,5 +189,109 @@ mod tests {
             })
             .is_err()
         );
+    }
+
+    fn node_with(addresses: &[(&str, &str)], annotations: &[(&str, &str)]) -> Node {
+        let mut n = Node::default();
+        n.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        n.status = Some(NodeStatus {
+            addresses: Some(
+                addresses
+                    .iter()
+                    .map(|(t, a)| NodeAddress {
+                        type_: t.to_string(),
+                        address: a.to_string(),
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        });
+        n
+    }
+
+    fn addresses(n: &Node) -> Vec<(String, String)> {
+        n.status
+            .as_ref()
+            .and_then(|s| s.addresses.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|a| (a.type_, a.address))
+            .collect()
+    }
+
+    fn annotation(n: &Node) -> Option<&str> {
+        n.metadata
+            .annotations
+            .as_ref()?
+            .get(PROVIDED_NODE_IP_ANNOTATION)
+            .map(String::as_str)
+    }
+
+    #[test]
+    fn an_external_cloud_provider_owns_the_addresses() {
+        let local = [ip("10.0.0.5")];
+        let with_ip = AddressInputs {
+            hostname: "n1",
+            configured_ip: Some(ip("10.0.0.5")),
+            interface_addresses: Some(&local),
+            default_route_ip: Some(ip("192.168.1.2")),
+        };
+        // A new Node: the node IP as a bootstrap address, and to the
+        // provider in the annotation.
+        let mut n = node_with(&[], &[]);
+        set_node_addresses(&mut n, &with_ip, true).expect("set");
+        assert_eq!(annotation(&n), Some("10.0.0.5"));
+        assert_eq!(
+            addresses(&n),
+            [
+                ("InternalIP".to_string(), "10.0.0.5".to_string()),
+                ("Hostname".to_string(), "n1".to_string())
+            ]
+        );
+        // The provider's addresses stay as it set them.
+        let mut n = node_with(
+            &[("InternalIP", "172.16.0.9"), ("ExternalIP", "203.0.113.7")],
+            &[],
+        );
+        set_node_addresses(&mut n, &with_ip, true).expect("set");
+        assert_eq!(
+            addresses(&n)[1],
+            ("ExternalIP".to_string(), "203.0.113.7".to_string())
+        );
+        assert_eq!(annotation(&n), Some("10.0.0.5"));
+        // Without a node IP: only the host name, and no annotation.
+        let without = AddressInputs {
+            configured_ip: None,
+            ..with_ip.clone()
+        };
+        let mut n = node_with(&[], &[(PROVIDED_NODE_IP_ANNOTATION, "10.0.0.5")]);
+        set_node_addresses(&mut n, &without, true).expect("set");
+        assert_eq!(annotation(&n), None);
+        assert_eq!(addresses(&n), [("Hostname".to_string(), "n1".to_string())]);
+        // Without a cloud provider the node's addresses win and a stale
+        // annotation goes.
+        let mut n = node_with(
+            &[("InternalIP", "172.16.0.9")],
+            &[(PROVIDED_NODE_IP_ANNOTATION, "1.2.3.4")],
+        );
+        set_node_addresses(&mut n, &with_ip, false).expect("set");
+        assert_eq!(annotation(&n), None);
+        assert_eq!(
+            addresses(&n)[0],
+            ("InternalIP".to_string(), "10.0.0.5".to_string())
+        );
+        // A node IP that is not local fails before anything is set.
+        let mut n = node_with(&[], &[]);
+        let foreign = AddressInputs {
+            configured_ip: Some(ip("10.9.9.9")),
+            ..with_ip
+        };
+        assert!(set_node_addresses(&mut n, &foreign, true).is_err());
+        assert_eq!(annotation(&n), None);
     }
 }

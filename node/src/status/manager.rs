@@ -127,6 +127,7 @@ impl StatusConfig {
                 node_labels: n.node_labels.clone(),
                 register_with_taints: n.register_with_taints.clone(),
                 provider_id: n.provider_id.clone(),
+                external_cloud_provider: n.external_cloud_provider(),
             },
             setters: SetterConfig {
                 node_name: node_name.to_string(),
@@ -138,6 +139,7 @@ impl StatusConfig {
                 thresholds,
                 kubelet_version: keelson_common::version::KUBERNETES_VERSION.to_string(),
                 kubelet_port: n.port,
+                external_cloud_provider: n.external_cloud_provider(),
             },
             update_frequency: update,
             report_frequency: n.node_status_report_frequency.get(),

@@ -2,7 +2,9 @@
 //! as kubelet's `initialNode` and `tryRegisterWithAPIServer` do:
 //! - a new Node gets the default labels (`kubernetes.io/hostname`,
 //!   `kubernetes.io/os`, `kubernetes.io/arch` and their `beta.` twins), the
-//!   configured node labels, `registerWithTaints`, `spec.providerID`, the
+//!   configured node labels, `registerWithTaints` (and, with an external
+//!   cloud provider, the `node.cloudprovider.kubernetes.io/uninitialized`
+//!   taint its cloud controller manager removes), `spec.providerID`, the
 //!   controller-managed attach/detach annotation, and a full status;
 //! - an existing Node is adopted: only the default labels, that
 //!   annotation and the huge page resources are reconciled; everything
@@ -27,6 +29,10 @@ pub const LABEL_ARCH: &str = "kubernetes.io/arch";
 pub const LABEL_OS_BETA: &str = "beta.kubernetes.io/os";
 /// `beta.kubernetes.io/arch` (still set by kubelet).
 pub const LABEL_ARCH_BETA: &str = "beta.kubernetes.io/arch";
+/// The taint a Node is registered with when an external cloud controller
+/// manager has to initialize it (cloud-provider's
+/// `TaintExternalCloudProvider`); the manager removes it.
+pub const TAINT_EXTERNAL_CLOUD_PROVIDER: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 /// Annotation telling the attach/detach controller it manages this node's volumes.
 pub const CONTROLLER_MANAGED_ATTACH: &str =
     "volumes.kubernetes.io/controller-managed-attach-detach";
@@ -60,6 +66,8 @@ pub struct RegistrationConfig {
     pub register_with_taints: Vec<Taint>,
     /// `providerID`.
     pub provider_id: String,
+    /// `cloudProvider: external`.
+    pub external_cloud_provider: bool,
 }
 
 /// kubelet's `initialNode`, before the status setters run.
@@ -84,6 +92,17 @@ pub fn initial_node(cfg: &RegistrationConfig) -> Node {
     }
     let annotations: BTreeMap<String, String> =
         [(CONTROLLER_MANAGED_ATTACH.to_string(), "true".to_string())].into();
+    // pkg/kubelet/kubelet_node_status.go (initialNode): registerWithTaints,
+    // then the external cloud provider's taint.
+    let mut taints = cfg.register_with_taints.clone();
+    if cfg.external_cloud_provider {
+        taints.push(Taint {
+            key: TAINT_EXTERNAL_CLOUD_PROVIDER.to_string(),
+            value: Some("true".to_string()),
+            effect: "NoSchedule".to_string(),
+            time_added: None,
+        });
+    }
     Node {
         metadata: ObjectMeta {
             name: Some(cfg.node_name.clone()),
@@ -92,10 +111,10 @@ pub fn initial_node(cfg: &RegistrationConfig) -> Node {
             ..ObjectMeta::default()
         },
         spec: Some(NodeSpec {
-            taints: if cfg.register_with_taints.is_empty() {
+            taints: if taints.is_empty() {
                 None
             } else {
-                Some(cfg.register_with_taints.clone())
+                Some(taints)
             },
             provider_id: if cfg.provider_id.is_empty() {
                 None
@@ -236,7 +255,28 @@ mod tests {
                 time_added: None,
             }],
             provider_id: "test://n1".into(),
+            external_cloud_provider: false,
         }
+    }
+
+    #[test]
+    fn an_external_cloud_provider_adds_its_taint_after_register_with_taints() {
+        let n = initial_node(&RegistrationConfig {
+            external_cloud_provider: true,
+            ..cfg()
+        });
+        let taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
+        let keys: Vec<_> = taints.iter().map(|t| t.key.as_str()).collect();
+        assert_eq!(keys, ["dedicated", TAINT_EXTERNAL_CLOUD_PROVIDER]);
+        assert_eq!(taints[1].value.as_deref(), Some("true"));
+        assert_eq!(taints[1].effect, "NoSchedule");
+        // Alone, too.
+        let n = initial_node(&RegistrationConfig {
+            external_cloud_provider: true,
+            register_with_taints: Vec::new(),
+            ..cfg()
+        });
+        assert_eq!(n.spec.and_then(|s| s.taints).map(|t| t.len()), Some(1));
     }
 
     #[test]

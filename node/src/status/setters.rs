@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::addresses::{AddressError, AddressInputs, node_addresses};
+use super::addresses::{AddressInputs, set_node_addresses};
 use super::capacity::{CapacityInputs, Reserved, set_capacity};
 use super::conditions::{NodeEvent, Pressure, set_pressure, set_ready};
 use super::host::{MachineInfo, VersionInfo};
@@ -52,6 +52,9 @@ pub struct SetterConfig {
     pub kubelet_version: String,
     /// Reported kubelet port.
     pub kubelet_port: i32,
+    /// `cloudProvider: external`: the addresses are the cloud controller
+    /// manager's.
+    pub external_cloud_provider: bool,
 }
 
 /// Everything observed for one status computation.
@@ -101,20 +104,21 @@ pub struct SetterOutcome {
 /// Applies every setter to `node`.
 pub fn apply(node: &mut Node, cfg: &SetterConfig, obs: &Observed) -> SetterOutcome {
     let mut out = SetterOutcome::default();
-    let status = node.status.get_or_insert_with(NodeStatus::default);
 
     // NodeAddress
-    match node_addresses(&AddressInputs {
-        hostname: &cfg.node_name,
-        configured_ip: cfg.node_ip,
-        interface_addresses: obs.interface_addresses.as_deref(),
-        default_route_ip: obs.default_route_ip,
-    }) {
-        Ok(a) => status.addresses = Some(a),
-        Err(e @ (AddressError::NotLocal(_) | AddressError::NoAddress { .. })) => {
-            out.errors.push(e.to_string())
-        }
+    if let Err(e) = set_node_addresses(
+        node,
+        &AddressInputs {
+            hostname: &cfg.node_name,
+            configured_ip: cfg.node_ip,
+            interface_addresses: obs.interface_addresses.as_deref(),
+            default_route_ip: obs.default_route_ip,
+        },
+        cfg.external_cloud_provider,
+    ) {
+        out.errors.push(e.to_string());
     }
+    let status = node.status.get_or_insert_with(NodeStatus::default);
 
     // MachineInfo
     let capacity = status.capacity.get_or_insert_with(Default::default);
@@ -255,6 +259,7 @@ mod tests {
             .expect("defaults"),
             kubelet_version: "v1.36.0".into(),
             kubelet_port: KUBELET_PORT,
+            external_cloud_provider: false,
         }
     }
 

@@ -116,6 +116,8 @@ pub struct Layout<'a> {
     pub node_ip: IpAddr,
     /// `--v`.
     pub verbosity: u8,
+    /// More flags.
+    pub extra: &'a [String],
 }
 
 /// Creates `cgroup_root` in every hierarchy under `/sys/fs/cgroup` (kubelet
@@ -206,6 +208,7 @@ pub fn command(ns: &NetNs, kubelet: &Path, l: &Layout<'_>) -> Result<Command, Up
     ))
     .arg(format!("--hostname-override={}", l.node_name))
     .arg(format!("--node-ip={}", l.node_ip))
-    .arg("--v=2");
+    .arg("--v=2")
+    .args(l.extra);
     Ok(cmd)
 }

@@ -119,6 +119,10 @@ pub struct NodeSpec {
     pub kubelet: Option<EditYaml>,
     /// Edits the KubeProxyConfiguration.
     pub kube_proxy: Option<EditYaml>,
+    /// More kubelet flags (`--cloud-provider=external`), given to kubelet
+    /// and, under the same names, to keelson started from the upstream
+    /// files ([`KeelsonFiles::Upstream`]).
+    pub kubelet_flags: Vec<String>,
     /// Production log levels (keelson `warn`, kubelet and kube-proxy
     /// `--v=0`) instead of the tests' verbose ones: for benchmarks.
     pub quiet: bool,
@@ -139,6 +143,7 @@ impl NodeSpec {
             keelson: None,
             kubelet: None,
             kube_proxy: None,
+            kubelet_flags: Vec::new(),
             quiet: false,
             runtime: ContainerdOptions::default(),
         }
@@ -398,6 +403,7 @@ impl ClusterNode {
                 node_name: &self.name,
                 node_ip: IpAddr::V4(self.ip),
                 verbosity: if self.spec.quiet { 0 } else { 2 },
+                extra: &self.spec.kubelet_flags,
             },
         )?;
         Daemon::spawn("kubelet", cmd, &self.dir.join("kubelet.log"))
@@ -464,7 +470,8 @@ impl ClusterNode {
             .arg(format!("--kubeconfig={}", kc.display()))
             .arg(format!("--root-dir={}", root_dir.display()))
             .arg(format!("--node-ip={}", self.ip))
-            .arg(format!("--hostname-override={}", self.name));
+            .arg(format!("--hostname-override={}", self.name))
+            .args(&self.spec.kubelet_flags);
         if proxy_role {
             cmd.arg(format!(
                 "--proxy-config={}",

@@ -8,14 +8,20 @@ use anyhow::{anyhow, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use keelson_tests::support::wait_for;
-use keelson_tests::upstream::{Agents, Case, Env};
+use keelson_tests::upstream::{Agents, Case, Env, KeelsonFiles, NodeSpec, ProxyAgent};
 use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
 
 pub const CASES: &[Case] = &[
     Case {
         name: "node_registers_with_lease",
         agents: &Agents::ALL,
         run: |env, agents| Box::pin(node_registers_with_lease(env, agents)),
+    },
+    Case {
+        name: "external_cloud_provider_leaves_the_node_to_it",
+        agents: &Agents::ALL,
+        run: |env, agents| Box::pin(external_cloud_provider_leaves_the_node_to_it(env, agents)),
     },
     Case {
         name: "node_status_has_kubelets_shape",
@@ -131,6 +137,154 @@ async fn node_registers_with_lease(env: Arc<Env>, agents: Agents) -> anyhow::Res
     )
     .await?;
     Ok(())
+}
+
+/// `--cloud-provider=external` and `providerID` in the KubeletConfiguration,
+/// the agent started on the same files and flags (keelson reads kubelet's
+/// own): the Node registers with the `uninitialized` taint, the provider
+/// ID and the node IP in `alpha.kubernetes.io/provided-node-ip`, with the
+/// node's addresses as a bootstrap; once a cloud controller manager (the
+/// test, as one) sets its addresses and removes the taint, the agent's
+/// status updates (every second here) keep both as the manager left them.
+async fn external_cloud_provider_leaves_the_node_to_it(
+    env: Arc<Env>,
+    agents: Agents,
+) -> anyhow::Result<()> {
+    const TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+    const ANNOTATION: &str = "alpha.kubernetes.io/provided-node-ip";
+    let name = format!("{}-cloud", agents.name());
+    let provider_id = format!("external://{name}");
+    let id = provider_id.clone();
+    let spec = NodeSpec {
+        proxy: ProxyAgent::None,
+        keelson_files: KeelsonFiles::Upstream,
+        kubelet: Some(Arc::new(move |c: &mut serde_yaml::Mapping| {
+            c.insert("providerID".into(), id.clone().into());
+            c.insert("nodeStatusUpdateFrequency".into(), "1s".into());
+            c.insert("nodeStatusReportFrequency".into(), "1s".into());
+        })),
+        kubelet_flags: vec!["--cloud-provider=external".to_string()],
+        ..NodeSpec::of(agents)
+    };
+    let node = env.start_node(&name, spec).await?;
+    let nodes: Api<Node> = Api::all(env.admin.clone());
+    let result = async {
+        let n = node.wait_ready(&env.admin).await?;
+        let taints = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        ensure!(
+            taints.iter().any(|t| t.key == TAINT
+                && t.value.as_deref() == Some("true")
+                && t.effect == "NoSchedule"),
+            "taints {taints:?}"
+        );
+        ensure!(
+            n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id.as_str()),
+            "providerID {:?}",
+            n.spec.as_ref().map(|s| &s.provider_id)
+        );
+        let annotation = |n: &Node| {
+            n.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION).cloned())
+        };
+        ensure!(
+            annotation(&n) == Some(node.ip.to_string()),
+            "annotation {:?}",
+            annotation(&n)
+        );
+        let addresses = |n: &Node| -> Vec<(String, String)> {
+            n.status
+                .as_ref()
+                .and_then(|s| s.addresses.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|a| (a.type_, a.address))
+                .collect()
+        };
+        ensure!(
+            addresses(&n)
+                == [
+                    ("InternalIP".to_string(), node.ip.to_string()),
+                    ("Hostname".to_string(), node.name.clone())
+                ],
+            "bootstrap addresses {:?}",
+            addresses(&n)
+        );
+
+        // The cloud controller manager initializes the Node.
+        let cloud = vec![
+            ("InternalIP".to_string(), node.ip.to_string()),
+            ("ExternalIP".to_string(), "203.0.113.7".to_string()),
+            (
+                "Hostname".to_string(),
+                format!("{}.cloud.example", node.name),
+            ),
+        ];
+        let list: Vec<_> = cloud
+            .iter()
+            .map(|(t, a)| serde_json::json!({"type": t, "address": a}))
+            .collect();
+        nodes
+            .patch_status(
+                &node.name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"status": {"addresses": list}})),
+            )
+            .await?;
+        let kept: Vec<_> = taints.into_iter().filter(|t| t.key != TAINT).collect();
+        nodes
+            .patch(
+                &node.name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"taints": kept}})),
+            )
+            .await?;
+        let initialized = std::time::SystemTime::now();
+        // Two status updates later (the heartbeat moved two seconds past
+        // the manager's writes), both are as the manager left them.
+        let n = wait_for(
+            "two status updates after the cloud controller manager's",
+            Duration::from_secs(60),
+            Duration::from_millis(250),
+            || async {
+                let n = nodes.get(&node.name).await.map_err(|e| e.to_string())?;
+                let beat = n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                    .and_then(|c| c.last_heartbeat_time.as_ref())
+                    .map(|t| std::time::SystemTime::from(t.0));
+                match beat {
+                    Some(b) if b >= initialized + Duration::from_secs(2) => Ok(n),
+                    other => Err(format!("heartbeat {other:?}")),
+                }
+            },
+        )
+        .await?;
+        ensure!(addresses(&n) == cloud, "addresses {:?}", addresses(&n));
+        let taints = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        ensure!(!taints.iter().any(|t| t.key == TAINT), "taints {taints:?}");
+        ensure!(
+            annotation(&n) == Some(node.ip.to_string()),
+            "annotation {:?}",
+            annotation(&n)
+        );
+        Ok(())
+    }
+    .await;
+    drop(node);
+    let _ = nodes.delete(&name, &DeleteParams::default()).await;
+    result
 }
 
 /// Waits for a node's Lease, owned by its Node (kubelet's lease controller

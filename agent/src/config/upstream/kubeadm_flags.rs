@@ -29,6 +29,10 @@ pub struct KubeletFlags {
     pub hostname_override: Option<String>,
     /// `--register-with-taints` (`key=value:Effect,...`).
     pub register_with_taints: Option<Vec<Taint>>,
+    /// `--cloud-provider` (`external` or empty).
+    pub cloud_provider: Option<String>,
+    /// `--provider-id` (deprecated flag of `providerID`).
+    pub provider_id: Option<String>,
 }
 
 /// Reads the variables of a systemd environment file: `NAME=value`,
@@ -141,6 +145,11 @@ fn apply_flag(flags: &mut KubeletFlags, var: &str, name: &str, value: &str, repo
             Ok(t) => flags.register_with_taints = Some(t),
             Err(e) => report.error(path, e),
         },
+        "cloud-provider" => match crate::config::check_cloud_provider(value.trim()) {
+            Ok(()) => flags.cloud_provider = Some(value.trim().to_string()),
+            Err(e) => report.error(path, e),
+        },
+        "provider-id" => flags.provider_id = Some(value.trim().to_string()),
         // Removed from kubelet in 1.35; before that it only kept the image
         // from garbage collection. The sandbox image is the runtime's.
         "pod-infra-container-image" => report.notes.push(format!(
@@ -149,7 +158,7 @@ fn apply_flag(flags: &mut KubeletFlags, var: &str, name: &str, value: &str, repo
         other => report.error(
             path,
             format!(
-                "keelson does not read kubelet flag --{other} from this file (it reads --container-runtime-endpoint, --node-ip, --node-labels, --hostname-override, --register-with-taints, --pod-infra-container-image); move the setting into the configuration"
+                "keelson does not read kubelet flag --{other} from this file (it reads --container-runtime-endpoint, --node-ip, --node-labels, --hostname-override, --register-with-taints, --cloud-provider, --provider-id, --pod-infra-container-image); move the setting into the configuration"
             ),
         ),
     }
@@ -200,6 +209,12 @@ pub fn apply(cfg: &mut Config, flags: KubeletFlags) {
     if let Some(t) = flags.register_with_taints {
         cfg.node.register_with_taints = t;
     }
+    if let Some(c) = flags.cloud_provider {
+        cfg.node.cloud_provider = c;
+    }
+    if let Some(p) = flags.provider_id {
+        cfg.node.provider_id = p;
+    }
 }
 
 #[cfg(test)]
@@ -239,7 +254,7 @@ mod tests {
 
     #[test]
     fn unknown_flags_and_bad_values_are_named() {
-        let text = "# kubeadm\nKUBELET_KUBEADM_ARGS='--cloud-provider=external --node-ip=10.0.0.1,fd00::1'\nKUBELET_EXTRA_ARGS=--register-with-taints=a:Sometimes\n";
+        let text = "# kubeadm\nKUBELET_KUBEADM_ARGS='--cloud-provider=aws --node-ip=10.0.0.1,fd00::1'\nKUBELET_EXTRA_ARGS=--register-with-taints=a:Sometimes\n";
         let mut r = Report::default();
         let _ = parse(text, &mut r);
         let paths: Vec<_> = r.errors.iter().map(|e| e.path.as_str()).collect();
@@ -251,6 +266,20 @@ mod tests {
                 "KUBELET_EXTRA_ARGS: --register-with-taints"
             ]
         );
+    }
+
+    #[test]
+    fn an_external_cloud_provider_and_provider_id_are_read() {
+        let text = "KUBELET_KUBEADM_ARGS=\"--cloud-provider=external --provider-id=aws:///us-east-1a/i-0abc\"\n";
+        let mut r = Report::default();
+        let f = parse(text, &mut r);
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(f.cloud_provider.as_deref(), Some("external"));
+        assert_eq!(f.provider_id.as_deref(), Some("aws:///us-east-1a/i-0abc"));
+        let mut cfg = Config::default();
+        apply(&mut cfg, f);
+        assert!(cfg.node.external_cloud_provider());
+        assert_eq!(cfg.node.provider_id, "aws:///us-east-1a/i-0abc");
     }
 
     #[test]

@@ -385,21 +385,21 @@ pub fn apply(cfg: &mut Config, doc: Value, dir: &Path, report: &mut Report) {
         report,
     );
     swap.finish(report);
-    for (key, default) in [
-        ("containerLogMaxSize", Default::Str("10Mi")),
-        ("containerLogMaxFiles", Default::IntExact(5)),
-        ("containerLogMaxWorkers", Default::IntExact(1)),
-        (
-            "containerLogMonitorInterval",
-            Default::Duration(KubeDuration::from_secs(10)),
-        ),
-    ] {
-        o.unimplemented(
-            key,
-            default,
-            "container logs are not rotated by keelson",
-            report,
-        );
+    // Container log rotation (pkg/kubelet/logs/container_log_manager.go,
+    // keelson's `node.containerLog*`). v1beta1 defaulting (defaults.go):
+    // an empty size is 10Mi; the other three are pointers, so an explicit
+    // value, 0 included, is kept and validated (validation.go).
+    if let Some(size) = o.string("containerLogMaxSize", report) {
+        n.container_log_max_size = size;
+    }
+    if let Some(v) = o.get::<i32>("containerLogMaxFiles", report) {
+        n.container_log_max_files = v;
+    }
+    if let Some(v) = o.get::<i32>("containerLogMaxWorkers", report) {
+        n.container_log_max_workers = v;
+    }
+    if let Some(d) = o.duration_ptr("containerLogMonitorInterval", report) {
+        n.container_log_monitor_interval = d;
     }
     o.unimplemented(
         "configMapAndSecretChangeDetectionStrategy",

@@ -326,6 +326,50 @@ fn pod_admission_and_image_credential_fields_are_read() {
 }
 
 #[test]
+fn container_log_rotation_fields_are_read() {
+    let n = kubelet("containerLogMaxSize: 50Mi\ncontainerLogMaxFiles: 3\ncontainerLogMaxWorkers: 4\ncontainerLogMonitorInterval: 30s\n")
+        .expect("valid")
+        .config
+        .node;
+    assert_eq!(n.container_log_max_size, "50Mi");
+    assert_eq!(n.container_log_max_files, 3);
+    assert_eq!(n.container_log_max_workers, 4);
+    assert_eq!(
+        n.container_log_monitor_interval,
+        KubeDuration::from_secs(30)
+    );
+    // Empty size is v1beta1's unset (10Mi); a negative one disables rotation.
+    let n = kubelet("containerLogMaxSize: \"\"\n")
+        .expect("valid")
+        .config
+        .node;
+    assert_eq!(n.container_log_max_size, "10Mi");
+    assert_eq!(n.container_log_max_files, 5);
+    assert_eq!(n.container_log_max_workers, 1);
+    assert_eq!(
+        n.container_log_monitor_interval,
+        KubeDuration::from_secs(10)
+    );
+    assert!(kubelet("containerLogMaxSize: \"-1\"\n").is_ok());
+    // The others are pointers: an explicit zero is kept and refused, with
+    // the file's field names (validation.go).
+    let err = kubelet("containerLogMaxFiles: 1\ncontainerLogMaxWorkers: 0\ncontainerLogMonitorInterval: 0s\ncontainerLogMaxSize: ten\n")
+        .expect_err("invalid");
+    let paths = err.field_paths();
+    for want in [
+        "containerLogMaxFiles",
+        "containerLogMaxWorkers",
+        "containerLogMonitorInterval",
+        "containerLogMaxSize",
+    ] {
+        assert!(
+            paths.iter().any(|p| p == want),
+            "missing {want} in {paths:?}\n{err}"
+        );
+    }
+}
+
+#[test]
 fn every_problem_of_a_file_is_reported_at_once() {
     let err = kubelet("maxPods: -3\ncpuManagerPolicy: static\nsyncFrequency: 10\nbogusField: 1\nauthentication:\n  x509:\n    clientCAFile: /ca.crt\nshutdownGracePeriod: 30s\nnodeLabels: {}\n")
         .expect_err("invalid");
