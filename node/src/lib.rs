@@ -29,6 +29,22 @@ pub(crate) mod stats;
 pub mod status;
 pub mod volumes;
 
+/// The node API's parsers of untrusted bytes, for the fuzz targets
+/// (`fuzz/`, built with `--cfg fuzzing`): the real functions, re-exported
+/// from their private modules; nothing here is fuzz-only code.
+#[cfg(fuzzing)]
+pub mod fuzzing {
+    pub use crate::server::basic::url_pairs;
+    pub use crate::server::remotecommand::stream_options;
+    pub use crate::server::routes::params as route_params;
+    pub use crate::server::spdy::frame::{Decoder, Encoder, Frame, FrameError};
+    pub use crate::server::ws_translator::{Status, decode_error_stream};
+    pub use crate::server::wsstream::{
+        is_websocket_request, requested_protocols, with_stream_close_protocol,
+        with_tunneling_protocol,
+    };
+}
+
 use std::sync::Arc;
 
 use keelson_cri::{ClientConfig, CriError, RuntimeClient};

@@ -29,11 +29,30 @@ fn empty_if_missing(r: io::Result<Vec<Vec<u8>>>) -> io::Result<Vec<Vec<u8>>> {
 /// absent table reads as empty.
 pub fn read_table(socket: &mut NfSocket, family: IpFamily, table: &str) -> io::Result<KernelTable> {
     let t = table.as_bytes();
-    let mut out = KernelTable::default();
     let chains = empty_if_missing(socket.request(MsgKind::GetChain, family, true, |b| {
         PushChainAttrs::new(b).push_table_bytes(t);
     }))?;
-    for c in &chains {
+    let sets = empty_if_missing(socket.request(MsgKind::GetSet, family, true, |b| {
+        PushSetAttrs::new(b).push_table_bytes(t);
+    }))?;
+    let rules = empty_if_missing(socket.request(MsgKind::GetRule, family, true, |b| {
+        PushRuleAttrs::new(b).push_table_bytes(t);
+    }))?;
+    Ok(parse_table(table, &chains, &sets, &rules))
+}
+
+/// The table `table` as the kernel's replies to the chain, set and rule
+/// dumps describe it (each reply one message's attributes); entries of
+/// other tables and attributes that do not parse are left out.
+pub fn parse_table(
+    table: &str,
+    chains: &[Vec<u8>],
+    sets: &[Vec<u8>],
+    rules: &[Vec<u8>],
+) -> KernelTable {
+    let t = table.as_bytes();
+    let mut out = KernelTable::default();
+    for c in chains {
         let attrs = ChainAttrs::new(c);
         if attrs.get_table().ok().map(|n| n.to_bytes()) != Some(t) {
             continue;
@@ -44,10 +63,7 @@ pub fn read_table(socket: &mut NfSocket, family: IpFamily, table: &str) -> io::R
                 .or_default();
         }
     }
-    let sets = empty_if_missing(socket.request(MsgKind::GetSet, family, true, |b| {
-        PushSetAttrs::new(b).push_table_bytes(t);
-    }))?;
-    for s in &sets {
+    for s in sets {
         let attrs = SetAttrs::new(s);
         if attrs.get_table().ok().map(|n| n.to_bytes()) != Some(t) {
             continue;
@@ -56,10 +72,7 @@ pub fn read_table(socket: &mut NfSocket, family: IpFamily, table: &str) -> io::R
             out.sets.insert(name.to_string_lossy().into_owned());
         }
     }
-    let rules = empty_if_missing(socket.request(MsgKind::GetRule, family, true, |b| {
-        PushRuleAttrs::new(b).push_table_bytes(t);
-    }))?;
-    for r in &rules {
+    for r in rules {
         let attrs = RuleAttrs::new(r);
         if attrs.get_table().ok().map(|n| n.to_bytes()) != Some(t) {
             continue;
@@ -77,7 +90,7 @@ pub fn read_table(socket: &mut NfSocket, family: IpFamily, table: &str) -> io::R
         }
         out.chains.entry(chain).or_default().push(fingerprint);
     }
-    Ok(out)
+    out
 }
 
 /// Every element of `set` in `table`: key bytes -> value. (The kernel
@@ -139,7 +152,9 @@ fn parse_elements(replies: &[Vec<u8>], out: &mut KernelElements) {
     }
 }
 
-fn parse_element_reply(reply: &[u8], out: &mut KernelElements) {
+/// Adds the elements one reply to a set element dump carries to `out`
+/// (elements without a key are skipped).
+pub fn parse_element_reply(reply: &[u8], out: &mut KernelElements) {
     let list = SetelemListAttrs::new(reply);
     let Ok(elements) = list.get_elements() else {
         return;

@@ -99,7 +99,7 @@ async fn authorize(
 }
 
 /// The path segments after `prefix`, none empty.
-fn params<'a>(path: &'a str, prefix: &str) -> Option<Vec<&'a str>> {
+pub fn params<'a>(path: &'a str, prefix: &str) -> Option<Vec<&'a str>> {
     let rest = path.strip_prefix(prefix)?;
     let segs: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
     if segs.iter().any(|s| s.is_empty()) {
