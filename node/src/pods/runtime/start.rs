@@ -222,13 +222,11 @@ impl RuntimeManager {
         );
         if let Some(dir) = &self.settings.legacy_log_dir {
             let target = Path::new(&sandbox_config.log_directory).join(&log_path);
-            if target.exists() || tokio::fs::metadata(&target).await.is_ok() {
-                let link = dir.join(legacy_log_name(
-                    podutil::name(pod),
-                    podutil::namespace(pod),
-                    &c.name,
-                    &id,
-                ));
+            let name = legacy_log_name(podutil::name(pod), podutil::namespace(pod), &c.name, &id);
+            if let Some(name) = name
+                && (target.exists() || tokio::fs::metadata(&target).await.is_ok())
+            {
+                let link = dir.join(name);
                 let _ = tokio::fs::create_dir_all(dir).await;
                 if let Err(e) = tokio::fs::symlink(&target, &link).await
                     && e.kind() != std::io::ErrorKind::AlreadyExists

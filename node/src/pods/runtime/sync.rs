@@ -760,13 +760,14 @@ impl RuntimeManager {
             && let Some(s) = resp.status
         {
             let info = crate::pod::labels::container_info_from_labels(&s.labels);
-            let link = dir.join(legacy_log_name(
+            if let Some(name) = legacy_log_name(
                 &info.pod_name,
                 &info.pod_namespace,
                 &info.container_name,
                 id,
-            ));
-            let _ = tokio::fs::remove_file(link).await;
+            ) {
+                let _ = tokio::fs::remove_file(dir.join(name)).await;
+            }
         }
         self.metrics
             .runtime_op("remove_container", self.cri.remove_container(id))
@@ -775,7 +776,67 @@ impl RuntimeManager {
     }
 }
 
-/// `<pod>_<ns>_<container>-<id>.log`, the legacy symlink's name.
-pub fn legacy_log_name(pod: &str, ns: &str, container: &str, id: &str) -> String {
-    format!("{pod}_{ns}_{container}-{id}.log")
+/// `<pod>_<ns>_<container>-<id>.log`, the legacy symlink's name, cut to
+/// 255 bytes (ext4's longest file name) before `.log` as kubelet's
+/// `logSymlink` cuts it (`kuberuntime_container.go`). `None` when the
+/// strings would make it other than one name in the directory (a `/` or a
+/// NUL): they come from the runtime (a container's CRI labels and id) when
+/// a container is removed, and kubelet's `filepath.Join` would follow a
+/// `../` out of /var/log/containers.
+pub fn legacy_log_name(pod: &str, ns: &str, container: &str, id: &str) -> Option<String> {
+    const SUFFIX: &str = ".log";
+    const MAX_NAME: usize = 255;
+    let mut name = format!("{pod}_{ns}_{container}-{id}");
+    if name.len() > MAX_NAME - SUFFIX.len() {
+        let mut cut = MAX_NAME - SUFFIX.len();
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        name.truncate(cut);
+    }
+    if name.contains(['/', '\0']) {
+        return None;
+    }
+    name.push_str(SUFFIX);
+    Some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::legacy_log_name;
+
+    #[test]
+    fn legacy_log_name_as_kubelet_names_it() {
+        assert_eq!(
+            legacy_log_name("web-0", "default", "nginx", "0123abcd").as_deref(),
+            Some("web-0_default_nginx-0123abcd.log")
+        );
+    }
+
+    #[test]
+    fn legacy_log_name_is_cut_to_ext4s_longest_name() {
+        // A 253-character pod name (the API's limit) and a 64-digit id:
+        // kubelet's logSymlink keeps the first 251 bytes, then `.log`.
+        let pod = "p".repeat(253);
+        let id = "f".repeat(64);
+        let name = legacy_log_name(&pod, "default", "c", &id).unwrap_or_default();
+        assert_eq!(name.len(), 255);
+        assert_eq!(name, format!("{}.log", "p".repeat(251)));
+        // Cut on a character boundary (Go cuts bytes; names are ASCII there).
+        let pod = format!("{}é", "p".repeat(250));
+        let name = legacy_log_name(&pod, "ns", "c", &id).unwrap_or_default();
+        assert_eq!(name, format!("{}.log", "p".repeat(250)));
+    }
+
+    #[test]
+    fn runtime_strings_never_leave_the_directory() {
+        // The names come from a removed container's CRI labels and id.
+        let id = "f".repeat(64);
+        assert_eq!(legacy_log_name("../../etc/cron.d/x", "ns", "c", &id), None);
+        assert_eq!(legacy_log_name("p", "ns", "c", "../../x"), None);
+        assert_eq!(legacy_log_name("p", "ns\0", "c", &id), None);
+        // A `/` past the cut is cut off, not refused.
+        let pod = "p".repeat(300);
+        assert!(legacy_log_name(&pod, "ns", "c", "/x").is_some());
+    }
 }
