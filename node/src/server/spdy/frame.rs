@@ -459,9 +459,20 @@ impl Decoder {
             return Err(bad());
         }
         let count = b.get_u32() as usize;
-        let mut out = Vec::with_capacity(count.min(64));
+        let mut out: Headers = Vec::with_capacity(count.min(64));
         for _ in 0..count {
             let k = take(&mut b)?;
+            // spdystream's parseHeaderValueBlock: a name that is not its own
+            // strings.ToLower (which also rewrites invalid UTF-8) is
+            // UnlowercasedHeaderName, a name seen twice DuplicateHeaders.
+            if k.contains(char::REPLACEMENT_CHARACTER) || k.to_lowercase() != k {
+                return Err(FrameError::HeaderBlock(format!(
+                    "header name {k:?} is not lower case"
+                )));
+            }
+            if out.iter().any(|(n, _)| *n == k) {
+                return Err(FrameError::HeaderBlock(format!("duplicate header {k:?}")));
+            }
             let v = take(&mut b)?;
             out.push((k, v));
         }
@@ -714,5 +725,55 @@ mod tests {
             dec.decode(&mut b),
             Err(FrameError::HeaderBlock(_))
         ));
+    }
+
+    /// A SYN_REPLY for stream 1 carrying `headers` as written (no
+    /// lower-casing), compressed as a peer's first header block.
+    fn raw_syn_reply(headers: &[(&str, &str)]) -> BytesMut {
+        let mut raw = Vec::new();
+        raw.put_u32(headers.len() as u32);
+        for (k, v) in headers {
+            raw.put_u32(k.len() as u32);
+            raw.extend_from_slice(k.as_bytes());
+            raw.put_u32(v.len() as u32);
+            raw.extend_from_slice(v.as_bytes());
+        }
+        let mut z = Compress::new(Compression::default(), true);
+        z.set_dictionary(&dictionary()).unwrap();
+        let mut block = Vec::with_capacity(raw.len() + 1024);
+        z.compress_vec(&raw, &mut block, FlushCompress::Sync)
+            .unwrap();
+        let mut w = BytesMut::new();
+        w.put_slice(&[0x80, 3, 0, 2]);
+        w.put_u32(4 + block.len() as u32);
+        w.put_u32(1);
+        w.put_slice(&block);
+        w
+    }
+
+    #[test]
+    fn header_names_are_checked_as_spdystream_checks_them() {
+        // Found by the spdy_frame fuzz target: an upper-case name was kept
+        // (and then not found by its lower-case spelling), where
+        // spdystream refuses the frame (UnlowercasedHeaderName).
+        let ok = raw_syn_reply(&[("streamtype", "error"), ("port", "80")]);
+        let f = Decoder::new().decode(&mut ok.clone()).unwrap();
+        assert!(matches!(f, Some(Frame::SynReply { headers, .. }) if headers.len() == 2));
+        for bad in [
+            raw_syn_reply(&[("streamType", "error")]),
+            raw_syn_reply(&[("STREAMTYPE", "error")]),
+            raw_syn_reply(&[("\u{c9}t\u{e9}", "x")]),
+            // DuplicateHeaders.
+            raw_syn_reply(&[("port", "80"), ("port", "81")]),
+        ] {
+            let mut b = bad;
+            assert!(
+                matches!(
+                    Decoder::new().decode(&mut b),
+                    Err(FrameError::HeaderBlock(_))
+                ),
+                "{b:?}"
+            );
+        }
     }
 }
