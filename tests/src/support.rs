@@ -99,6 +99,18 @@ pub fn record_skip(test: &str, reason: &str, counted: CountedAs) {
     }
 }
 
+/// The name libtest gives the test function `name` of the module
+/// `module_path` (pass `module_path!()`): that path without the crate's
+/// own name, e.g. `system_cri_containerd::killed_run_child` in the system
+/// tier's binary. A test that runs another test of its own binary in a
+/// child process (`--exact`) names it with this.
+pub fn libtest_name(module_path: &str, name: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_string(),
+    }
+}
+
 /// The repository's root directory (the tests crate lives in it).
 pub fn repo_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -18,7 +18,7 @@
 //! STOPPED/DELETED events (also for the sandbox itself, whose id is then the
 //! "container" id) carrying the sandbox and container statuses.
 //! These behaviours were checked against containerd 1.6.20 by the system
-//! tests in `tests/tests/system_cri_containerd.rs`.
+//! tests in `tests/tests/system/system_cri_containerd.rs`.
 //!
 //! On top of that a test controls it: a [`FakeClock`], scripted container
 //! exits ([`ExitScript`]) and exec results ([`ExecScript`]), per-method

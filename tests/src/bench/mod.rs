@@ -14,7 +14,7 @@
 //! - [`results`], [`report`], [`plot`]: JSON, markdown and the plot.
 //!
 //! Benchmarks are not tests: this prints figures. The smoke test
-//! (`tests/tests/bench_smoke.rs`) only checks that every contestant
+//! (`tests/tests/system/bench_smoke.rs`) only checks that every contestant
 //! programmed the scenario correctly in `--quick` mode.
 
 pub mod agent;

@@ -96,15 +96,28 @@ fn all_pids() -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// Processes whose command line mentions `needle` (an instance path):
-/// that instance's containerd and its shims (`-address <socket>`).
-pub fn processes_mentioning(needle: &str) -> Vec<u32> {
+/// Processes whose command line names the directory `dir` (an instance
+/// path) or a path below it: that instance's containerd (`--config
+/// <dir>/config.toml`) and its shims (`-address <dir>/containerd.sock`).
+pub fn processes_mentioning(dir: &str) -> Vec<u32> {
     let me = std::process::id();
     all_pids()
         .into_iter()
         .filter(|pid| *pid != me)
-        .filter(|pid| cmdline(*pid).is_some_and(|args| args.iter().any(|a| a.contains(needle))))
+        .filter(|pid| cmdline(*pid).is_some_and(|args| args.iter().any(|a| names_path(a, dir))))
         .collect()
+}
+
+/// Whether `arg` contains the path `dir` as a whole: `dir` itself or
+/// `dir/...`, never a sibling that merely starts with the same text
+/// (instance `<pid>-1` must not claim the processes of `<pid>-10`, which
+/// the same test process may be running at the same time).
+fn names_path(arg: &str, dir: &str) -> bool {
+    let dir = dir.trim_end_matches('/');
+    !dir.is_empty()
+        && arg
+            .match_indices(dir)
+            .any(|(at, _)| matches!(arg[at + dir.len()..].chars().next(), None | Some('/')))
 }
 
 fn sigkill(pid: u32) {
@@ -442,6 +455,31 @@ pub fn remove_stale_instances() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instance_path_names_itself_and_what_is_below_it_not_its_siblings() {
+        let dir = "/var/tmp/keelson-containerd/1234-1";
+        assert!(names_path(
+            "/var/tmp/keelson-containerd/1234-1/config.toml",
+            dir
+        ));
+        assert!(names_path(
+            "-address=/var/tmp/keelson-containerd/1234-1/containerd.sock",
+            dir
+        ));
+        assert!(names_path(dir, dir));
+        assert!(names_path(dir, "/var/tmp/keelson-containerd/1234-1/"));
+        assert!(!names_path(
+            "/var/tmp/keelson-containerd/1234-10/config.toml",
+            dir
+        ));
+        assert!(!names_path("/var/tmp/keelson-containerd/1234-10", dir));
+        assert!(names_path(
+            "/var/tmp/keelson-containerd/1234-10:/var/tmp/keelson-containerd/1234-1/x",
+            dir
+        ));
+        assert!(!names_path("anything", ""));
+    }
 
     #[test]
     fn own_identity_is_alive_and_a_made_up_one_is_not() {
