@@ -44,6 +44,11 @@ struct State {
     /// `(pod UID, container)` running when keelson started
     /// (`containerMap` + `containerRunningSet`).
     initially_running: BTreeSet<(String, String)>,
+    /// Pods with a container running at start that were not yet seen
+    /// active: their devices are kept while pods are admitted again one by
+    /// one after a restart (kubelet skips the cleanup until its pod
+    /// sources are ready).
+    protected: BTreeSet<String>,
     next_generation: u64,
 }
 
@@ -114,6 +119,7 @@ impl DeviceManager {
             }
         };
         let mut s = self.lock();
+        s.protected = initially_running.iter().map(|(u, _)| u.clone()).collect();
         s.initially_running = initially_running;
         s.pod_devices = PodDevices::from_checkpoint(data.entries.as_deref().unwrap_or_default());
         s.allocated = s.pod_devices.devices();
@@ -299,11 +305,12 @@ impl DeviceManager {
     /// `UpdateAllocatedDevices`: devices of pods no longer active are free.
     pub(crate) fn update_allocated_devices(&self, active: &BTreeSet<String>) {
         let mut s = self.lock();
+        s.protected.retain(|uid| !active.contains(uid));
         let gone: BTreeSet<String> = s
             .pod_devices
             .pods()
             .into_iter()
-            .filter(|uid| !active.contains(uid))
+            .filter(|uid| !active.contains(uid) && !s.protected.contains(uid))
             .collect();
         if gone.is_empty() {
             return;
@@ -770,6 +777,38 @@ mod tests {
             err.as_deref(),
             Some("no healthy devices present; cannot allocate unhealthy devices example.com/r")
         );
+    }
+
+    #[test]
+    fn pods_running_at_start_keep_devices_until_admitted_again() {
+        let (_d, m) = manager();
+        {
+            let mut s = m.lock();
+            for uid in ["a", "b"] {
+                s.pod_devices.insert(
+                    uid,
+                    "c",
+                    "example.com/r",
+                    Allocation {
+                        device_ids: BTreeMap::from([(-1, vec![format!("dev-{uid}")])]),
+                        response: Default::default(),
+                    },
+                );
+            }
+        }
+        m.write_checkpoint();
+        let again = DeviceManager::new(m.dir().to_path_buf());
+        again.read_checkpoint(BTreeSet::from([
+            ("a".to_string(), "c".to_string()),
+            ("b".to_string(), "c".to_string()),
+        ]));
+        // "a" is admitted first: "b" (not yet admitted) keeps its device.
+        again.update_allocated_devices(&BTreeSet::from(["a".to_string()]));
+        assert_eq!(again.container_devices("b", "c").len(), 1);
+        // Once seen active, a pod that goes away frees its devices.
+        again.update_allocated_devices(&BTreeSet::from(["a".to_string(), "b".to_string()]));
+        again.update_allocated_devices(&BTreeSet::from(["a".to_string()]));
+        assert!(again.container_devices("b", "c").is_empty());
     }
 
     #[test]

@@ -39,6 +39,9 @@ const RESOURCE: &str = "example.com/dev";
 struct Plugin {
     pre_start: Arc<Mutex<Vec<Vec<String>>>>,
     notified: Arc<Mutex<Vec<RegistrationStatus>>>,
+    /// Ends the ListAndWatch streams (a stopping plugin's server closes
+    /// them, as grpc-go's `Stop`).
+    stop: CancellationToken,
 }
 
 type Stream = std::pin::Pin<
@@ -145,14 +148,20 @@ impl PluginRegistration for Plugin {
     }
 }
 
+/// Serves the plugin until `stop`, then drops its connections at once
+/// (grpc-go's `Server.Stop`, which the sample device plugin calls).
 fn serve(plugin: Plugin, path: &Path, stop: CancellationToken) {
     let listener = UnixListener::bind(path).unwrap();
-    tokio::spawn(async move {
+    let server = tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
             .add_service(DevicePluginServer::new(plugin.clone()))
             .add_service(PluginRegistrationServer::new(plugin))
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop.cancelled())
+            .serve_with_incoming(UnixListenerStream::new(listener))
             .await;
+    });
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        server.abort();
     });
 }
 
@@ -228,7 +237,7 @@ async fn registers_through_kubelet_sock() {
     super::registration::start(&m, stop.clone()).unwrap();
     let plugin = Plugin::default();
     let sock = dir.path().join("device-plugins/p.sock");
-    let plugin_stop = CancellationToken::new();
+    let plugin_stop = plugin.stop.clone();
     serve(plugin.clone(), &sock, plugin_stop.clone());
     let ch = unix_channel(
         dir.path().join("device-plugins/kubelet.sock"),
@@ -279,8 +288,10 @@ async fn registers_through_kubelet_sock() {
     .await;
     assert_eq!(m.capacity().allocatable.get(RESOURCE), Some(&1));
     allocate_and_start(&m, &plugin).await;
-    // The plugin stops: its devices are unhealthy, capacity kept.
-    plugin_stop.cancel();
+    // The connection ends (here as the plugin manager's deregistration
+    // ends it; a plugin's stream ending is the system test's case): its
+    // devices are unhealthy, capacity kept.
+    m.disconnect(RESOURCE);
     eventually("plugin lost", || {
         m.capacity().allocatable.get(RESOURCE) == Some(&0)
     })
@@ -311,7 +322,7 @@ async fn registers_through_plugins_registry() {
     crate::plugins::start(dir.path(), handlers, stop.clone()).unwrap();
     let plugin = Plugin::default();
     let sock: PathBuf = dir.path().join("plugins_registry/dp.sock");
-    let plugin_stop = CancellationToken::new();
+    let plugin_stop = plugin.stop.clone();
     serve(plugin.clone(), &sock, plugin_stop.clone());
     eventually("registered", || {
         m.capacity().capacity.get(RESOURCE) == Some(&2)
