@@ -10,9 +10,10 @@
 //! tmpfs over `/var/lib` holds `/var/lib/kubelet/device-plugins` and
 //! `/var/lib/kubelet/plugins_registry`, bind mounts of the agent's
 //! directories: nothing of the host's `/var/lib` is changed. Its socket
-//! goes to `PLUGIN_SOCK_DIR=/var/lib/kubelet/plugins_registry`: the agent
-//! created `device-plugins/DEPRECATION` (kubelet v1.36 and keelson both
-//! do), so the driver registers through the agent's plugin watcher.
+//! goes to `PLUGIN_SOCK_DIR=/var/lib/kubelet/device-plugins` and it
+//! registers through `device-plugins/kubelet.sock`; when the agent
+//! re-creates that socket (a restart), the driver restarts its server and
+//! registers again.
 //!
 //! The agent's device plugin directory: keelson's is
 //! `<rootDir>/device-plugins`; kubelet v1.36's is always
@@ -101,7 +102,7 @@ exec "$PLUGIN_BIN""#;
             .env("AGENT_REGISTRY", registry_dir)
             .env("STAGE", &stage)
             .env("PLUGIN_BIN", bin)
-            .env("PLUGIN_SOCK_DIR", "/var/lib/kubelet/plugins_registry")
+            .env("PLUGIN_SOCK_DIR", "/var/lib/kubelet/device-plugins")
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

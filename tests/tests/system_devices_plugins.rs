@@ -1,7 +1,7 @@
 //! System test of device plugins and the pod-resources API through the
 //! whole node role: the real `keelson` binary on a real containerd, and
 //! Kubernetes' own `sample-device-plugin` (from `KEELSON_UPSTREAM_BIN`)
-//! registering through `<root>/plugins_registry`:
+//! registering through `<root>/device-plugins/kubelet.sock`:
 //!
 //! - the node advertises `example.com/resource` (capacity and allocatable
 //!   2) in its status;
@@ -86,7 +86,13 @@ async fn advertised(nodes: &Api<ApiNode>, name: &str) -> Result<(String, String)
     Ok((get(st.capacity), get(st.allocatable)))
 }
 
-async fn wait_advertised(nodes: &Api<ApiNode>, name: &str, want: (&str, &str), node: &BinaryNode) {
+async fn wait_advertised(
+    nodes: &Api<ApiNode>,
+    name: &str,
+    want: (&str, &str),
+    node: &BinaryNode,
+    plugin: Option<&SampleDevicePlugin>,
+) {
     wait_for(
         &format!(
             "the node advertising {RESOURCE} capacity {} allocatable {}",
@@ -104,7 +110,13 @@ async fn wait_advertised(nodes: &Api<ApiNode>, name: &str, want: (&str, &str), n
         },
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}\nkeelson log:\n{}", node.log_tail(80)));
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}\nkeelson log:\n{}\nplugin log:\n{}",
+            node.log_tail(80),
+            plugin.map(|p| p.log()).unwrap_or_default()
+        )
+    });
 }
 
 fn device_pod(name: &str, node: &str) -> Pod {
@@ -208,13 +220,14 @@ async fn device_plugin_pod_gets_its_device_across_restarts() {
         };
     }
 
-    // keelson tells plugins to use plugins_registry, as kubelet v1.36.
+    // keelson serves the Registration and pod-resources sockets; like
+    // kubelet v1.36 it writes no device-plugins/DEPRECATION.
     wait_for(
-        "device-plugins/DEPRECATION and pod-resources/kubelet.sock",
+        "device-plugins/kubelet.sock and pod-resources/kubelet.sock",
         Duration::from_secs(30),
         Duration::from_millis(100),
         || async {
-            let ok = root.join("device-plugins/DEPRECATION").exists()
+            let ok = !root.join("device-plugins/DEPRECATION").exists()
                 && root.join("device-plugins/kubelet.sock").exists()
                 && root.join("pod-resources/kubelet.sock").exists();
             if ok {
@@ -236,7 +249,14 @@ async fn device_plugin_pod_gets_its_device_across_restarts() {
         )
         .expect("plugin"),
     );
-    wait_advertised(&nodes, &node_name, ("2", "2"), node!()).await;
+    wait_advertised(
+        &nodes,
+        &node_name,
+        ("2", "2"),
+        node!(),
+        stack.plugin.as_ref(),
+    )
+    .await;
 
     // The pod-resources API: both devices allocatable, nothing allocated.
     let alloc = pod_resources(&root)
@@ -336,7 +356,8 @@ async fn device_plugin_pod_gets_its_device_across_restarts() {
 
     // keelson restarts: the checkpoint keeps the allocations, the
     // containers keep running (the pods admitted again one by one keep
-    // their devices), the plugin registers again through plugins_registry.
+    // their devices), the plugin registers again when keelson's new
+    // kubelet.sock appears.
     let checkpoint =
         std::fs::read_to_string(root.join("device-plugins/kubelet_internal_checkpoint")).unwrap();
     assert!(
@@ -349,7 +370,38 @@ async fn device_plugin_pod_gets_its_device_across_restarts() {
         .unwrap()
         .restart(Duration::from_secs(10))
         .unwrap();
-    wait_advertised(&nodes, &node_name, ("2", "2"), node!()).await;
+    // The plugin registers again (the Node may still show the status
+    // written before the restart: ask keelson itself).
+    wait_for(
+        "the plugin registered again: both devices allocatable",
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || async {
+            let mut c = pod_resources(&root).await?;
+            let n = c
+                .get_allocatable_resources(AllocatableResourcesRequest {})
+                .await
+                .map_err(|e| e.to_string())?
+                .into_inner()
+                .devices
+                .len();
+            if n == 2 {
+                Ok(())
+            } else {
+                Err(format!("{n} devices"))
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nkeelson log:\n{}", node!().log_tail(80)));
+    wait_advertised(
+        &nodes,
+        &node_name,
+        ("2", "2"),
+        node!(),
+        stack.plugin.as_ref(),
+    )
+    .await;
     wait_for(
         "gpu-1 and gpu-2 listed with their devices after the restart",
         Duration::from_secs(30),
@@ -400,7 +452,14 @@ async fn device_plugin_pod_gets_its_device_across_restarts() {
     // The plugin restarts: its devices are unhealthy while it is gone
     // (capacity kept for the grace period), then back; allocations stay.
     stack.plugin.take();
-    wait_advertised(&nodes, &node_name, ("2", "0"), node!()).await;
+    wait_advertised(
+        &nodes,
+        &node_name,
+        ("2", "0"),
+        node!(),
+        stack.plugin.as_ref(),
+    )
+    .await;
     stack.plugin = Some(
         SampleDevicePlugin::start(
             &bin,
@@ -410,7 +469,14 @@ async fn device_plugin_pod_gets_its_device_across_restarts() {
         )
         .expect("plugin"),
     );
-    wait_advertised(&nodes, &node_name, ("2", "2"), node!()).await;
+    wait_advertised(
+        &nodes,
+        &node_name,
+        ("2", "2"),
+        node!(),
+        stack.plugin.as_ref(),
+    )
+    .await;
     assert_eq!(
         listed_devices(&root, "default", "gpu-1").await.unwrap(),
         devs1

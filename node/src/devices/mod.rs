@@ -2,9 +2,9 @@
 //! (`pkg/kubelet/cm/devicemanager/`):
 //!
 //! - plugins register through the v1beta1 Registration service on
-//!   `<root>/device-plugins/kubelet.sock` ([`registration`]) or, when they
-//!   find `device-plugins/DEPRECATION`, through `<root>/plugins_registry`
-//!   ([`plugin_handler`], a handler of [`crate::plugins`]);
+//!   `<root>/device-plugins/kubelet.sock` ([`registration`]) or through
+//!   `<root>/plugins_registry` ([`plugin_handler`], a handler of
+//!   [`crate::plugins`]);
 //! - keelson connects to each plugin ([`connection`]): options, then
 //!   `ListAndWatch`; devices and their health become the node's extended
 //!   resources ([`manager::DeviceManager::capacity`]: unhealthy devices in

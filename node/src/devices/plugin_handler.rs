@@ -1,9 +1,10 @@
 //! Device plugins registering through `<root>/plugins_registry`
 //! (`plugin/v1beta1/handler.go`): the plugin manager's handler for type
-//! `DevicePlugin`. Adding it writes `<root>/device-plugins/DEPRECATION`,
-//! as kubelet's `GetPluginHandler` does: plugins that find that file (the
-//! sample device plugin among them) register through `plugins_registry`
-//! instead of `device-plugins/kubelet.sock`.
+//! `DevicePlugin` (container_manager_linux.go `GetPluginRegistrationHandlers`
+//! → `GetWatcherHandler`). kubelet v1.36 does not write the
+//! `device-plugins/DEPRECATION` file (`GetPluginHandler`, which would, is
+//! called only by its tests), so neither does keelson: plugins that look
+//! for it register through `device-plugins/kubelet.sock`.
 
 use std::path::Path;
 
@@ -16,9 +17,6 @@ use super::registration::invalid_resource_name;
 use crate::plugins::{BoxFuture, PluginHandler};
 use crate::status::capacity::is_extended_resource;
 
-/// The file that tells plugins to use `plugins_registry`.
-pub(crate) const DEPRECATION_FILE: &str = "DEPRECATION";
-
 /// The handler (`server` as a `cache.PluginHandler`).
 pub(crate) struct DevicePluginHandler {
     manager: DeviceManager,
@@ -26,14 +24,8 @@ pub(crate) struct DevicePluginHandler {
 }
 
 impl DevicePluginHandler {
-    /// The handler; writes the deprecation file.
+    /// The handler.
     pub(crate) fn new(manager: DeviceManager, stop: CancellationToken) -> Self {
-        let path = manager.dir().join(DEPRECATION_FILE);
-        if let Err(e) = std::fs::create_dir_all(manager.dir())
-            .and_then(|()| std::fs::File::create(&path).map(drop))
-        {
-            tracing::error!(path = %path.display(), error = %e, "failed to create deprecation file at socket dir");
-        }
         DevicePluginHandler { manager, stop }
     }
 }

@@ -316,7 +316,6 @@ async fn registers_through_plugins_registry() {
     let handler: Arc<dyn crate::plugins::PluginHandler> = Arc::new(
         super::plugin_handler::DevicePluginHandler::new(m.clone(), stop.clone()),
     );
-    assert!(dir.path().join("device-plugins/DEPRECATION").exists());
     let mut handlers = crate::plugins::Handlers::new();
     handlers.insert("DevicePlugin".into(), handler);
     crate::plugins::start(dir.path(), handlers, stop.clone()).unwrap();

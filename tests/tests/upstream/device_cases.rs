@@ -1,8 +1,8 @@
 //! Device plugins and the pod-resources API on both agents, with
 //! Kubernetes' own `sample-device-plugin` (see
 //! `keelson_tests::device_plugin`) registering through the agent's
-//! `plugins_registry`: the same scenario on keelson and on kubelet v1.36,
-//! the same outcome asserted.
+//! `device-plugins/kubelet.sock`: the same scenario on keelson and on
+//! kubelet v1.36, the same outcome asserted.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -83,12 +83,12 @@ async fn device_plugin_sample(env: Arc<Env>, agents: Agents) -> anyhow::Result<(
     let registry = root.join("plugins_registry");
     let nodes: Api<Node> = Api::all(c.clone());
     wait_for(
-        "device-plugins/DEPRECATION",
+        "the device plugin Registration socket",
         Duration::from_secs(30),
         Duration::from_millis(100),
         || async {
             devices_dir
-                .join("DEPRECATION")
+                .join("kubelet.sock")
                 .exists()
                 .then_some(())
                 .ok_or_else(|| "not yet".to_string())
