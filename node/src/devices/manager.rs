@@ -261,7 +261,7 @@ impl DeviceManager {
                 Some(e) => e.grace_expired(now),
             };
             for (r, devs) in &s.healthy {
-                if gone(&*s, r.as_str()) {
+                if gone(&s, r.as_str()) {
                     removed.insert(r.clone());
                 } else {
                     let n = i64::try_from(devs.len()).unwrap_or(i64::MAX);
@@ -270,7 +270,7 @@ impl DeviceManager {
                 }
             }
             for (r, devs) in &s.unhealthy {
-                if gone(&*s, r.as_str()) {
+                if gone(&s, r.as_str()) {
                     removed.insert(r.clone());
                 } else {
                     let n = i64::try_from(devs.len()).unwrap_or(i64::MAX);
