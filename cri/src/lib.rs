@@ -39,6 +39,7 @@ mod client;
 mod endpoint;
 mod error;
 mod events;
+pub mod kubelet_api;
 
 #[cfg(feature = "testing")]
 pub mod fake;

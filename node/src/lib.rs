@@ -14,6 +14,7 @@
 pub mod certificates;
 pub mod cgroups;
 pub mod config;
+pub mod devices;
 pub(crate) mod downward;
 pub mod eviction;
 pub mod gc;
@@ -21,7 +22,9 @@ pub(crate) mod introspect;
 pub(crate) mod lease;
 pub mod logs;
 pub(crate) mod node_ip;
+pub mod plugins;
 pub mod pod;
+pub mod podresources;
 pub mod pods;
 pub mod preflight;
 pub mod server;
@@ -71,6 +74,19 @@ pub enum NodeError {
     /// The host fails a check the configuration asks for (swap, cgroup v1).
     #[error(transparent)]
     Preflight(#[from] preflight::PreflightError),
+    /// The device plugin Registration service could not start.
+    #[error(transparent)]
+    Devices(#[from] devices::RegistrationError),
+    /// A gRPC socket under the root dir (plugin registry, pod resources)
+    /// could not be served.
+    #[error("serving {path}: {source}")]
+    Socket {
+        /// The directory or socket.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The root dir could not be created.
     #[error("creating node.rootDir {path}: {source}")]
     RootDir {
@@ -130,6 +146,8 @@ pub struct NodeServices {
     pub eviction: eviction::EvictionHandle,
     /// The node's statistics (the node API's and the eviction manager's).
     pub stats: Arc<stats::StatsCache>,
+    /// The device manager (device plugins' extended resources).
+    pub devices: devices::DeviceManager,
 }
 
 impl std::fmt::Debug for NodeServices {
@@ -239,6 +257,29 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
     let mut tasks: JoinSet<&'static str> = JoinSet::new();
     let shutdown = ctx.shutdown.clone();
 
+    // Device plugins (kubelet's device manager) and the plugin manager on
+    // `plugins_registry` with the device plugin handler; CSI and DRA
+    // drivers are told no handler serves their type.
+    let device_manager = devices::DeviceManager::new(devices::dir(&n.root_dir));
+    {
+        let handler = devices::start(&device_manager, &cri, shutdown.clone()).await?;
+        let mut handlers = plugins::Handlers::new();
+        handlers.insert(
+            keelson_cri::kubelet_api::pluginregistration::DEVICE_PLUGIN.to_string(),
+            handler,
+        );
+        plugins::start(&n.root_dir, handlers, shutdown.clone()).map_err(|source| {
+            NodeError::Socket {
+                path: n
+                    .root_dir
+                    .join(plugins::REGISTRY_DIR_NAME)
+                    .display()
+                    .to_string(),
+                source,
+            }
+        })?;
+    }
+
     // Runtime health (kubelet's updateRuntimeUp every 5 s).
     {
         let (cri, runtime, stop) = (cri.clone(), runtime.clone(), shutdown.clone());
@@ -262,6 +303,7 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
             host,
             runtime: runtime.clone(),
             pressure,
+            devices: Some(device_manager.clone()),
             recorder: Some(recorder.clone()),
             metrics: status::StatusMetrics::new(&ctx.registry, &ctx.node_name),
         },
@@ -352,7 +394,23 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
         status: status_handle,
         eviction: eviction_handle,
         stats,
+        devices: device_manager.clone(),
     };
+    // The pod-resources API (kubelet's `ListenAndServePodResources`).
+    podresources::start(
+        &n.root_dir,
+        pods_slot.clone(),
+        device_manager,
+        shutdown.clone(),
+    )
+    .map_err(|source| NodeError::Socket {
+        path: n
+            .root_dir
+            .join(podresources::DIR_NAME)
+            .display()
+            .to_string(),
+        source,
+    })?;
     // Pods (and their volumes): started as a task so a runtime that is not
     // up yet does not hold the rest of the node role.
     {

@@ -467,6 +467,9 @@ pub struct BinaryNode {
     log_path: PathBuf,
     netns_name: String,
     dir: tempfile::TempDir,
+    /// How keelson was started, for [`BinaryNode::restart`] (`None` when
+    /// it runs under a private systemd).
+    relaunch: Option<(PathBuf, String)>,
 }
 
 impl std::fmt::Debug for BinaryNode {
@@ -612,7 +615,47 @@ impl BinaryNode {
             log_path,
             netns_name: ctrd.netns().name().to_string(),
             dir,
+            relaunch: opts
+                .systemd
+                .is_none()
+                .then(|| (config_path.clone(), opts.log_filter.clone())),
         })
+    }
+
+    /// Stops keelson (SIGTERM, up to `grace`) and starts it again on the
+    /// same configuration and root dir, in the same namespace; the log
+    /// goes on in the same file. Not for nodes under a private systemd.
+    pub fn restart(&mut self, grace: Duration) -> Result<(), NodeHarnessError> {
+        let Some((config_path, filter)) = self.relaunch.clone() else {
+            return Err(setup("restarting keelson")(
+                "not supported under a private systemd".to_string(),
+            ));
+        };
+        self.stop(grace);
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log_path)
+            .map_err(|e| setup("opening the log file")(e.to_string()))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| setup("opening the log file")(e.to_string()))?;
+        let bin = keelson_bin()?;
+        // As `NetNs::command` (the namespace is the containerd harness's).
+        let child = std::process::Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.netns_name))
+            .arg("--")
+            .arg(&bin)
+            .arg("run")
+            .arg("--config")
+            .arg(&config_path)
+            .env("RUST_LOG", &filter)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|e| setup("starting keelson")(e.to_string()))?;
+        self.child = Some(child);
+        Ok(())
     }
 
     /// The temp dir (config, kubeconfig, log, root dir).

@@ -130,6 +130,8 @@ pub struct PodsDeps {
     pub probes: bool,
     /// Probe manager settings.
     pub probe_config: keelson_probes::ProbeManagerConfig,
+    /// The device manager (`None`: no device plugins).
+    pub devices: Option<crate::devices::DeviceManager>,
     /// The eviction manager's admit handler (the first of kubelet's;
     /// the others are the pod lifecycle's own, see [`admission`]).
     pub admit: Option<AdmitFn>,
@@ -507,6 +509,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         env: deps.env.clone(),
         services,
         allocatable: deps.allocatable.clone(),
+        devices: deps.devices.clone(),
         hooks: HookRunner::new(deps.cri.clone(), keelson_common::version::KUBERNETES_MINOR),
         clock: clock.clone(),
         runtime_classes: Arc::new(runtime::runtime_class::ApiRuntimeClasses::start(
@@ -651,6 +654,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
                     admission::apparmor::validate_host(std::path::Path::new("/")),
                 ),
                 rejections: metrics.admission_rejections_total.clone(),
+                devices: deps.devices.clone(),
             }),
             allocation,
             rejected,

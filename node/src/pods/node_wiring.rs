@@ -70,6 +70,7 @@ pub async fn start_for_node(
                 Arc::new(move |pod: &k8s_openapi::api::core::v1::Pod| eviction.admit(pod))
             }),
             node: None,
+            devices: Some(services.devices.clone()),
         },
         ctx.shutdown.clone(),
     )

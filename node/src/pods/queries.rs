@@ -27,3 +27,21 @@ impl PodsHandle {
             .next()
     }
 }
+
+impl PodsHandle {
+    /// kubelet's `GetActivePods` as the pod-resources API and the device
+    /// manager use it: the pods whose worker still syncs them or is stopping
+    /// them (their containers may hold the node's resources).
+    pub fn pods_holding_resources(&self) -> Vec<Arc<Pod>> {
+        let using: std::collections::BTreeSet<String> = self
+            .workers
+            .pods_using_resources()
+            .into_iter()
+            .map(|(p, _)| crate::pod::podutil::uid(&p).to_string())
+            .collect();
+        self.pods()
+            .into_iter()
+            .filter(|p| using.contains(crate::pod::podutil::uid(p)))
+            .collect()
+    }
+}

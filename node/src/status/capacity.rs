@@ -149,6 +149,8 @@ pub struct CapacityInputs<'a> {
     pub kube_reserved: &'a Reserved,
     /// Eviction thresholds (only the hard ones count).
     pub thresholds: &'a [Threshold],
+    /// The device plugins' resources (`GetDevicePluginResourceCapacity`).
+    pub devices: Option<&'a crate::devices::DeviceCapacity>,
 }
 
 /// The container manager's capacity (machine resources plus
@@ -189,6 +191,18 @@ pub fn set_capacity(
                     api_quantity("ephemeral-storage", units(bytes)),
                 );
             }
+            // Device plugin resources: healthy + unhealthy devices; a
+            // resource whose plugin is gone is set to 0, not removed, to
+            // show it was managed by a device plugin
+            // (`pkg/kubelet/nodestatus/setters.go` MachineInfo).
+            if let Some(d) = inputs.devices {
+                for (k, v) in &d.capacity {
+                    capacity.insert(k.clone(), api_quantity(k, Quantity::from_units(*v)));
+                }
+                for k in &d.removed {
+                    capacity.insert(k.clone(), api_quantity(k, Quantity::ZERO));
+                }
+            }
         }
     }
     // Extended resources no longer in capacity leave allocatable.
@@ -212,6 +226,12 @@ pub fn set_capacity(
             value = Quantity::ZERO;
         }
         allocatable.insert(k.clone(), api_quantity(k, value));
+    }
+    // Device plugin resources: healthy devices only.
+    if let Some(d) = inputs.devices {
+        for (k, v) in &d.allocatable {
+            allocatable.insert(k.clone(), api_quantity(k, Quantity::from_units(*v)));
+        }
     }
     // Huge page pools are not available as ordinary memory.
     let hugepages: Vec<Quantity> = capacity
@@ -323,6 +343,7 @@ mod tests {
             system_reserved: &none,
             kube_reserved: &none,
             thresholds: &thresholds,
+            devices: None,
         };
         let mut cap = ResourceList::new();
         cap.insert("example.com/dongle".into(), q("4"));
@@ -377,6 +398,7 @@ mod tests {
             system_reserved: &system,
             kube_reserved: &kube,
             thresholds: &[],
+            devices: None,
         };
         let mut cap = ResourceList::new();
         let mut alloc = ResourceList::new();
@@ -401,6 +423,7 @@ mod tests {
             system_reserved: &big,
             kube_reserved: &none,
             thresholds: &[],
+            devices: None,
         };
         let (mut cap, mut alloc) = (ResourceList::new(), ResourceList::new());
         set_capacity(&mut cap, &mut alloc, &inputs);

@@ -163,6 +163,8 @@ pub struct StatusDeps {
     pub runtime: RuntimeState,
     /// Pressure from the eviction manager.
     pub pressure: Arc<dyn PressureSource>,
+    /// The device manager (`None`: no device plugins).
+    pub devices: Option<crate::devices::DeviceManager>,
     /// Event recorder (`None`: no events).
     pub recorder: Option<EventRecorder>,
     /// Metrics.
@@ -288,6 +290,7 @@ impl NodeStatusManager {
             runtime_handlers: Vec::new(),
             supplemental_groups_policy: None,
             pressure: self.deps.pressure.pressure(),
+            devices: self.deps.devices.as_ref().map(|d| d.capacity()),
         }
     }
 
@@ -345,6 +348,7 @@ impl NodeStatusManager {
             runtime_handlers: self.deps.runtime.runtime_handlers(),
             supplemental_groups_policy: self.deps.runtime.supplemental_groups_policy(),
             pressure: self.deps.pressure.pressure(),
+            devices: self.deps.devices.as_ref().map(|d| d.capacity()),
         }
     }
 

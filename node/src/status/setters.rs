@@ -90,6 +90,8 @@ pub struct Observed {
     pub supplemental_groups_policy: Option<bool>,
     /// Pressure from the eviction manager.
     pub pressure: PressureFlags,
+    /// The device plugins' resources.
+    pub devices: Option<crate::devices::DeviceCapacity>,
 }
 
 /// What applying the setters produced besides the changed Node.
@@ -133,6 +135,7 @@ pub fn apply(node: &mut Node, cfg: &SetterConfig, obs: &Observed) -> SetterOutco
             system_reserved: &cfg.system_reserved,
             kube_reserved: &cfg.kube_reserved,
             thresholds: &cfg.thresholds,
+            devices: obs.devices.as_ref(),
         },
     );
     if obs.machine.is_none() {
@@ -299,6 +302,7 @@ mod tests {
             runtime_handlers: vec![],
             supplemental_groups_policy: None,
             pressure: PressureFlags::default(),
+            devices: None,
         }
     }
 

@@ -409,6 +409,26 @@ impl ClusterNode {
         Daemon::spawn("kubelet", cmd, &self.dir.join("kubelet.log"))
     }
 
+    /// The node agent's device plugin directory: keelson's
+    /// `<rootDir>/device-plugins`; kubelet v1.36 always uses
+    /// `/var/lib/kubelet/device-plugins` (`pluginapi.KubeletSocket`,
+    /// whatever `--root-dir`), which its mount namespace shares with the host.
+    pub fn device_plugins_dir(&self) -> PathBuf {
+        match self.spec.node {
+            NodeAgent::Kubelet => PathBuf::from("/var/lib/kubelet/device-plugins"),
+            _ => self.dir.join("keelson-root").join("device-plugins"),
+        }
+    }
+
+    /// The node agent's root dir: kubelet's `--root-dir`, or keelson's
+    /// `node.rootDir`.
+    pub fn node_root_dir(&self) -> PathBuf {
+        match self.spec.node {
+            NodeAgent::Kubelet => self.kubelet_root_dir(),
+            _ => self.dir.join("keelson-root"),
+        }
+    }
+
     /// kubelet's root dir on this node (`--root-dir` of [`kubelet::command`]).
     pub fn kubelet_root_dir(&self) -> PathBuf {
         kubelet::root_dir(&self.dir)

@@ -147,6 +147,7 @@ async fn start_lifecycle(
             },
             admit,
             node: None,
+            devices: None,
         },
         stop,
     )

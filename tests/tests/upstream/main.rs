@@ -7,6 +7,7 @@
 //! exactly this tier; without the binaries every case is reported skipped.
 
 mod config_cases;
+mod device_cases;
 mod diagnose_cases;
 mod migrate_cases;
 mod node_api_cases;
@@ -31,6 +32,7 @@ fn main() -> std::process::ExitCode {
         config_cases::CASES,
         serving_bootstrap_cases::CASES,
         migrate_cases::CASES,
+        device_cases::CASES,
     ]
     .concat();
     runner::main(&cases)

@@ -42,6 +42,9 @@ use self::fit::NodeResources;
 use self::node::NodeSource;
 use self::sysctl::SysctlAllowlist;
 
+/// kubelet's `UnexpectedAdmissionError` (`cm/admission/errors.go`).
+pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
+
 /// The outcome of one handler.
 pub type Verdict = Result<(), AdmitRejection>;
 
@@ -124,6 +127,8 @@ pub struct AdmitterParts {
     pub apparmor: AppArmorAdmission,
     /// `kubelet_admission_rejections_total`.
     pub rejections: IntCounterVec,
+    /// The device manager (`None`: no device plugins).
+    pub devices: Option<crate::devices::DeviceManager>,
 }
 
 /// The admit handlers in kubelet's order.
@@ -182,14 +187,65 @@ impl Admitter {
             e(pod)?;
         }
         self.p.sysctls.admit(pod)?;
+        self.allocate_devices(pod, others).await?;
         self.predicates(pod, others).await?;
         self.p.apparmor.admit(pod)?;
         features::admit(pod)
     }
 
+    /// The container manager's resource allocation handler (kubelet's
+    /// topology manager with the `none` policy, `scope.admitPolicyNone`,
+    /// `cm/admission/errors.go`): the device manager allocates each init
+    /// and regular container's devices; a failure refuses the pod.
+    async fn allocate_devices(&self, pod: &Pod, others: &[Arc<Pod>]) -> Verdict {
+        let Some(devices) = &self.p.devices else {
+            return Ok(());
+        };
+        let mut active: std::collections::BTreeSet<String> =
+            others.iter().map(|p| podutil::uid(p).to_string()).collect();
+        active.insert(podutil::uid(pod).to_string());
+        let spec = podutil::spec(pod);
+        let init = spec.init_containers.iter().flatten().map(|c| (c, true));
+        for (c, is_init) in init.chain(spec.containers.iter().map(|c| (c, false))) {
+            let restartable = c.restart_policy.as_deref() == Some("Always");
+            if let Err(e) = devices
+                .allocate(pod, c, is_init, restartable, Some(&active))
+                .await
+            {
+                return Err(rejection(
+                    UNEXPECTED_ADMISSION_ERROR,
+                    format!("Allocate failed due to {e}, which is unexpected"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// `predicateAdmitHandler.Admit`.
     async fn predicates(&self, pod: &Pod, others: &[Arc<Pod>]) -> Verdict {
         let mut node = self.p.node.cached().unwrap_or_else(|| self.stand_in_node());
+        // `UpdatePluginResources`: devices already allocated to this pod
+        // count as allocatable.
+        if let Some(devices) = &self.p.devices {
+            let allocatable = node
+                .status
+                .get_or_insert_with(Default::default)
+                .allocatable
+                .get_or_insert_with(Default::default);
+            let raise = devices.sanitize_allocatable(podutil::uid(pod), |r| {
+                allocatable.get(r).and_then(|q| {
+                    keelson_common::quantity::Quantity::parse(&q.0)
+                        .ok()
+                        .and_then(|v| i64::try_from(v.value()).ok())
+                })
+            });
+            for (r, n) in raise {
+                allocatable.insert(
+                    r,
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(n.to_string()),
+                );
+            }
+        }
         if predicates::os_label_mismatch(pod) {
             return Err(rejection(
                 "PodOSSelectorNodeLabelDoesNotMatch",

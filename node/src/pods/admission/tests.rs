@@ -63,6 +63,7 @@ fn admitter(src: Arc<FakeNode>, eviction: Option<AdmitFn>) -> Admitter {
             &["reason"],
         )
         .expect("metric"),
+        devices: None,
     })
 }
 

@@ -86,6 +86,7 @@ pub struct RuntimeManager {
     pub(super) env: Arc<dyn EnvSources>,
     pub(super) services: Arc<dyn ServiceEnv>,
     pub(super) allocatable: AllocatableFn,
+    pub(super) devices: Option<crate::devices::DeviceManager>,
     pub(super) hooks: HookRunner,
     pub(super) clock: SharedClock,
     pub(super) runtime_classes: Arc<dyn RuntimeClasses>,
@@ -129,6 +130,8 @@ pub struct RuntimeParts {
     pub services: Arc<dyn ServiceEnv>,
     /// Node allocatable.
     pub allocatable: AllocatableFn,
+    /// The device manager (`None`: no device plugins).
+    pub devices: Option<crate::devices::DeviceManager>,
     /// Hook runner.
     pub hooks: HookRunner,
     /// Clock.
@@ -154,6 +157,7 @@ impl RuntimeManager {
             env: p.env,
             services: p.services,
             allocatable: p.allocatable,
+            devices: p.devices,
             hooks: p.hooks,
             clock: p.clock,
             runtime_classes: p.runtime_classes,

@@ -280,6 +280,23 @@ impl RuntimeManager {
         image_ref: &str,
         ns_target: Option<&str>,
     ) -> Result<api::ContainerConfig, String> {
+        // The container manager's `GetResources`: the device plugins'
+        // devices, mounts, environment and annotations for this container
+        // (`GetDeviceRunContainerOptions`, which calls PreStartContainer).
+        let device_opts = match &self.devices {
+            Some(d) => {
+                let is_init = podutil::spec(pod)
+                    .init_containers
+                    .iter()
+                    .flatten()
+                    .any(|i| i.name == c.name);
+                let restartable = c.restart_policy.as_deref() == Some("Always");
+                d.run_container_options(pod, c, is_init, restartable)
+                    .await?
+                    .unwrap_or_default()
+            }
+            None => Default::default(),
+        };
         let ns = podutil::namespace(pod);
         let links = podutil::spec(pod).enable_service_links.unwrap_or(true);
         let service_env = self.services.service_env(ns, links);
@@ -324,7 +341,18 @@ impl RuntimeManager {
         })?;
 
         let env_pairs: Vec<(String, String)> = env.vars.clone();
-        let mut mounts = self.volumes.container_mounts(pod, c, &env_pairs).await?;
+        // Device mounts first, then the volumes (`GenerateRunContainerOptions`).
+        let mut mounts: Vec<api::Mount> = device_opts
+            .mounts
+            .iter()
+            .map(|(container_path, host_path, readonly)| api::Mount {
+                container_path: container_path.clone(),
+                host_path: host_path.clone(),
+                readonly: *readonly,
+                ..Default::default()
+            })
+            .collect();
+        mounts.extend(self.volumes.container_mounts(pod, c, &env_pairs).await?);
         let pod_dir = self.volumes.pod_dir(podutil::uid(pod));
         let mounts_etc_hosts = c
             .volume_mounts
@@ -382,15 +410,32 @@ impl RuntimeManager {
             command,
             args,
             working_dir: c.working_dir.clone().unwrap_or_default(),
-            envs: env
-                .vars
+            // The devices' variables come before the container's own.
+            envs: device_opts
+                .envs
                 .into_iter()
+                .chain(env.vars)
                 .map(|(key, value)| api::KeyValue { key, value })
                 .collect(),
             mounts,
-            devices: Vec::new(),
+            devices: device_opts
+                .devices
+                .into_iter()
+                .map(|(container_path, host_path, permissions)| api::Device {
+                    container_path,
+                    host_path,
+                    permissions,
+                })
+                .collect(),
             labels: new_container_labels(c, pod),
-            annotations: new_container_annotations(c, pod, restart_count),
+            annotations: {
+                // kubelet's own annotations win over the devices'.
+                let mut a = new_container_annotations(c, pod, restart_count);
+                for (k, v) in device_opts.annotations {
+                    a.entry(k).or_insert(v);
+                }
+                a
+            },
             log_path: format!("{}/{restart_count}.log", c.name),
             stdin: c.stdin.unwrap_or(false),
             stdin_once: c.stdin_once.unwrap_or(false),
@@ -403,7 +448,11 @@ impl RuntimeManager {
                 )),
             }),
             windows: None,
-            cdi_devices: Vec::new(),
+            cdi_devices: device_opts
+                .cdi_devices
+                .into_iter()
+                .map(|name| api::CdiDevice { name })
+                .collect(),
         })
     }
 }

@@ -1,0 +1,21 @@
+//! Generates kubelet's plugin gRPC APIs (`proto/kubelet/*.proto`: device
+//! plugins v1beta1, plugin registration v1, pod resources v1) with tonic,
+//! clients and servers both. Needs `protoc` (as k8s-cri's CRI bindings).
+
+fn main() {
+    let protos = [
+        "proto/kubelet/deviceplugin_v1beta1.proto",
+        "proto/kubelet/pluginregistration_v1.proto",
+        "proto/kubelet/podresources_v1.proto",
+    ];
+    for p in protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    if let Err(e) = tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_protos(&protos, &["proto/kubelet"])
+    {
+        panic!("generating kubelet's plugin APIs failed (is protoc installed?): {e}");
+    }
+}
