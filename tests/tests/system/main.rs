@@ -50,6 +50,7 @@ mod node_volumes_support;
 mod packaging_daemonset;
 mod system_cri_containerd;
 mod system_demo;
+mod system_devices_plugins;
 mod system_diagnose;
 mod system_e2e_images;
 mod system_ebpf_socket_lb;
