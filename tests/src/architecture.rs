@@ -86,6 +86,8 @@ pub const LAYERS: &[(&str, &[&str])] = &[
             "downward",
             "logs",
             "preflight",
+            "plugins",
+            "devices",
             "status",
             "stats",
             "gc",
@@ -95,6 +97,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
             "introspect",
             "lease",
             "server",
+            "podresources",
         ],
     ),
     (

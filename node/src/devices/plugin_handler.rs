@@ -15,7 +15,7 @@ use super::connection;
 use super::manager::DeviceManager;
 use super::registration::invalid_resource_name;
 use crate::plugins::{BoxFuture, PluginHandler};
-use crate::status::capacity::is_extended_resource;
+use crate::pod::resources::is_extended_resource;
 
 /// The handler (`server` as a `cache.PluginHandler`).
 pub(crate) struct DevicePluginHandler {

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::connection;
 use super::manager::DeviceManager;
-use crate::status::capacity::is_extended_resource;
+use crate::pod::resources::is_extended_resource;
 
 /// The socket's name in the device plugin directory.
 pub(crate) const SOCKET_NAME: &str = "kubelet.sock";

@@ -108,6 +108,12 @@ pub fn container_limits(c: &Container) -> Amounts {
     Amounts::of(&limits_of(c.resources.as_ref()))
 }
 
+/// `IsExtendedResourceName`: a domain-prefixed name outside
+/// `kubernetes.io/` and not a quota `requests.*` name.
+pub fn is_extended_resource(name: &str) -> bool {
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
+}
+
 /// `IsSupportedPodLevelResource`: cpu, memory and hugepages.
 pub fn is_pod_level_resource(name: &str) -> bool {
     name == "cpu" || name == "memory" || name.starts_with("hugepages-")

@@ -38,12 +38,7 @@ pub fn is_hugepage_resource(name: &str) -> bool {
     name.starts_with("hugepages-")
 }
 
-/// True for extended resources: a domain-prefixed name outside
-/// `kubernetes.io/` and not `requests.*` (upstream `IsExtendedResourceName`).
-pub fn is_extended_resource(name: &str) -> bool {
-    let native = !name.contains('/') || name.contains("kubernetes.io/");
-    !native && !name.starts_with("requests.")
-}
+pub use crate::pod::resources::is_extended_resource;
 
 fn units(v: u64) -> Quantity {
     Quantity::from_units(i64::try_from(v).unwrap_or(i64::MAX))

@@ -41,11 +41,7 @@ impl Insufficient {
     }
 }
 
-/// `IsExtendedResourceName`: a qualified name with a domain outside
-/// `kubernetes.io`, not a quota `requests.` name.
-pub fn is_extended(name: &str) -> bool {
-    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
-}
+use crate::pod::resources::is_extended_resource as is_extended;
 
 /// `IsScalarResourceName`: extended, hugepages, prefixed native and
 /// attachable-volume resources.
