@@ -24,7 +24,16 @@ use crate::support::{busybox_pod, create_pod, namespace, wait_pod, wait_pod_read
 
 pub const CASES: &[Case] = &[Case {
     name: "device_plugin_sample",
-    agents: &Agents::ALL,
+    // keelson only in the tier's run: kubelet v1.36 serves and dials device
+    // plugins in the fixed /var/lib/kubelet/device-plugins whatever its
+    // root dir, a directory every kubelet of the run shares, so the sample
+    // plugin registered with the run's shared kubelet as well and
+    // `node_status_has_kubelets_shape` saw `example.com/resource` on one
+    // node only. Run against the real kubelet alone this case passed
+    // (`upstream_kube_device_plugin_sample`, 2026-12-07); giving each
+    // kubelet a private device-plugins directory is left to the
+    // node-plugins issue.
+    agents: &[Agents::Keelson],
     run: |env, agents| Box::pin(device_plugin_sample(env, agents)),
 }];
 
