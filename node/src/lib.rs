@@ -28,6 +28,7 @@ pub mod podresources;
 pub mod pods;
 pub mod preflight;
 pub mod server;
+pub mod shutdown;
 pub(crate) mod stats;
 pub mod status;
 pub mod volumes;
@@ -148,6 +149,8 @@ pub struct NodeServices {
     pub stats: Arc<stats::StatsCache>,
     /// The device manager (device plugins' extended resources).
     pub devices: devices::DeviceManager,
+    /// Whether the node is shutting down (graceful node shutdown).
+    pub shutting_down: status::ShuttingDown,
 }
 
 impl std::fmt::Debug for NodeServices {
@@ -177,6 +180,13 @@ pub struct NodeOverrides {
     /// (default: the system bus); tests give a private bus with a double
     /// of systemd.
     pub systemd_bus: Option<String>,
+    /// The D-Bus address where graceful node shutdown finds logind and
+    /// systemd (default: the system bus); tests give a private bus with a
+    /// double of logind.
+    pub logind_bus: Option<String>,
+    /// Where graceful node shutdown writes logind's drop-in (default
+    /// `/etc/systemd/logind.conf.d`).
+    pub logind_conf_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for NodeOverrides {
@@ -293,6 +303,7 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
     }
 
     // Node registration and status.
+    let shutting_down = status::ShuttingDown::default();
     let status_cfg = status::StatusConfig::from_node_config(&ctx.node_name, n);
     let heartbeat_timeout = status_cfg.heartbeat_timeout;
     let (status_manager, status_handle) = status::NodeStatusManager::new(
@@ -306,6 +317,7 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
             devices: Some(device_manager.clone()),
             recorder: Some(recorder.clone()),
             metrics: status::StatusMetrics::new(&ctx.registry, &ctx.node_name),
+            shutting_down: shutting_down.clone(),
         },
     );
     {
@@ -395,6 +407,7 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
         eviction: eviction_handle,
         stats,
         devices: device_manager.clone(),
+        shutting_down,
     };
     // The pod-resources API (kubelet's `ListenAndServePodResources`).
     podresources::start(
@@ -417,6 +430,20 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
         let services = services.clone();
         let cgroups = overrides.pods_cgroups.clone();
         let systemd_bus = overrides.systemd_bus.clone();
+        let shutdown_cfg = shutdown::ShutdownConfig {
+            node_name: ctx.node_name.clone(),
+            periods: shutdown::groups::Periods::from_config(
+                n.shutdown_grace_period.get(),
+                n.shutdown_grace_period_critical_pods.get(),
+                &n.shutdown_grace_period_by_pod_priority,
+            ),
+            root_dir: n.root_dir.clone(),
+            bus: overrides.logind_bus.clone(),
+            conf_dir: overrides
+                .logind_conf_dir
+                .clone()
+                .unwrap_or_else(|| shutdown::logind::CONF_DIR.into()),
+        };
         let slot = pods_slot.clone();
         tasks.spawn(async move {
             let volumes = volumes::VolumeManager::for_node(&services);
@@ -424,6 +451,17 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
                 Ok(pods) => {
                     introspector.set_pods(pods.clone());
                     let _ = slot.set(pods.clone());
+                    // Graceful node shutdown (kubelet starts it once the
+                    // runtime-dependent parts run).
+                    if let Some(m) = shutdown::ShutdownManager::new(
+                        shutdown_cfg,
+                        Arc::new(pods.clone()),
+                        services.shutting_down.clone(),
+                        Some(services.recorder.clone()),
+                        &services.ctx.registry,
+                    ) {
+                        tokio::spawn(m.run(services.ctx.shutdown.clone()));
+                    }
                     // kubelet's /healthz `syncloop` check.
                     let check = pods.clone();
                     let every = services.ctx.config.sync_frequency.get();

@@ -92,6 +92,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
             "stats",
             "gc",
             "eviction",
+            "shutdown",
             "volumes",
             "pods",
             "introspect",

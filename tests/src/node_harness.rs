@@ -251,6 +251,16 @@ impl InProcessNode {
                 dir.path().join("no-systemd-bus").display()
             ));
         }
+        if overrides.logind_bus.is_none() {
+            // Graceful node shutdown never reaches the host's logind either.
+            overrides.logind_bus = Some(format!(
+                "unix:path={}",
+                dir.path().join("no-logind-bus").display()
+            ));
+        }
+        if overrides.logind_conf_dir.is_none() {
+            overrides.logind_conf_dir = Some(dir.path().join("logind.conf.d"));
+        }
         let task = tokio::spawn(async move {
             // A bootstrapping node starts once it has its certificate.
             if !node_client.ready(&role_ctx.shutdown).await {

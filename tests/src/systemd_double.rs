@@ -16,17 +16,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use keelson::node::cgroups::systemd::name::expand_slice;
 use keelson::node::cgroups::systemd::properties::{PropValue, Property};
 use zbus::object_server::SignalEmitter;
 use zbus::{ObjectPath, OwnedObjectPath, OwnedVariant, Variant};
 
-use crate::support::wait_for;
+use crate::private_bus::PrivateBus;
 
 /// The version the double reports (Debian 12's systemd).
 pub const VERSION: &str = "252.38-1~deb12u1";
@@ -50,9 +48,7 @@ struct State {
 
 /// The private bus and the double serving on it.
 pub struct SystemdDouble {
-    dir: tempfile::TempDir,
-    daemon: Child,
-    address: String,
+    bus: PrivateBus,
     state: Arc<Mutex<State>>,
     _conn: zbus::Connection,
 }
@@ -60,97 +56,25 @@ pub struct SystemdDouble {
 impl std::fmt::Debug for SystemdDouble {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SystemdDouble")
-            .field("address", &self.address)
-            .field("dbus_daemon_pid", &self.daemon.id())
+            .field("bus", &self.bus)
             .finish_non_exhaustive()
     }
 }
 
-/// The `dbus-daemon` binary, when installed.
-pub fn dbus_daemon() -> Option<PathBuf> {
-    ["/usr/bin/dbus-daemon", "/bin/dbus-daemon"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-}
-
-fn bus_config(socket: &Path) -> String {
-    // No <user>, <pidfile>, <servicedir>, <includedir> or <syslog/>: the
-    // daemon writes nothing but its socket, activates nothing, and lets
-    // any local client (root in tests) own and call anything.
-    format!(
-        r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>keelson-test</type>
-  <listen>unix:path={}</listen>
-  <auth>EXTERNAL</auth>
-{}
-</busconfig>
-"#,
-        socket.display(),
-        BUS_POLICY
-    )
-}
-
-/// The policy of a test's private bus: any local client (root in tests)
-/// may connect, own any name and call anything.
-pub const BUS_POLICY: &str = r#"  <policy context="default">
-    <allow user="*"/>
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>"#;
+pub use crate::private_bus::{BUS_POLICY, dbus_daemon};
 
 impl SystemdDouble {
     /// Starts a private `dbus-daemon` and the double on it. With
     /// `cgroup_tree`, slices get directories there as systemd would make
     /// their cgroups.
     pub async fn start(cgroup_tree: Option<PathBuf>) -> Result<SystemdDouble, String> {
-        let bin = dbus_daemon().ok_or("dbus-daemon is not installed")?;
-        let dir = tempfile::Builder::new()
-            .prefix("keelson-dbus-")
-            .tempdir()
-            .map_err(|e| format!("temp dir: {e}"))?;
-        let socket = dir.path().join("bus");
-        let config = dir.path().join("bus.conf");
-        std::fs::write(&config, bus_config(&socket)).map_err(|e| format!("bus.conf: {e}"))?;
-        let daemon = Command::new(bin)
-            .arg(format!("--config-file={}", config.display()))
-            .args(["--nofork", "--nopidfile", "--nosyslog"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            // Its own complaints stay visible (as root without
-            // CAP_SYS_RESOURCE it says once that it cannot raise its fd
-            // limit, which is harmless).
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("starting dbus-daemon: {e}"))?;
-        let address = format!("unix:path={}", socket.display());
+        let (bus, conn) = PrivateBus::start().await?;
         let state = Arc::new(Mutex::new(State::default()));
         let manager = Manager {
             state: state.clone(),
             tree: cgroup_tree,
             jobs: AtomicU32::new(0),
         };
-        // From here on, a failure drops `partial`, which stops the daemon.
-        let mut partial = Partial(Some(daemon));
-        let conn = wait_for(
-            "the private dbus-daemon to accept connections",
-            Duration::from_secs(30),
-            Duration::from_millis(50),
-            || async {
-                if !socket.exists() {
-                    return Err("no socket yet".to_string());
-                }
-                zbus::connection::Builder::address(address.as_str())
-                    .build()
-                    .await
-                    .map_err(|e| e.to_string())
-            },
-        )
-        .await
-        .map_err(|e| e.to_string())?;
         conn.object_server()
             .at("/org/freedesktop/systemd1", manager)
             .await
@@ -158,11 +82,8 @@ impl SystemdDouble {
         conn.request_name("org.freedesktop.systemd1")
             .await
             .map_err(|e| format!("owning org.freedesktop.systemd1: {e}"))?;
-        let daemon = partial.0.take().ok_or("dbus-daemon lost")?;
         Ok(SystemdDouble {
-            dir,
-            daemon,
-            address,
+            bus,
             state,
             _conn: conn,
         })
@@ -170,12 +91,12 @@ impl SystemdDouble {
 
     /// The private bus's address (keelson's `systemd_bus`).
     pub fn address(&self) -> &str {
-        &self.address
+        self.bus.address()
     }
 
     /// The directory of the bus's socket and configuration.
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        self.bus.dir()
     }
 
     /// The units that are up (started, not stopped), by name.
@@ -201,29 +122,6 @@ impl SystemdDouble {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
-
-impl Drop for SystemdDouble {
-    fn drop(&mut self) {
-        stop(&mut self.daemon);
-    }
-}
-
-/// The daemon until the double owns it.
-struct Partial(Option<Child>);
-
-impl Drop for Partial {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            stop(c);
-        }
-    }
-}
-
-fn stop(daemon: &mut Child) {
-    // SIGKILL to this child's PID only, then reap it.
-    let _ = daemon.kill();
-    let _ = daemon.wait();
 }
 
 #[derive(Debug, zbus::DBusError)]

@@ -7,6 +7,7 @@ pub mod eviction;
 pub mod kubelet_api;
 pub mod node;
 pub mod node_labels;
+pub mod shutdown;
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -258,6 +259,7 @@ pub fn validate(n: &NodeConfig, errs: &mut Vec<FieldError>) {
         ));
     }
     node_labels::validate(&n.node_labels, errs);
+    shutdown::validate(n, errs);
     if !(-1000..=1000).contains(&n.oom_score_adj) {
         errs.push(FieldError::new(
             "node.oomScoreAdj",

@@ -13,6 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use super::duration::KubeDuration;
 use super::eviction::default_eviction_hard;
 use super::kubelet_api::{KubeletAuthentication, KubeletAuthorization};
+use super::shutdown::ShutdownGracePeriodByPodPriority;
 
 /// How pod and QoS cgroups are named and created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -242,6 +243,16 @@ pub struct NodeConfig {
     /// file gets upstream's default (true).
     #[serde(rename = "failCgroupV1")]
     pub fail_cgroup_v1: bool,
+    /// How long the node holds its shutdown back for pods to stop, all
+    /// priorities together (`shutdownGracePeriod`); 0 turns graceful node
+    /// shutdown off.
+    pub shutdown_grace_period: KubeDuration,
+    /// The part of `shutdownGracePeriod` kept for critical pods
+    /// (`shutdownGracePeriodCriticalPods`).
+    pub shutdown_grace_period_critical_pods: KubeDuration,
+    /// Grace periods by pod priority, instead of the two fields above
+    /// (`shutdownGracePeriodByPodPriority`).
+    pub shutdown_grace_period_by_pod_priority: Vec<ShutdownGracePeriodByPodPriority>,
 }
 
 impl Default for NodeConfig {
@@ -321,6 +332,9 @@ impl Default for NodeConfig {
             fail_swap_on: true,
             single_process_oom_kill: None,
             fail_cgroup_v1: false,
+            shutdown_grace_period: KubeDuration::from_secs(0),
+            shutdown_grace_period_critical_pods: KubeDuration::from_secs(0),
+            shutdown_grace_period_by_pod_priority: Vec::new(),
         }
     }
 }

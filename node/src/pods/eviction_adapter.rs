@@ -34,6 +34,7 @@ impl EvictionPods for PodsHandle {
                 reason: REASON_EVICTED.to_string(),
                 message: message.to_string(),
                 condition,
+                keep_succeeded: false,
             },
         )
     }

@@ -79,6 +79,9 @@ pub struct FinalStatus {
     pub message: String,
     /// E.g. a `DisruptionTarget` condition.
     pub condition: Option<PodCondition>,
+    /// A pod whose status says `Succeeded` stays so (graceful node
+    /// shutdown); otherwise `phase` replaces it (eviction).
+    pub keep_succeeded: bool,
 }
 
 /// What a successful `sync_pod` found.
@@ -720,7 +723,9 @@ impl PodLifecycle {
 
 /// Puts an eviction's final status over a generated one.
 pub fn apply_final_status(s: &mut PodStatus, f: &FinalStatus) {
-    s.phase = Some(f.phase.clone());
+    if !(f.keep_succeeded && s.phase.as_deref() == Some("Succeeded")) {
+        s.phase = Some(f.phase.clone());
+    }
     s.reason = Some(f.reason.clone());
     s.message = Some(f.message.clone());
     if let Some(c) = &f.condition {

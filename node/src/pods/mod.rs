@@ -28,6 +28,7 @@ pub(crate) mod probes;
 mod queries;
 pub(crate) mod restart_all;
 pub mod runtime;
+mod shutdown_adapter;
 pub mod source;
 pub mod status;
 pub(crate) mod store;
@@ -135,6 +136,8 @@ pub struct PodsDeps {
     /// The eviction manager's admit handler (the first of kubelet's;
     /// the others are the pod lifecycle's own, see [`admission`]).
     pub admit: Option<AdmitFn>,
+    /// The graceful node shutdown manager's admit handler (kubelet's last).
+    pub shutdown_admit: Option<AdmitFn>,
     /// Where admission reads this node's Node (`None`: a watch of it
     /// through `client`).
     pub node: Option<Arc<dyn admission::node::NodeSource>>,
@@ -655,6 +658,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
                 ),
                 rejections: metrics.admission_rejections_total.clone(),
                 devices: deps.devices.clone(),
+                shutdown: deps.shutdown_admit.clone(),
             }),
             allocation,
             rejected,

@@ -69,6 +69,12 @@ pub async fn start_for_node(
                 let eviction = services.eviction.clone();
                 Arc::new(move |pod: &k8s_openapi::api::core::v1::Pod| eviction.admit(pod))
             }),
+            shutdown_admit: Some({
+                let flag = services.shutting_down.clone();
+                Arc::new(move |_: &k8s_openapi::api::core::v1::Pod| {
+                    super::admission::shutdown::admit(&flag)
+                })
+            }),
             node: None,
             devices: Some(services.devices.clone()),
         },

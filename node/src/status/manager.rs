@@ -36,6 +36,7 @@ use super::registration::{
 };
 use super::runtime::{RuntimeState, update_runtime_up};
 use super::setters::{Observed, SetterConfig, apply, now_seconds};
+use super::shutting_down::ShuttingDown;
 use crate::config::NodeConfig;
 use crate::config::eviction::parse_thresholds;
 use keelson_common::error_chain::error_chain;
@@ -169,6 +170,8 @@ pub struct StatusDeps {
     pub recorder: Option<EventRecorder>,
     /// Metrics.
     pub metrics: StatusMetrics,
+    /// Whether the node is shutting down (graceful node shutdown).
+    pub shutting_down: ShuttingDown,
 }
 
 /// Result of one successful status try.
@@ -287,6 +290,7 @@ impl NodeStatusManager {
             runtime_errors: self.deps.runtime.runtime_errors(),
             network_errors: self.deps.runtime.network_errors(),
             storage_errors: self.deps.runtime.storage_errors(),
+            shutdown_error: self.deps.shutting_down.error(),
             runtime_handlers: Vec::new(),
             supplemental_groups_policy: None,
             pressure: self.deps.pressure.pressure(),
@@ -345,6 +349,7 @@ impl NodeStatusManager {
             runtime_errors: self.deps.runtime.runtime_errors(),
             network_errors: self.deps.runtime.network_errors(),
             storage_errors: self.deps.runtime.storage_errors(),
+            shutdown_error: self.deps.shutting_down.error(),
             runtime_handlers: self.deps.runtime.runtime_handlers(),
             supplemental_groups_policy: self.deps.runtime.supplemental_groups_policy(),
             pressure: self.deps.pressure.pressure(),
@@ -705,10 +710,16 @@ impl NodeStatusManager {
         let mut fast_tick = tokio::time::interval(FAST_UPDATE_INTERVAL);
         fast_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut next_status = Instant::now();
+        let shutting_down = self.deps.shutting_down.clone();
         loop {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return,
+                // kubelet syncs the node status as soon as a shutdown
+                // starts (nodeshutdown_manager_linux.go `syncNodeStatus`).
+                _ = shutting_down.changed() => {
+                    self.sync_node_status(&shutdown).await;
+                }
                 _ = tokio::time::sleep_until(next_status) => {
                     let round = Instant::now();
                     self.sync_node_status(&shutdown).await;

@@ -26,6 +26,7 @@ pub mod patch;
 pub mod registration;
 pub mod runtime;
 pub mod setters;
+pub mod shutting_down;
 
 pub use handle::{NoPressure, NodeStatusHandle, PressureSource};
 pub use host::{Host, RealHost};
@@ -33,3 +34,4 @@ pub use manager::{NodeStatusManager, StatusConfig, StatusDeps};
 pub use metrics::StatusMetrics;
 pub use runtime::RuntimeState;
 pub use setters::PressureFlags;
+pub use shutting_down::ShuttingDown;

@@ -84,6 +84,8 @@ pub struct Observed {
     pub network_errors: Vec<String>,
     /// Storage errors.
     pub storage_errors: Vec<String>,
+    /// The graceful node shutdown manager's error (`node is shutting down`).
+    pub shutdown_error: Option<String>,
     /// Runtime handlers.
     pub runtime_handlers: Vec<RuntimeHandler>,
     /// Runtime support of `supplementalGroupsPolicy`, if reported.
@@ -227,6 +229,7 @@ pub fn apply(node: &mut Node, cfg: &SetterConfig, obs: &Observed) -> SetterOutco
     let mut errors = obs.runtime_errors.clone();
     errors.extend(obs.network_errors.iter().cloned());
     errors.extend(obs.storage_errors.iter().cloned());
+    errors.extend(obs.shutdown_error.iter().cloned());
     out.events
         .extend(set_ready(conditions, errors, &capacity_now, &obs.now));
     out
@@ -299,6 +302,7 @@ mod tests {
             runtime_errors: vec![],
             network_errors: vec![],
             storage_errors: vec![],
+            shutdown_error: None,
             runtime_handlers: vec![],
             supplemental_groups_policy: None,
             pressure: PressureFlags::default(),

@@ -61,6 +61,7 @@ mod node_pods_termination;
 mod node_pods_termination_message;
 mod node_pods_unsupported_fields;
 mod node_probes_wiring;
+mod node_shutdown_graceful;
 mod node_status_lease;
 mod node_status_outage;
 mod node_status_registration;

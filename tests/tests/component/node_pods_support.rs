@@ -146,6 +146,7 @@ async fn start_lifecycle(
                 ..Default::default()
             },
             admit,
+            shutdown_admit: None,
             node: None,
             devices: None,
         },

@@ -466,20 +466,15 @@ pub fn apply(cfg: &mut Config, doc: Value, dir: &Path, report: &mut Report) {
         "no node log query",
         report,
     );
-    for key in ["shutdownGracePeriod", "shutdownGracePeriodCriticalPods"] {
-        o.unimplemented(
-            key,
-            Default::Duration(KubeDuration::from_secs(0)),
-            "no graceful node shutdown",
-            report,
-        );
+    if let Some(d) = o.duration("shutdownGracePeriod", report) {
+        n.shutdown_grace_period = d;
     }
-    o.unimplemented(
-        "shutdownGracePeriodByPodPriority",
-        Default::Empty,
-        "no graceful node shutdown",
-        report,
-    );
+    if let Some(d) = o.duration("shutdownGracePeriodCriticalPods", report) {
+        n.shutdown_grace_period_critical_pods = d;
+    }
+    if let Some(list) = o.get("shutdownGracePeriodByPodPriority", report) {
+        n.shutdown_grace_period_by_pod_priority = list;
+    }
     let mut crash = o.object("crashLoopBackOff", report);
     crash.unimplemented(
         "maxContainerRestartPeriod",

@@ -371,7 +371,7 @@ fn container_log_rotation_fields_are_read() {
 
 #[test]
 fn every_problem_of_a_file_is_reported_at_once() {
-    let err = kubelet("maxPods: -3\ncpuManagerPolicy: static\nsyncFrequency: 10\nbogusField: 1\nauthentication:\n  x509:\n    clientCAFile: /ca.crt\nshutdownGracePeriod: 30s\nnodeLabels: {}\n")
+    let err = kubelet("maxPods: -3\ncpuManagerPolicy: static\nsyncFrequency: 10\nbogusField: 1\nauthentication:\n  x509:\n    clientCAFile: /ca.crt\nseccompDefault: true\nnodeLabels: {}\n")
         .expect_err("invalid");
     let paths = err.field_paths();
     for want in [
@@ -379,7 +379,7 @@ fn every_problem_of_a_file_is_reported_at_once() {
         "cpuManagerPolicy",
         "syncFrequency",
         "bogusField",
-        "shutdownGracePeriod",
+        "seccompDefault",
         "nodeLabels",
     ] {
         assert!(

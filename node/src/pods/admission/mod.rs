@@ -16,7 +16,9 @@
 //!    ([`predicates`]); node affinity alone failing re-reads the Node first;
 //! 4. AppArmor ([`apparmor`]);
 //! 5. pod-level resources (supported: PodLevelResources is on in v1.36);
-//! 6. node-declared features ([`features`]).
+//! 6. node-declared features ([`features`]);
+//! 7. graceful node shutdown (`NodeShutdown` while the node shuts down),
+//!    passed in by the node role.
 //!
 //! Not done: kubelet lets a critical pod that does not fit preempt other
 //! pods (`preemption.CriticalPodAdmissionHandler`); keelson refuses it
@@ -27,6 +29,7 @@ pub mod features;
 pub mod fit;
 pub mod node;
 pub mod predicates;
+pub mod shutdown;
 pub mod sysctl;
 
 use std::sync::Arc;
@@ -94,7 +97,7 @@ const COUNTED_REASONS: &[&str] = &[
     "Evicted",
     sysctl::FORBIDDEN_REASON,
     "TopologyAffinityError",
-    "NodeShutdown",
+    shutdown::REASON,
     "VolumeAttachmentLimitExceeded",
 ];
 
@@ -129,6 +132,8 @@ pub struct AdmitterParts {
     pub rejections: IntCounterVec,
     /// The device manager (`None`: no device plugins).
     pub devices: Option<crate::devices::DeviceManager>,
+    /// The graceful node shutdown manager's handler, last in line.
+    pub shutdown: Option<AdmitFn>,
 }
 
 /// The admit handlers in kubelet's order.
@@ -190,7 +195,11 @@ impl Admitter {
         self.allocate_devices(pod, others).await?;
         self.predicates(pod, others).await?;
         self.p.apparmor.admit(pod)?;
-        features::admit(pod)
+        features::admit(pod)?;
+        if let Some(s) = &self.p.shutdown {
+            s(pod)?;
+        }
+        Ok(())
     }
 
     /// The container manager's resource allocation handler (kubelet's

@@ -64,6 +64,7 @@ fn admitter(src: Arc<FakeNode>, eviction: Option<AdmitFn>) -> Admitter {
         )
         .expect("metric"),
         devices: None,
+        shutdown: None,
     })
 }
 
