@@ -79,8 +79,12 @@ pub struct FinalStatus {
     pub message: String,
     /// E.g. a `DisruptionTarget` condition.
     pub condition: Option<PodCondition>,
-    /// A pod whose status says `Succeeded` stays so (graceful node
-    /// shutdown); otherwise `phase` replaces it (eviction).
+    /// A pod whose generated status says `Succeeded` (every container
+    /// exited 0) keeps that phase, without this reason and message, only
+    /// the condition (graceful node shutdown: kubelet's status function
+    /// leaves a succeeded pod alone, and `generateAPIPodStatus` keeps a
+    /// reason only with the phase it came with); otherwise `phase`,
+    /// `reason` and `message` replace the generated ones (eviction).
     pub keep_succeeded: bool,
 }
 
@@ -725,9 +729,9 @@ impl PodLifecycle {
 pub fn apply_final_status(s: &mut PodStatus, f: &FinalStatus) {
     if !(f.keep_succeeded && s.phase.as_deref() == Some("Succeeded")) {
         s.phase = Some(f.phase.clone());
+        s.reason = Some(f.reason.clone());
+        s.message = Some(f.message.clone());
     }
-    s.reason = Some(f.reason.clone());
-    s.message = Some(f.message.clone());
     if let Some(c) = &f.condition {
         let list = s.conditions.get_or_insert_with(Vec::new);
         list.retain(|x| x.type_ != c.type_);

@@ -129,6 +129,9 @@ pub struct NodeSpec {
     /// The node's containerd (its `pod_cidr` is the one the control plane
     /// routes to the node, whatever is set here).
     pub runtime: ContainerdOptions,
+    /// Environment of the node agent, keelson or kubelet (e.g.
+    /// `DBUS_SYSTEM_BUS_ADDRESS` of a test's private bus).
+    pub agent_env: Vec<(String, String)>,
 }
 
 impl NodeSpec {
@@ -146,6 +149,7 @@ impl NodeSpec {
             kubelet_flags: Vec::new(),
             quiet: false,
             runtime: ContainerdOptions::default(),
+            agent_env: Vec::new(),
         }
     }
 }
@@ -341,6 +345,7 @@ impl ClusterNode {
                 "info,keelson=debug"
             },
         );
+        cmd.envs(self.spec.agent_env.iter().map(|(k, v)| (k, v)));
         Daemon::spawn(name, cmd, &self.dir.join(format!("{name}.log")))
     }
 
@@ -393,7 +398,7 @@ impl ClusterNode {
         config: &Path,
         kubeconfig: &Path,
     ) -> Result<Daemon, UpstreamError> {
-        let cmd = kubelet::command(
+        let mut cmd = kubelet::command(
             self.ctrd.netns(),
             &self.cp.bins().path("kubelet"),
             &kubelet::Layout {
@@ -406,6 +411,7 @@ impl ClusterNode {
                 extra: &self.spec.kubelet_flags,
             },
         )?;
+        cmd.envs(self.spec.agent_env.iter().map(|(k, v)| (k, v)));
         Daemon::spawn("kubelet", cmd, &self.dir.join("kubelet.log"))
     }
 
@@ -501,6 +507,7 @@ impl ClusterNode {
             cmd.arg("--node-only");
         }
         cmd.env("RUST_LOG", "info,keelson=debug");
+        cmd.envs(self.spec.agent_env.iter().map(|(k, v)| (k, v)));
         Daemon::spawn("keelson", cmd, &self.dir.join("keelson.log"))
     }
 

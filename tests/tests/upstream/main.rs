@@ -16,6 +16,7 @@ mod pod_cases;
 mod podspec_cases;
 mod service_cases;
 mod serving_bootstrap_cases;
+mod shutdown_cases;
 mod support;
 
 use keelson_tests::upstream::Case;
@@ -33,6 +34,7 @@ fn main() -> std::process::ExitCode {
         serving_bootstrap_cases::CASES,
         migrate_cases::CASES,
         device_cases::CASES,
+        shutdown_cases::CASES,
     ]
     .concat();
     runner::main(&cases)
