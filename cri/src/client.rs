@@ -546,6 +546,31 @@ impl RuntimeClient {
         })
     }
 
+    /// CheckpointContainer: the runtime writes a checkpoint of the
+    /// container to `location`; `timeout` in seconds (0: the runtime's
+    /// default), added to the call's deadline as kubelet does.
+    pub async fn checkpoint_container(
+        &self,
+        container_id: &str,
+        location: &str,
+        timeout: i64,
+    ) -> Result<(), CriError> {
+        let t = self.timeout() + Duration::from_secs(u64::try_from(timeout).unwrap_or(0));
+        let mut c = self.runtime.clone();
+        let req = api::CheckpointContainerRequest {
+            container_id: container_id.to_string(),
+            location: location.to_string(),
+            timeout,
+        };
+        self.unary(
+            "CheckpointContainer",
+            t,
+            c.checkpoint_container(Self::request(req, t)),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Exec: asks the runtime's streaming server for a URL serving the
     /// command's streams (kubelet's `GetExec`); the caller proxies the
     /// client's upgraded connection to it.

@@ -32,6 +32,12 @@ pub fn healthz(api: &NodeApi, path: &str, query: Option<&str>) -> Response<Body>
         .flat_map(|(_, v)| v.split(',').map(str::to_string).collect::<Vec<_>>())
         .collect();
     let (ok, text) = health.render(ProbeKind::Liveness, verbose, &exclude);
+    let ran: Vec<(String, Result<(), String>)> = health
+        .evaluate(ProbeKind::Liveness)
+        .into_iter()
+        .filter(|(name, _)| !exclude.contains(name))
+        .collect();
+    api.slis.observe(&ran);
     let code = if ok {
         StatusCode::OK
     } else {

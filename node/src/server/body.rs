@@ -73,9 +73,15 @@ pub fn prometheus(text_body: String) -> Response<Body> {
     )
 }
 
-/// go-restful's answer to an unknown path.
+/// Go's `http.NotFound`: a path no handler is registered for.
 pub fn not_found() -> Response<Body> {
     text(StatusCode::NOT_FOUND, "404 page not found")
+}
+
+/// go-restful's answer to a path below a web service's root that no route
+/// of it matches.
+pub fn restful_not_found() -> Response<Body> {
+    text(StatusCode::NOT_FOUND, "404: Page Not Found")
 }
 
 /// go-restful's answer to a known path with another method.

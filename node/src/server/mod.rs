@@ -24,15 +24,18 @@ pub(crate) mod authn;
 pub(crate) mod authz;
 pub(crate) mod basic;
 pub(crate) mod body;
+pub(crate) mod checkpoint;
 pub(crate) mod client_ca;
 pub(crate) mod container_logs;
 pub(crate) mod listener;
 pub(crate) mod metrics;
+pub(crate) mod mux;
 pub(crate) mod remotecommand;
 pub(crate) mod retry;
 pub(crate) mod routes;
 pub(crate) mod serving_bootstrap;
 pub(crate) mod serving_cert;
+pub(crate) mod slis;
 pub(crate) mod spdy;
 pub(crate) mod stats_routes;
 pub(crate) mod streaming;
@@ -104,6 +107,8 @@ pub struct NodeApi {
     pub authz: Option<authz::Authorizer>,
     /// Wakes `logs -f` followers.
     pub log_watcher: crate::logs::DirWatcher,
+    /// The health checks as SLIs (`/metrics/slis`).
+    pub slis: slis::Slis,
 }
 
 impl std::fmt::Debug for NodeApi {
@@ -208,6 +213,7 @@ pub async fn start(
     };
     let metrics = metrics::ServerMetrics::new(&deps.ctx.registry);
     let log_watcher = crate::logs::DirWatcher::start();
+    let slis = slis::Slis::default();
     let tls = listener::tls_config(n, serving.clone(), client_ca.is_some())?;
     let ip: IpAddr = n.address.parse().unwrap_or(IpAddr::from([0, 0, 0, 0]));
     let port = u16::try_from(n.port).unwrap_or(10250);
@@ -220,6 +226,7 @@ pub async fn start(
         authn: Some(authn),
         authz: Some(authz),
         log_watcher: log_watcher.clone(),
+        slis: slis.clone(),
     });
     let (l, addr) = listener::bind(SocketAddr::new(ip, port)).await?;
     tracing::info!(address = %addr, "node API listening (HTTPS)");
@@ -241,6 +248,7 @@ pub async fn start(
             authn: None,
             authz: None,
             log_watcher,
+            slis,
         });
         let (l, ro_addr) = listener::bind(SocketAddr::new(ip, ro_port)).await?;
         tracing::info!(address = %ro_addr, "node API read-only port listening (HTTP, no authentication)");

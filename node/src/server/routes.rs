@@ -1,5 +1,6 @@
-//! Every request: metrics, authentication, authorization (kubelet's
-//! filter runs before any route), then the path.
+//! Every request: metrics, whether kubelet registers a handler for the path
+//! at all ([`super::mux`]: if not, `404 page not found` before anything
+//! else), authentication, authorization, then the path.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -46,9 +47,21 @@ pub async fn handle(
         .with_label_values(&labels)
         .start_timer();
 
-    let resp = match authorize(&api, peer_chain.as_deref(), &mut req).await {
-        Ok(()) => dispatch(&api, req).await,
-        Err(r) => r,
+    let registered = api.authn.is_none()
+        || super::mux::is_registered(&path, |name| {
+            api.ctx
+                .health
+                .single(keelson_common::observability::ProbeKind::Liveness, name)
+                .is_some()
+        });
+    let resp = if !registered {
+        // No handler: Go's ServeMux answers before the auth filter runs.
+        body::not_found()
+    } else {
+        match authorize(&api, peer_chain.as_deref(), &mut req).await {
+            Ok(()) => dispatch(&api, req).await,
+            Err(r) => r,
+        }
     };
     tracing::debug!(%peer, %method, path = %path, query = %query, status = resp.status().as_u16(), "node API request");
     inflight.dec();
@@ -139,6 +152,9 @@ async fn dispatch(api: &Arc<NodeApi>, req: Request<Incoming>) -> Response<Body> 
             body::method_not_allowed()
         };
     }
+    if path == "/metrics/slis" {
+        return body::prometheus(api.slis.text());
+    }
     if matches!(
         path.as_str(),
         "/metrics" | "/metrics/cadvisor" | "/metrics/resource" | "/metrics/probes"
@@ -152,12 +168,11 @@ async fn dispatch(api: &Arc<NodeApi>, req: Request<Incoming>) -> Response<Body> 
     // (`InstallAuthRequiredHandlers`, `pkg/kubelet/server/server.go`
     // `NewServer`): with them disabled it is an unknown path.
     if path == "/configz" {
+        // component-base's configz handler answers every method.
         return if !api.ctx.config.enable_debugging_handlers {
             body::not_found()
-        } else if get {
-            super::basic::configz(api)
         } else {
-            body::method_not_allowed()
+            super::basic::configz(api)
         };
     }
     let debug_paths = [
@@ -189,7 +204,7 @@ async fn dispatch(api: &Arc<NodeApi>, req: Request<Incoming>) -> Response<Body> 
                 super::container_logs::serve(api, ns, pod, c, req.uri().query()).await
             }
             [_, _, _] => body::method_not_allowed(),
-            _ => body::not_found(),
+            _ => body::restful_not_found(),
         };
     }
     for kind in [
@@ -205,7 +220,7 @@ async fn dispatch(api: &Arc<NodeApi>, req: Request<Incoming>) -> Response<Body> 
             let (ns, pod, uid, c) = match p.as_slice() {
                 [ns, pod, c] => (*ns, *pod, None, *c),
                 [ns, pod, uid, c] => (*ns, *pod, Some(*uid), *c),
-                _ => return body::not_found(),
+                _ => return body::restful_not_found(),
             };
             if !ok_method {
                 return body::method_not_allowed();
@@ -219,11 +234,34 @@ async fn dispatch(api: &Arc<NodeApi>, req: Request<Incoming>) -> Response<Body> 
             return super::streaming::serve(api, kind, req, &ns, &pod, uid.as_deref(), &c).await;
         }
     }
+    if let Some(p) = params(&path, "/checkpoint/") {
+        let (ns, pod, uid, c) = match p.as_slice() {
+            [ns, pod, c] => (*ns, *pod, None, *c),
+            [ns, pod, uid, c] => (*ns, *pod, Some(*uid), *c),
+            _ => return body::restful_not_found(),
+        };
+        if m != Method::POST {
+            return body::method_not_allowed();
+        }
+        return super::checkpoint::serve(api, ns, pod, uid, c, req.uri().query()).await;
+    }
+    // `/debug/flags/v` sets klog's verbosity on PUT; keelson's log filter
+    // is `RUST_LOG`/`logging` at start, so a PUT is refused saying so.
+    if path == "/debug/flags/v" {
+        return if m == Method::PUT {
+            body::text(
+                StatusCode::BAD_REQUEST,
+                "keelson does not change its log verbosity at run time: set logging.level (or RUST_LOG) and restart keelson",
+            )
+        } else {
+            body::text(StatusCode::NOT_ACCEPTABLE, "unsupported http method")
+        };
+    }
     if let Some(p) = params(&path, "/portForward/") {
         let (ns, pod, uid) = match p.as_slice() {
             [ns, pod] => (*ns, *pod, None),
             [ns, pod, uid] => (*ns, *pod, Some(*uid)),
-            _ => return body::not_found(),
+            _ => return body::restful_not_found(),
         };
         if !get_or_post(&m) {
             return body::method_not_allowed();
@@ -231,7 +269,13 @@ async fn dispatch(api: &Arc<NodeApi>, req: Request<Incoming>) -> Response<Body> 
         let (ns, pod, uid) = (ns.to_string(), pod.to_string(), uid.map(str::to_string));
         return super::streaming::port_forward(api, req, &ns, &pod, uid.as_deref()).await;
     }
-    body::not_found()
+    // A registered path no route of keelson's serves: go-restful's answer
+    // below a web service's root, Go's for the mux's own patterns.
+    if path.starts_with("/healthz") || path.starts_with("/metrics") {
+        body::not_found()
+    } else {
+        body::restful_not_found()
+    }
 }
 
 #[cfg(test)]

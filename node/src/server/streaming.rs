@@ -77,7 +77,7 @@ fn pod_label_filter(
 }
 
 /// kubelet's `findContainer`: the running container `name` of the pod.
-async fn find_container(
+pub(crate) async fn find_container(
     api: &NodeApi,
     ns: &str,
     pod: &str,

@@ -6,6 +6,7 @@
 //! `KEELSON_UPSTREAM_BIN=DIR cargo test -p keelson-tests upstream_` runs
 //! exactly this tier; without the binaries every case is reported skipped.
 
+mod authz_matrix_cases;
 mod config_cases;
 mod device_cases;
 mod diagnose_cases;
@@ -29,6 +30,7 @@ fn main() -> std::process::ExitCode {
         podspec_cases::CASES,
         service_cases::CASES,
         node_api_cases::CASES,
+        authz_matrix_cases::CASES,
         diagnose_cases::CASES,
         config_cases::CASES,
         serving_bootstrap_cases::CASES,
