@@ -1,8 +1,11 @@
 //! The volume manager: every volume kubelet prepares itself — emptyDir
 //! (disk, tmpfs, hugetlbfs), configMap, secret (tmpfs), downwardAPI,
 //! projected (configMap, secret, downwardAPI and service account token
-//! sources) and hostPath — set up before a pod's containers start, kept
-//! current while it runs, and cleaned up after.
+//! sources) and hostPath — and the PersistentVolumes behind
+//! `persistentVolumeClaim` and generic `ephemeral` volumes whose source
+//! keelson mounts itself (hostPath, local; [`claims`] resolves them), set
+//! up before a pod's containers start, kept current while it runs, and
+//! cleaned up after.
 //!
 //! How the pod workers use it (see `/work/notes/NODE.md` for the contract):
 //! [`VolumeManager::register_pod`] on every pod add/update,
@@ -19,10 +22,12 @@
 //! soon as a watched object changes.
 
 pub mod atomic_writer;
+pub mod claims;
 pub mod emptydir;
 pub mod env;
 pub mod expand;
 pub mod hostpath;
+mod local;
 pub mod metrics;
 pub mod mounter;
 mod mounts;
@@ -58,6 +63,7 @@ pub use mounts::MountOptions;
 pub use objects::ObjectError;
 pub use paths::Layout;
 
+use claims::{ApiClaimReader, ClaimReader};
 use keelson_common::clock::{Clock, WallClock};
 use mounter::{LinuxMounter, Mounter};
 use objects::{Changed, ObjectCache};
@@ -152,6 +158,7 @@ struct Inner {
     config_maps: ObjectCache<ConfigMap>,
     secrets: ObjectCache<Secret>,
     tokens: TokenManager,
+    claims: Arc<dyn ClaimReader>,
     recorder: Option<EventRecorder>,
     allocatable: AllocatableFn,
     sync_frequency: Duration,
@@ -193,6 +200,7 @@ pub struct VolumeManagerBuilder {
     allocatable: AllocatableFn,
     mounter: Arc<dyn Mounter>,
     requester: Arc<dyn TokenRequester>,
+    claims: Arc<dyn ClaimReader>,
     clock: Arc<dyn Clock>,
     registry: Option<prometheus::Registry>,
     idle_limit: Option<Duration>,
@@ -236,6 +244,12 @@ impl VolumeManagerBuilder {
         self
     }
 
+    /// Another reader of PersistentVolumeClaims and PersistentVolumes.
+    pub fn claim_reader(mut self, claims: Arc<dyn ClaimReader>) -> Self {
+        self.claims = claims;
+        self
+    }
+
     /// Another clock for token ages.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
@@ -259,6 +273,7 @@ impl VolumeManagerBuilder {
             config_maps,
             secrets,
             tokens: TokenManager::new(self.requester, self.clock),
+            claims: self.claims,
             recorder: self.recorder,
             allocatable: self.allocatable,
             sync_frequency: sync,
@@ -319,6 +334,7 @@ impl VolumeManager {
     pub fn builder(config: VolumeManagerConfig, client: kube::Client) -> VolumeManagerBuilder {
         VolumeManagerBuilder {
             requester: Arc::new(ApiTokenRequester::new(client.clone())),
+            claims: Arc::new(ApiClaimReader::new(client.clone())),
             config,
             client,
             recorder: None,
@@ -468,16 +484,41 @@ impl VolumeManager {
         let mut unmounted = Vec::new();
         let mut unprocessed = Vec::new();
         let mut messages = Vec::new();
+        // Claims that did not resolve (kubelet's populator errors).
+        let mut unresolved = Vec::new();
         let now = Instant::now();
         for vol in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
             let name = vol.name.clone();
             if !used.contains(&name) {
                 continue;
             }
-            let plugin = match Plugin::of(vol) {
+            let mut bound = None;
+            if claims::claim_of(&pod, vol).is_some() {
+                // A mounted claim keeps its volume; background passes do
+                // not read the API (kubelet resolves in pod syncs only).
+                if st.mounted.contains_key(&name) || background {
+                    continue;
+                }
+                match claims::resolve(self.inner.claims.as_ref(), &pod, vol).await {
+                    Ok(b) => bound = b,
+                    Err(e) => {
+                        tracing::info!(pod = %pod_name(&pod), volume = %name, error = %e, "volume claim not usable yet");
+                        unmounted.push(name.clone());
+                        unprocessed.push(name);
+                        unresolved.push(e.to_string());
+                        continue;
+                    }
+                }
+            }
+            // kubelet names a PV-backed volume by its PV in mount events.
+            let spec_name = bound.as_ref().map_or(name.clone(), |b| b.pv_name.clone());
+            let plugin = match bound
+                .as_ref()
+                .map_or_else(|| Plugin::of(vol), Plugin::of_pv)
+            {
                 Ok(p) => p,
                 Err(e) => {
-                    let msg = format!("MountVolume.SetUp failed for volume {name:?} : {e}");
+                    let msg = format!("MountVolume.SetUp failed for volume {spec_name:?} : {e}");
                     if st.warned.insert(format!("unsupported/{name}")) {
                         self.event(&pod, EventType::Warning, "FailedMount", msg.clone());
                     }
@@ -501,9 +542,34 @@ impl VolumeManager {
                 continue;
             }
             let started = Instant::now();
-            let result = self
-                .setup_volume(&pod, vol, plugin, was_mounted, &mut st.warned)
-                .await;
+            let mut prefix = "MountVolume.SetUp failed";
+            let result = match (plugin, bound.as_ref()) {
+                (Plugin::LocalVolume, Some(b)) => {
+                    let b2 = b.clone();
+                    match plugins::blocking(move || local::check_path(&b2)).await {
+                        Ok(_) => Ok(()),
+                        Err(e) => {
+                            prefix = "MountVolume.NewMounter initialization failed";
+                            Err(e)
+                        }
+                    }
+                }
+                _ => Ok(()),
+            };
+            let result = match result {
+                Ok(()) => {
+                    self.setup_volume(
+                        &pod,
+                        vol,
+                        plugin,
+                        bound.as_ref(),
+                        was_mounted,
+                        &mut st.warned,
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            };
             self.inner.metrics.operation(
                 plugin.full_name(),
                 "volume_mount",
@@ -523,7 +589,7 @@ impl VolumeManager {
                     st.failures.remove(&name);
                 }
                 Err(e) => {
-                    let msg = format!("MountVolume.SetUp failed for volume {name:?} : {e}");
+                    let msg = format!("{prefix} for volume {spec_name:?} : {e}");
                     tracing::warn!(pod = %pod_name(&pod), volume = %name, error = %e, "volume setup failed");
                     self.event(&pod, EventType::Warning, "FailedMount", msg.clone());
                     let delay = st
@@ -558,12 +624,30 @@ impl VolumeManager {
             .filter_map(|n| st.failures.get(n))
             .map(|f| f.retry_at.saturating_duration_since(after))
             .min();
+        // Unresolved claims fail the wait at once with the populator's
+        // errors only (volume_manager.go, verifyVolumesMountedFunc), and
+        // every pod sync reports it (kubelet.go, SyncPod).
+        let resolution_failed = !unresolved.is_empty();
+        let message = if resolution_failed {
+            unresolved.join("; ")
+        } else {
+            messages.join("; ")
+        };
         let err = VolumeError::NotReady {
             unmounted,
             unprocessed,
-            message: messages.join("; "),
+            message,
             retry_in,
         };
+        if resolution_failed {
+            self.event(
+                &pod,
+                EventType::Warning,
+                "FailedMount",
+                format!("Unable to attach or mount volumes: {err}"),
+            );
+            return Err(err);
+        }
         if now.duration_since(since) >= MOUNT_TIMEOUT
             && st
                 .last_timeout_event
@@ -600,7 +684,15 @@ impl VolumeManager {
         if st.active {
             let used = plugins::used_volumes(pod);
             for vol in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-                if let (true, Ok(p)) = (used.contains(&vol.name), Plugin::of(vol)) {
+                if !used.contains(&vol.name) {
+                    continue;
+                }
+                // A claim's plugin is known once its PV was resolved.
+                let plugin = match claims::claim_of(pod, vol) {
+                    Some(_) => st.mounted.get(&vol.name).map(|m| m.plugin).ok_or(()),
+                    None => Plugin::of(vol).map_err(|_| ()),
+                };
+                if let Ok(p) = plugin {
                     *mine.entry((p.full_name(), metrics::DESIRED)).or_insert(0) += 1;
                 }
             }

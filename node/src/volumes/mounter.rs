@@ -23,6 +23,10 @@ pub trait Mounter: Send + Sync + std::fmt::Debug {
     ) -> io::Result<()>;
     /// Bind-mounts `source` (a path, possibly `/proc/self/fd/N`) on `target`.
     fn bind(&self, source: &Path, target: &Path) -> io::Result<()>;
+    /// Applies per-mount flags to the bind mount at `target` (a remount
+    /// with `MS_BIND`: `ro`, `noexec`, ...), as mount(8) does for
+    /// `mount -o bind,<options>`; see [`bind_remount_flags`].
+    fn remount_bind(&self, target: &Path, options: &[String]) -> io::Result<()>;
     /// Unmounts `target` (not lazily: a busy mount is an error).
     fn unmount(&self, target: &Path) -> io::Result<()>;
     /// The current mount table.
@@ -62,6 +66,18 @@ impl Mounter for LinuxMounter {
         .map_err(io::Error::from)
     }
 
+    fn remount_bind(&self, target: &Path, options: &[String]) -> io::Result<()> {
+        let flags = bind_remount_flags(options).map_err(io::Error::other)?;
+        nix::mount::mount(
+            None::<&str>,
+            target,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags,
+            None::<&str>,
+        )
+        .map_err(io::Error::from)
+    }
+
     fn unmount(&self, target: &Path) -> io::Result<()> {
         nix::mount::umount2(target, MntFlags::empty()).map_err(io::Error::from)
     }
@@ -70,6 +86,36 @@ impl Mounter for LinuxMounter {
         let text = std::fs::read_to_string("/proc/self/mountinfo")?;
         Ok(parse_mountinfo(&text))
     }
+}
+
+/// The per-mount flags a bind mount can carry, from mount(8) option names.
+/// Filesystem options (`uid=`, `discard`, ...) cannot apply to a bind of a
+/// directory and are refused, naming the option.
+pub fn bind_remount_flags(options: &[String]) -> Result<MsFlags, String> {
+    let mut flags = MsFlags::empty();
+    for o in options {
+        match o.as_str() {
+            "ro" => flags.insert(MsFlags::MS_RDONLY),
+            "rw" => flags.remove(MsFlags::MS_RDONLY),
+            "nosuid" => flags.insert(MsFlags::MS_NOSUID),
+            "suid" => flags.remove(MsFlags::MS_NOSUID),
+            "nodev" => flags.insert(MsFlags::MS_NODEV),
+            "dev" => flags.remove(MsFlags::MS_NODEV),
+            "noexec" => flags.insert(MsFlags::MS_NOEXEC),
+            "exec" => flags.remove(MsFlags::MS_NOEXEC),
+            "noatime" => flags.insert(MsFlags::MS_NOATIME),
+            "nodiratime" => flags.insert(MsFlags::MS_NODIRATIME),
+            "relatime" => flags.insert(MsFlags::MS_RELATIME),
+            "strictatime" => flags.insert(MsFlags::MS_STRICTATIME),
+            "atime" | "defaults" => {}
+            other => {
+                return Err(format!(
+                    "mount option {other:?} cannot be applied to a bind mount (supported: ro, rw, nosuid, suid, nodev, dev, noexec, exec, noatime, atime, nodiratime, relatime, strictatime, defaults)"
+                ));
+            }
+        }
+    }
+    Ok(flags)
 }
 
 /// The mount point exactly at `path`, if any (the last one wins, as the
@@ -117,6 +163,18 @@ mod tests {
 91 30 8:1 /data/x /var/lib/keelson/pods/u1/volume-subpaths/cfg/app/0 rw - ext4 /dev/sda1 rw
 garbage line
 ";
+
+    #[test]
+    fn bind_options_map_to_flags_and_others_are_refused() {
+        let f = bind_remount_flags(&["ro".into(), "noexec".into(), "noatime".into()]).unwrap();
+        assert_eq!(
+            f,
+            MsFlags::MS_RDONLY | MsFlags::MS_NOEXEC | MsFlags::MS_NOATIME
+        );
+        assert!(bind_remount_flags(&[]).unwrap().is_empty());
+        let e = bind_remount_flags(&["uid=1000".into()]).unwrap_err();
+        assert!(e.starts_with("mount option \"uid=1000\" cannot"), "{e}");
+    }
 
     #[test]
     fn finds_mounts_at_and_under_a_path() {

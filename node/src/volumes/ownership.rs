@@ -29,6 +29,41 @@ pub fn set_volume_ownership(dir: &Path, fs_group: Option<u32>, read_only: bool) 
     })
 }
 
+/// `fsGroupChangePolicy: OnRootMismatch`: the recursive change is skipped
+/// when the volume's root already has the group, the permissions and the
+/// setgid bit it would get (pkg/volume/volume_linux.go,
+/// `skipPermissionChange`, `requiresPermissionChange`). Any other policy
+/// (`Always`, unset) always walks the volume.
+pub fn skip_permission_change(
+    dir: &Path,
+    gid: u32,
+    read_only: bool,
+    change_policy: Option<&str>,
+) -> bool {
+    if change_policy != Some("OnRootMismatch") {
+        return false;
+    }
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return false;
+    };
+    if meta.gid() != gid || !meta.is_dir() {
+        return false;
+    }
+    let wanted = if read_only { RO_MASK } else { RW_MASK } | EXEC_MASK;
+    let perm = meta.mode() & 0o777;
+    perm & wanted == wanted && meta.mode() & SETGID != 0
+}
+
+/// The pod's `securityContext.fsGroupChangePolicy`.
+pub fn fs_group_change_policy_from(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .security_context
+        .as_ref()?
+        .fs_group_change_policy
+        .clone()
+}
+
 fn walk(path: &Path, f: &mut dyn FnMut(&Path, &std::fs::Metadata)) -> io::Result<()> {
     let meta = std::fs::symlink_metadata(path)?;
     f(path, &meta);
@@ -121,6 +156,37 @@ mod tests {
         set_volume_ownership(&d, Some(1234), false).unwrap();
         assert_eq!(m("f").mode() & 0o7777, 0o660);
         assert_eq!(m("").mode() & 0o7777, 0o2775);
+    }
+
+    #[test]
+    fn on_root_mismatch_skips_only_a_root_already_right() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("v");
+        std::fs::create_dir(&d).unwrap();
+        let gid = std::fs::metadata(&d).unwrap().gid();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Mode lacks group write and setgid.
+        assert!(!skip_permission_change(
+            &d,
+            gid,
+            false,
+            Some("OnRootMismatch")
+        ));
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o2770)).unwrap();
+        assert!(skip_permission_change(
+            &d,
+            gid,
+            false,
+            Some("OnRootMismatch")
+        ));
+        assert!(!skip_permission_change(&d, gid, false, Some("Always")));
+        assert!(!skip_permission_change(&d, gid, false, None));
+        assert!(!skip_permission_change(
+            &d,
+            gid + 1,
+            false,
+            Some("OnRootMismatch")
+        ));
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub const SECRET: &str = "kubernetes.io~secret";
 pub const DOWNWARD_API: &str = "kubernetes.io~downward-api";
 /// Directory name of the projected plugin.
 pub const PROJECTED: &str = "kubernetes.io~projected";
+/// Directory name of the local PersistentVolume plugin; its volumes are
+/// named after the PV (`…/kubernetes.io~local-volume/<pv name>`).
+pub const LOCAL_VOLUME: &str = "kubernetes.io~local-volume";
 
 /// The on-disk layout under the node's root directory.
 #[derive(Debug, Clone)]

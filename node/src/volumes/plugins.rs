@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::{Pod, Volume};
 
 use super::atomic_writer::{AtomicWriter, Payload};
+use super::claims::{BoundVolume, PvSource, VolumeMode};
 use super::emptydir::{self, EmptyDir, Medium};
 use super::ownership::{fs_group_from, set_volume_ownership};
 use super::{Mounted, VolumeManager, hostpath, nested, ns_of, paths, payload, uid_of};
@@ -25,8 +26,10 @@ pub enum Plugin {
     DownwardApi,
     /// projected.
     Projected,
-    /// hostPath.
+    /// hostPath (inline, or a hostPath PersistentVolume).
     HostPath,
+    /// A `local` PersistentVolume.
+    LocalVolume,
 }
 
 impl Plugin {
@@ -56,6 +59,31 @@ impl Plugin {
         ))
     }
 
+    /// The plugin for a claim-backed volume, from its bound PV's source,
+    /// or why keelson cannot set it up. This is where PV source types plug
+    /// in: a source gets a `Plugin` variant here and its setup in
+    /// `setup_volume`.
+    pub fn of_pv(bound: &BoundVolume) -> Result<Plugin, String> {
+        let plugin = match &bound.source {
+            PvSource::HostPath(_) => Plugin::HostPath,
+            PvSource::Local(_) => Plugin::LocalVolume,
+            other => {
+                return Err(format!(
+                    "keelson cannot set up {} persistent volumes (supported: hostPath, local)",
+                    other.kind()
+                ));
+            }
+        };
+        if bound.mode == VolumeMode::Block {
+            return Err(format!(
+                "keelson cannot map raw block volumes (volumeMode: Block, volumeDevices); PV {} is {} with volumeMode Block",
+                bound.pv_name,
+                bound.source.kind()
+            ));
+        }
+        Ok(plugin)
+    }
+
     /// Directory name under `<pod>/volumes` (none for hostPath).
     pub fn dir(self) -> Option<&'static str> {
         match self {
@@ -65,6 +93,7 @@ impl Plugin {
             Plugin::DownwardApi => Some(paths::DOWNWARD_API),
             Plugin::Projected => Some(paths::PROJECTED),
             Plugin::HostPath => None,
+            Plugin::LocalVolume => Some(paths::LOCAL_VOLUME),
         }
     }
 
@@ -77,6 +106,7 @@ impl Plugin {
             Plugin::DownwardApi => "kubernetes.io/downward-api",
             Plugin::Projected => "kubernetes.io/projected",
             Plugin::HostPath => "kubernetes.io/host-path",
+            Plugin::LocalVolume => "kubernetes.io/local-volume",
         }
     }
 
@@ -152,6 +182,7 @@ impl VolumeManager {
         pod: &Pod,
         vol: &Volume,
         plugin: Plugin,
+        bound: Option<&BoundVolume>,
         was_mounted: bool,
         warned: &mut BTreeSet<String>,
     ) -> Result<Mounted, String> {
@@ -159,16 +190,26 @@ impl VolumeManager {
         match plugin {
             Plugin::EmptyDir => self.setup_empty_dir(pod, vol).await,
             Plugin::HostPath => {
-                let hp = vol.host_path.clone().unwrap_or_default();
+                // The same checks for a hostPath PV as for an inline
+                // hostPath (pkg/volume/hostpath/host_path.go serves both);
+                // a PV's volume is read-only when the pod's claim says so.
+                let (hp, read_only) = match bound.map(|b| (&b.source, b.read_only)) {
+                    Some((PvSource::HostPath(hp), ro)) => (hp.clone(), ro),
+                    _ => (vol.host_path.clone().unwrap_or_default(), false),
+                };
                 let path = hp.path.clone();
                 blocking(move || hostpath::check_type(&hp.path, hp.type_.as_deref())).await?;
                 Ok(Mounted {
                     plugin,
                     path: PathBuf::from(path),
-                    read_only: false,
+                    read_only,
                     selinux_labeled: false,
                 })
             }
+            Plugin::LocalVolume => match bound {
+                Some(b) => self.setup_local(pod, b).await,
+                None => Err("a local volume needs a PersistentVolume".to_string()),
+            },
             Plugin::ConfigMap => {
                 let src = vol.config_map.clone().unwrap_or_default();
                 let optional = src.optional == Some(true);

@@ -10,13 +10,13 @@ use std::collections::HashSet;
 use std::io;
 use std::path::Path;
 
-use super::emptydir;
 use super::metrics::VolumeMetrics;
 use super::paths::{self, Layout};
 use super::plugins::blocking;
 use super::removal::remove_all_one_filesystem;
 use super::subpath::clean_sub_paths;
 use super::{VolumeError, VolumeManager, lock, mounter::Mounter};
+use super::{emptydir, local};
 
 impl VolumeManager {
     /// Unmounts and removes every volume of the pod (subPath binds, tmpfs,
@@ -191,7 +191,11 @@ fn teardown_dirs(
             let dir = plugin_dir.join(&name);
             let meta = layout.empty_dir_meta(uid, &name);
             let started = std::time::Instant::now();
-            let result = emptydir::tear_down(mounter, &dir, &meta);
+            let result = if plugin == paths::LOCAL_VOLUME {
+                local::tear_down(mounter, &dir)
+            } else {
+                emptydir::tear_down(mounter, &dir, &meta)
+            };
             metrics.operation(
                 &plugin.replace('~', "/"),
                 "volume_unmount",
@@ -257,6 +261,9 @@ mod tests {
         }
         fn bind(&self, source: &Path, target: &Path) -> io::Result<()> {
             self.mount_fs(&source.display().to_string(), target, "none", &[])
+        }
+        fn remount_bind(&self, _: &Path, _: &[String]) -> io::Result<()> {
+            Ok(())
         }
         fn unmount(&self, target: &Path) -> io::Result<()> {
             if lock(&self.busy).iter().any(|b| b == target) {
