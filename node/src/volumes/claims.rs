@@ -513,45 +513,10 @@ fn volume_is_for_pod(pod: &Pod, claim: &PersistentVolumeClaim) -> Result<(), Cla
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use std::collections::HashMap;
-
     use serde_json::json;
 
+    use super::super::fakes::FakeClaims;
     use super::*;
-
-    /// Claims and volumes in maps; a missing one is the API server's
-    /// not-found text.
-    #[derive(Default)]
-    struct Objects {
-        claims: HashMap<String, PersistentVolumeClaim>,
-        volumes: HashMap<String, PersistentVolume>,
-    }
-
-    impl ClaimReader for Objects {
-        fn claim<'a>(
-            &'a self,
-            namespace: &'a str,
-            name: &'a str,
-        ) -> BoxFuture<'a, Result<PersistentVolumeClaim, FetchError>> {
-            let found = self.claims.get(&format!("{namespace}/{name}")).cloned();
-            Box::pin(async move {
-                found.ok_or_else(|| FetchError {
-                    message: format!("persistentvolumeclaims \"{name}\" not found"),
-                })
-            })
-        }
-        fn volume<'a>(
-            &'a self,
-            name: &'a str,
-        ) -> BoxFuture<'a, Result<PersistentVolume, FetchError>> {
-            let found = self.volumes.get(name).cloned();
-            Box::pin(async move {
-                found.ok_or_else(|| FetchError {
-                    message: format!("persistentvolumes \"{name}\" not found"),
-                })
-            })
-        }
-    }
 
     fn pod(volume: serde_json::Value, mount: bool) -> Pod {
         let mut c = json!({"name": "c", "image": "i"});
@@ -589,29 +554,14 @@ mod tests {
         serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
     }
 
-    fn objects(claims: Vec<PersistentVolumeClaim>, pvs: Vec<PersistentVolume>) -> Objects {
-        Objects {
-            claims: claims
-                .into_iter()
-                .map(|c| {
-                    (
-                        format!(
-                            "{}/{}",
-                            c.metadata.namespace.clone().unwrap(),
-                            c.metadata.name.clone().unwrap()
-                        ),
-                        c,
-                    )
-                })
-                .collect(),
-            volumes: pvs
-                .into_iter()
-                .map(|p| (p.metadata.name.clone().unwrap(), p))
-                .collect(),
-        }
+    fn objects(claims: Vec<PersistentVolumeClaim>, pvs: Vec<PersistentVolume>) -> FakeClaims {
+        let o = FakeClaims::default();
+        claims.into_iter().for_each(|c| o.put_claim(c));
+        pvs.into_iter().for_each(|v| o.put_volume(v));
+        o
     }
 
-    async fn run(o: &Objects, p: &Pod) -> Result<Option<BoundVolume>, String> {
+    async fn run(o: &FakeClaims, p: &Pod) -> Result<Option<BoundVolume>, String> {
         let vol = p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0].clone();
         resolve(o, p, &vol).await.map_err(|e| e.to_string())
     }
@@ -653,7 +603,7 @@ mod tests {
     #[tokio::test]
     async fn claim_problems_have_kubelets_texts_in_kubelets_order() {
         let p = pod(pvc_volume(false), true);
-        let err = |o: Objects| {
+        let err = |o: FakeClaims| {
             let p = p.clone();
             async move { run(&o, &p).await.unwrap_err() }
         };

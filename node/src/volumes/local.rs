@@ -234,3 +234,152 @@ pub(super) fn tear_down(mounter: &dyn Mounter, dir: &Path) -> io::Result<()> {
         ))),
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use serde_json::json;
+    use tokio_util::sync::CancellationToken;
+
+    use super::super::fakes::{FakeClaims, FakeMounter};
+    use super::super::{VolumeManagerConfig, lock};
+    use super::*;
+
+    fn manager(
+        root: &Path,
+        m: Arc<FakeMounter>,
+        c: Arc<FakeClaims>,
+    ) -> (VolumeManager, CancellationToken) {
+        // Never contacted: claims come from `c`.
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let stop = CancellationToken::new();
+        let vm = VolumeManager::builder(
+            VolumeManagerConfig {
+                root_dir: root.to_path_buf(),
+                sync_frequency: Duration::from_secs(60),
+            },
+            client,
+        )
+        .mounter(m)
+        .claim_reader(c)
+        .start(stop.clone());
+        (vm, stop)
+    }
+
+    fn pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": "u1"},
+            "spec": {
+                "containers": [{"name": "c", "volumeMounts": [{"name": "data", "mountPath": "/d"}]}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]
+            }
+        }))
+        .unwrap()
+    }
+
+    fn claim(phase: &str) -> PersistentVolumeClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": "c", "namespace": "ns", "uid": "cu"},
+            "spec": {"volumeName": "pv1"},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    fn pv(source: serde_json::Value) -> PersistentVolume {
+        let mut spec = json!({"claimRef": {"namespace": "ns", "name": "c", "uid": "cu"}});
+        for (k, v) in source.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        serde_json::from_value(json!({"metadata": {"name": "pv1"}, "spec": spec})).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_claim_waits_for_binding_then_its_local_pv_is_bound_and_torn_down() {
+        let root = tempfile::tempdir().unwrap();
+        let disk = tempfile::tempdir().unwrap();
+        std::fs::write(disk.path().join("keep"), "data").unwrap();
+        let m = Arc::new(FakeMounter::default());
+        let c = Arc::new(FakeClaims::default());
+        let (vm, stop) = manager(root.path(), m.clone(), c.clone());
+
+        c.put_claim(claim("Pending"));
+        let err = vm.setup_pod(&pod()).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unmounted volumes=[data], unattached volumes=[], failed to process volumes=[data]: error processing PVC ns/c: PVC is not bound"
+        );
+        assert!(lock(&m.table).is_empty());
+
+        c.put_claim(claim("Bound"));
+        c.put_volume(pv(json!({"local": {"path": disk.path()}})));
+        vm.setup_pod(&pod()).await.unwrap();
+        let dir = root
+            .path()
+            .join("pods/u1/volumes/kubernetes.io~local-volume/pv1");
+        {
+            let table = lock(&m.table);
+            assert_eq!(table.len(), 1, "{table:?}");
+            assert_eq!(table[0].path, dir);
+            assert_eq!(table[0].source, disk.path().display().to_string());
+        }
+        // Mounted: set up once, not read again.
+        lock(&c.claims).clear();
+        vm.setup_pod(&pod()).await.unwrap();
+        assert_eq!(lock(&m.table).len(), 1);
+
+        vm.teardown_pod("u1").await.unwrap();
+        assert!(lock(&m.table).is_empty());
+        assert!(!dir.exists());
+        assert_eq!(
+            std::fs::read_to_string(disk.path().join("keep")).unwrap(),
+            "data"
+        );
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn sources_are_checked_with_kubelets_prefixes_naming_the_pv() {
+        let root = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let m = Arc::new(FakeMounter::default());
+        let c = Arc::new(FakeClaims::default());
+        let (vm, stop) = manager(root.path(), m.clone(), c.clone());
+        c.put_claim(claim("Bound"));
+
+        let missing = host.path().join("missing");
+        c.put_volume(pv(json!({"local": {"path": missing}})));
+        let err = vm.setup_pod(&pod()).await.unwrap_err().to_string();
+        assert!(
+            err.ends_with(&format!(
+                "MountVolume.NewMounter initialization failed for volume \"pv1\" : path {:?} does not exist",
+                missing.display().to_string()
+            )),
+            "{err}"
+        );
+
+        c.put_volume(pv(json!({"nfs": {"server": "s", "path": "/e"}})));
+        let err = vm.setup_pod(&pod()).await.unwrap_err().to_string();
+        assert!(
+            err.ends_with("MountVolume.SetUp failed for volume \"pv1\" : keelson cannot set up nfs persistent volumes (supported: hostPath, local)"),
+            "{err}"
+        );
+
+        // hostPath: the type check, no mount.
+        c.put_volume(pv(
+            json!({"hostPath": {"path": host.path().join("made"), "type": "DirectoryOrCreate"}}),
+        ));
+        let uid = pod().metadata.uid.clone().unwrap();
+        vm.teardown_pod(&uid).await.unwrap();
+        vm.setup_pod(&pod()).await.unwrap();
+        assert!(host.path().join("made").is_dir());
+        assert!(lock(&m.table).is_empty());
+        stop.cancel();
+    }
+}

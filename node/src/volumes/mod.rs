@@ -26,6 +26,8 @@ pub mod claims;
 pub mod emptydir;
 pub mod env;
 pub mod expand;
+#[cfg(test)]
+mod fakes;
 pub mod hostpath;
 mod local;
 pub mod metrics;

@@ -225,62 +225,15 @@ fn teardown_dirs(
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     use std::time::Duration;
 
     use k8s_openapi::api::core::v1::Pod;
     use tokio_util::sync::CancellationToken;
 
-    use super::super::mounter::MountPoint;
+    use super::super::fakes::FakeMounter;
     use super::super::{VolumeManagerConfig, lock};
     use super::*;
-
-    /// A mount table in memory: `mount_fs` adds, `unmount` removes (or
-    /// fails with EBUSY while the path is in `busy`).
-    #[derive(Debug, Default)]
-    struct FakeMounter {
-        table: Mutex<Vec<MountPoint>>,
-        busy: Mutex<Vec<PathBuf>>,
-    }
-
-    impl Mounter for FakeMounter {
-        fn mount_fs(
-            &self,
-            source: &str,
-            target: &Path,
-            fstype: &str,
-            _: &[String],
-        ) -> io::Result<()> {
-            lock(&self.table).push(MountPoint {
-                path: target.to_path_buf(),
-                fstype: fstype.to_string(),
-                source: source.to_string(),
-                options: "rw".to_string(),
-            });
-            Ok(())
-        }
-        fn bind(&self, source: &Path, target: &Path) -> io::Result<()> {
-            self.mount_fs(&source.display().to_string(), target, "none", &[])
-        }
-        fn remount_bind(&self, _: &Path, _: &[String]) -> io::Result<()> {
-            Ok(())
-        }
-        fn unmount(&self, target: &Path) -> io::Result<()> {
-            if lock(&self.busy).iter().any(|b| b == target) {
-                return Err(io::Error::from_raw_os_error(nix::libc::EBUSY));
-            }
-            let mut table = lock(&self.table);
-            let before = table.len();
-            table.retain(|m| m.path != target);
-            if table.len() == before {
-                return Err(io::Error::from_raw_os_error(nix::libc::EINVAL));
-            }
-            Ok(())
-        }
-        fn mount_points(&self) -> io::Result<Vec<MountPoint>> {
-            Ok(lock(&self.table).clone())
-        }
-    }
 
     fn manager(root: &Path, mounter: Arc<FakeMounter>) -> (VolumeManager, CancellationToken) {
         // Never contacted: no registered pod references an object.

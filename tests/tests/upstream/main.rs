@@ -19,6 +19,7 @@ mod service_cases;
 mod serving_bootstrap_cases;
 mod shutdown_cases;
 mod support;
+mod volume_cases;
 
 use keelson_tests::upstream::Case;
 use keelson_tests::upstream::runner;
@@ -37,6 +38,7 @@ fn main() -> std::process::ExitCode {
         migrate_cases::CASES,
         device_cases::CASES,
         shutdown_cases::CASES,
+        volume_cases::CASES,
     ]
     .concat();
     runner::main(&cases)
