@@ -193,7 +193,7 @@ async fn pod_persistent_volumes(env: Arc<Env>, agents: Agents) -> anyhow::Result
             "no fsGroup on a hostPath volume"
         );
 
-        // The writer deleted: its volumes are unmounted before it goes.
+        // The writer deleted: its volumes are unmounted.
         let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
         pods.delete("writer", &DeleteParams::default()).await?;
         wait_for(
@@ -213,8 +213,19 @@ async fn pod_persistent_volumes(env: Arc<Env>, agents: Agents) -> anyhow::Result
             .node_root_dir()
             .join("pods")
             .join(writer.metadata.uid.clone().unwrap_or_default());
-        let left = mounts_below(&writer_dir)?;
-        ensure!(left.is_empty(), "mounts left after the writer: {left:?}");
+        // kubelet may let the API object go before its unmounts finish.
+        wait_for(
+            "the writer's volumes to be unmounted",
+            Duration::from_secs(30),
+            Duration::from_millis(250),
+            || async {
+                let left = mounts_below(&writer_dir).map_err(|e| e.to_string())?;
+                left.is_empty()
+                    .then_some(())
+                    .ok_or_else(|| format!("mounts left: {left:?}"))
+            },
+        )
+        .await?;
 
         // A reader: the local claim read-only.
         let mut reader = busybox_pod(
