@@ -76,10 +76,20 @@ pub async fn metrics(api: &NodeApi, path: &str) -> Response<Body> {
             }
             body::prometheus(exposition::resource_metrics(snapshot.summary.as_ref().ok()))
         }
-        "/metrics/cadvisor" => match &api.stats.current().await.summary {
-            Ok(s) => body::prometheus(exposition::cadvisor_metrics(s)),
-            Err(e) => body::text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        },
+        "/metrics/cadvisor" => {
+            // Served from the last round; a failed round is answered as
+            // cAdvisor's collectors answer a failure under kubelet's
+            // `ContinueOnError` handler: 200 with the scrape error gauges
+            // at 1.
+            let snapshot = api.stats.current().await;
+            if let Err(e) = &snapshot.summary {
+                tracing::warn!(error = %e, "couldn't get containers for /metrics/cadvisor");
+            }
+            body::prometheus(crate::stats::cadvisor::cadvisor_metrics(
+                snapshot.cadvisor.as_ref(),
+                jiff::Timestamp::now().as_millisecond(),
+            ))
+        }
         _ => body::not_found(),
     }
 }

@@ -31,13 +31,24 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::cadvisor::CadvisorInfo;
 use super::error::StatsError;
 use super::types::Summary;
 
+/// What one sample read: the summary and, from the same reads, the
+/// cgroups and machine of `/metrics/cadvisor`.
+#[derive(Debug, Clone, Default)]
+pub struct Round {
+    /// The Summary API's figures.
+    pub summary: Summary,
+    /// cAdvisor's view of the same round.
+    pub cadvisor: CadvisorInfo,
+}
+
 /// Takes one sample of the node's statistics.
 pub trait Collect: Send + Sync + 'static {
-    /// The whole summary, every figure read now.
-    fn collect(self: Arc<Self>) -> BoxFuture<'static, Result<Summary, StatsError>>;
+    /// The whole round, every figure read now.
+    fn collect(self: Arc<Self>) -> BoxFuture<'static, Result<Round, StatsError>>;
 }
 
 /// The result of one housekeeping round.
@@ -45,6 +56,8 @@ pub trait Collect: Send + Sync + 'static {
 pub struct Snapshot {
     /// The summary, or why the round failed.
     pub summary: Result<Summary, StatsError>,
+    /// The cgroups and machine (`None` when the round failed).
+    pub cadvisor: Option<CadvisorInfo>,
     /// When the round ended.
     pub taken: Instant,
 }
@@ -101,6 +114,7 @@ impl StatsCache {
                 // The sender lives as long as `self`: not reached.
                 return Arc::new(Snapshot {
                     summary: Err(StatsError::NotCollected),
+                    cadvisor: None,
                     taken: Instant::now(),
                 });
             }
@@ -118,9 +132,13 @@ impl StatsCache {
             return s;
         }
         let started = Instant::now();
-        let summary = self.collector.clone().collect().await;
+        let (summary, cadvisor) = match self.collector.clone().collect().await {
+            Ok(r) => (Ok(r.summary), Some(r.cadvisor)),
+            Err(e) => (Err(e), None),
+        };
         let snapshot = Arc::new(Snapshot {
             summary,
+            cadvisor,
             taken: Instant::now(),
         });
         match &snapshot.summary {
@@ -178,7 +196,7 @@ mod tests {
     }
 
     impl Collect for Fake {
-        fn collect(self: Arc<Self>) -> BoxFuture<'static, Result<Summary, StatsError>> {
+        fn collect(self: Arc<Self>) -> BoxFuture<'static, Result<Round, StatsError>> {
             Box::pin(async move {
                 self.calls.fetch_add(1, Ordering::SeqCst);
                 if let Some(g) = &self.gate {
@@ -188,7 +206,7 @@ mod tests {
                     return Err(e);
                 }
                 let pods = self.pods.lock().unwrap().clone();
-                Ok(Summary {
+                let summary = Summary {
                     pods: pods
                         .into_iter()
                         .map(|name| PodStats {
@@ -199,6 +217,10 @@ mod tests {
                             ..Default::default()
                         })
                         .collect(),
+                    ..Default::default()
+                };
+                Ok(Round {
+                    summary,
                     ..Default::default()
                 })
             })

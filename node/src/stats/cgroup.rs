@@ -12,6 +12,8 @@ use crate::cgroups::CgroupMode;
 pub enum Layout {
     /// v1 mounts.
     V1 {
+        /// `cpu` (shares, CFS; often shared with `cpuacct`).
+        cpu: Option<PathBuf>,
         /// `cpuacct` (often shared with `cpu`).
         cpuacct: Option<PathBuf>,
         /// `memory`.
@@ -81,6 +83,7 @@ impl Layout {
                 mount: mount.clone(),
             },
             CgroupMode::V1 { mounts } => Layout::V1 {
+                cpu: mounts.get("cpu").or_else(|| mounts.get("cpuacct")).cloned(),
                 cpuacct: mounts.get("cpuacct").or_else(|| mounts.get("cpu")).cloned(),
                 memory: mounts.get("memory").cloned(),
                 pids: mounts.get("pids").cloned(),

@@ -1,20 +1,21 @@
 //! `/metrics/resource` (kubelet's resource metrics collector,
 //! `pkg/kubelet/metrics/collectors/resource_metrics.go`, what
-//! metrics-server reads) and `/metrics/cadvisor` (the container CPU,
-//! memory and filesystem families of cAdvisor's collector), rendered in
-//! the Prometheus text format from a [`Summary`], with the samples' times
-//! as timestamps as kubelet writes them.
+//! metrics-server reads), rendered in the Prometheus text format from a
+//! [`Summary`], with the samples' times as timestamps as kubelet writes
+//! them; and the text format's value and label writing shared with
+//! `/metrics/cadvisor` ([`super::cadvisor`]).
 
 use std::fmt::Write;
 
-use super::types::{ContainerStats, CpuStats, MemoryStats, PodStats, Summary};
+use super::types::{CpuStats, MemoryStats, Summary};
 
 fn ms(time: &str) -> Option<i64> {
     let t: jiff::Timestamp = time.parse().ok()?;
     Some(t.as_millisecond())
 }
 
-fn escape(v: &str) -> String {
+/// A label value escaped for the text format (backslash, quote, newline).
+pub(crate) fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
@@ -65,11 +66,51 @@ impl Family {
     }
 }
 
-fn fmt_value(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{}", v as i64)
+/// A sample value as kubelet's exposition writes it (`expfmt`'s
+/// `writeFloat`: `strconv.AppendFloat(v, 'g', -1, 64)`): the shortest
+/// digits that read back exactly, in exponent form (`1.7e+09`) when the
+/// decimal exponent is below -4 or 6 and above.
+pub(crate) fn fmt_value(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".to_string();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "+Inf" } else { "-Inf" }.to_string();
+    }
+    if v == 0.0 {
+        return "0".to_string();
+    }
+    // Rust's `{:e}` gives the shortest round-trip digits: `d.ddde±x`.
+    let e = format!("{v:e}");
+    let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (neg, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => (true, m),
+        None => (false, mantissa),
+    };
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let sign = if neg { "-" } else { "" };
+    // strconv's `%g` with the shortest precision: `%e` when the
+    // exponent is < -4 or >= 6.
+    if !(-4..6).contains(&exp) {
+        let (first, rest) = digits.split_at(1);
+        let frac = if rest.is_empty() {
+            String::new()
+        } else {
+            format!(".{rest}")
+        };
+        let esign = if exp < 0 { '-' } else { '+' };
+        return format!("{sign}{first}{frac}e{esign}{:02}", exp.abs());
+    }
+    if exp >= 0 {
+        let int_len = (exp + 1) as usize;
+        if digits.len() <= int_len {
+            format!("{sign}{digits}{}", "0".repeat(int_len - digits.len()))
+        } else {
+            format!("{sign}{}.{}", &digits[..int_len], &digits[int_len..])
+        }
     } else {
-        format!("{v}")
+        format!("{sign}0.{}{digits}", "0".repeat((-exp - 1) as usize))
     }
 }
 
@@ -179,79 +220,6 @@ pub fn resource_metrics(summary: Option<&Summary>) -> String {
     out
 }
 
-fn cadvisor_labels<'a>(p: &'a PodStats, c: &'a ContainerStats) -> [(&'static str, &'a str); 3] {
-    [
-        ("container", c.name.as_str()),
-        ("namespace", p.pod_ref.namespace.as_str()),
-        ("pod", p.pod_ref.name.as_str()),
-    ]
-}
-
-/// `/metrics/cadvisor`: container CPU, memory (working set, usage, RSS)
-/// and filesystem usage (writable layer) per container.
-pub fn cadvisor_metrics(summary: &Summary) -> String {
-    let mut cpu = Family::new(
-        "container_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed in seconds.",
-    );
-    let mut ws = Family::new(
-        "container_memory_working_set_bytes",
-        "gauge",
-        "Current working set in bytes.",
-    );
-    let mut usage = Family::new(
-        "container_memory_usage_bytes",
-        "gauge",
-        "Current memory usage in bytes, including all memory regardless of when it was accessed",
-    );
-    let mut rss = Family::new("container_memory_rss", "gauge", "Size of RSS in bytes.");
-    let mut fs = Family::new(
-        "container_fs_usage_bytes",
-        "gauge",
-        "Number of bytes that are consumed by the container on this filesystem.",
-    );
-    let mut start = Family::new(
-        "container_start_time_seconds",
-        "gauge",
-        "Start time of the container since unix epoch in seconds.",
-    );
-    for p in &summary.pods {
-        for c in &p.containers {
-            let l = cadvisor_labels(p, c);
-            if let Some((v, t)) = cpu_seconds(&c.cpu) {
-                cpu.push(&l, v, Some(t));
-            }
-            if let Some(m) = &c.memory {
-                if let Some(v) = m.working_set_bytes {
-                    ws.push(&l, v as f64, Some(&m.time));
-                }
-                if let Some(v) = m.usage_bytes {
-                    usage.push(&l, v as f64, Some(&m.time));
-                }
-                if let Some(v) = m.rss_bytes {
-                    rss.push(&l, v as f64, Some(&m.time));
-                }
-            }
-            if let Some(r) = &c.rootfs
-                && let Some(v) = r.used_bytes
-            {
-                fs.push(&l, v as f64, Some(&r.time));
-            }
-            if let Some(s) = ms(&c.start_time).filter(|v| *v > 0) {
-                start.push(&l, s as f64 / 1000.0, None);
-            }
-        }
-    }
-    let mut out = String::new();
-    for f in [&cpu, &fs, &rss, &usage, &ws, &start] {
-        if !f.lines.is_empty() {
-            f.render(&mut out);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
@@ -306,7 +274,7 @@ mod tests {
         assert!(text.contains(
             "container_cpu_usage_seconds_total{container=\"c\",namespace=\"ns\",pod=\"p\"} 1 1704067200000\n"
         ), "{text}");
-        assert!(text.contains("container_start_time_seconds{container=\"c\",namespace=\"ns\",pod=\"p\"} 1704067200\n"), "{text}");
+        assert!(text.contains("container_start_time_seconds{container=\"c\",namespace=\"ns\",pod=\"p\"} 1.7040672e+09\n"), "{text}");
         assert!(text.contains("resource_scrape_error 0\n"), "{text}");
         assert!(
             text.contains("# TYPE node_cpu_usage_seconds_total counter"),
@@ -314,5 +282,38 @@ mod tests {
         );
         let failed = resource_metrics(None);
         assert!(failed.contains("scrape_error 1\n"), "{failed}");
+    }
+
+    #[test]
+    fn values_are_written_as_go_writes_them() {
+        for (v, want) in [
+            (0.0, "0"),
+            (-0.0, "0"),
+            (1.0, "1"),
+            (-1.0, "-1"),
+            (2.5, "2.5"),
+            (1024.0, "1024"),
+            (999_999.0, "999999"),
+            (1_000_000.0, "1e+06"),
+            (1_704_067_200.0, "1.7040672e+09"),
+            (8_342_499_328.0, "8.342499328e+09"),
+            (67_108_864.0, "6.7108864e+07"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (0.123_456_789, "0.123456789"),
+            (123_456.5, "123456.5"),
+            (-3.5e-7, "-3.5e-07"),
+            (1e21, "1e+21"),
+            (f64::INFINITY, "+Inf"),
+            (f64::NEG_INFINITY, "-Inf"),
+            (f64::NAN, "NaN"),
+        ] {
+            assert_eq!(fmt_value(v), want, "{v}");
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
     }
 }

@@ -34,15 +34,19 @@ use futures::future::BoxFuture;
 use keelson_cri::{RuntimeClient, api};
 use tokio::time::Instant;
 
-use super::cache::Collect;
+use super::cache::{Collect, Round};
+use super::cadvisor::CadvisorInfo;
 use super::cgroup::stat_value;
 use super::cgroup::{CgroupUsage, Layout, net_dev};
+use super::cgroup_info::{self, CgroupInfo, CgroupRef};
 use super::cpu_rate::CpuRates;
 use super::disk::{DiskUsage, du};
 use super::error::StatsError;
+use super::machine::Machine;
 use super::types::*;
 use crate::cgroups::{CgroupName, literal_name};
 use crate::pod::labels;
+use crate::status::Host;
 
 /// The running task count of `/proc/loadavg` (`1.36 3.49 4.53 2/3518 3715089`).
 pub fn loadavg_tasks(text: &str) -> Option<u64> {
@@ -96,6 +100,8 @@ struct RuntimeFigures {
     writable: HashMap<String, DiskUsage>,
     usage: HashMap<String, api::ContainerStats>,
     image_fs_info: Option<api::ImageFsInfoResponse>,
+    /// Image ID → its first tag (ListImages), for cAdvisor's `image`.
+    image_names: HashMap<String, String>,
 }
 
 /// The statistics of this node; shared.
@@ -106,6 +112,8 @@ pub struct StatsProvider {
     boot_time: String,
     cpu: Mutex<CpuRates>,
     du_cache: Mutex<HashMap<PathBuf, (Instant, Option<DiskUsage>)>>,
+    /// Sandbox ID → its image, asked once per sandbox (PodSandboxStatus).
+    sandbox_images: Mutex<HashMap<String, String>>,
 }
 
 impl std::fmt::Debug for StatsProvider {
@@ -161,17 +169,10 @@ fn usage_on(on: &Path, usage: DiskUsage) -> FsStats {
     f
 }
 
-/// cAdvisor's `isIgnoredDevice`.
-fn ignored_device(name: &str) -> bool {
-    ["lo", "veth", "docker", "nerdctl"]
-        .iter()
-        .any(|p| name.starts_with(p))
-}
-
 fn network_of(text: &str, node: bool) -> Option<NetworkStats> {
     let ifaces: Vec<InterfaceStats> = net_dev(text)
         .into_iter()
-        .filter(|(n, ..)| !node || !ignored_device(n))
+        .filter(|(n, ..)| !node || !cgroup_info::ignored_device(n))
         .map(|(name, rx, rxe, tx, txe)| InterfaceStats {
             name,
             rx_bytes: Some(rx),
@@ -201,6 +202,8 @@ struct RunningContainer {
     id: String,
     name: String,
     created_at: i64,
+    /// The image as the runtime lists it (an ID or a reference).
+    image: String,
 }
 
 /// A ready sandbox and its running containers.
@@ -210,6 +213,7 @@ struct RunningPod {
     name: String,
     namespace: String,
     created_at: i64,
+    sandbox_id: String,
     containers: Vec<RunningContainer>,
 }
 
@@ -240,6 +244,7 @@ impl StatsProvider {
             boot_time,
             cpu: Mutex::new(CpuRates::default()),
             du_cache: Mutex::new(HashMap::new()),
+            sandbox_images: Mutex::new(HashMap::new()),
         })
     }
 
@@ -272,17 +277,68 @@ impl StatsProvider {
         .find(|rel| layout.memory_dir(rel).is_some_and(|d| d.is_dir()))
     }
 
-    /// A container's cgroup below its pod's: `<id>` (containerd with
-    /// cgroupfs), or the runtime's scope with systemd
+    /// A container's (or sandbox's) cgroup below its pod's: `<id>`
+    /// (containerd with cgroupfs), or the runtime's scope with systemd
     /// (`cri-containerd-<id>.scope`, CRI-O's `crio-<id>.scope`).
-    fn container_cgroup(&self, pod_cg: &str, id: &str) -> Option<CgroupUsage> {
+    fn container_cgroup(&self, pod_cg: &str, id: &str) -> Option<String> {
         let layout = self.layout.as_ref()?;
+        let exists = |rel: &String| layout.memory_dir(rel).is_some_and(|d| d.is_dir());
         match self.cfg.cgroup_driver {
-            crate::config::CgroupDriver::Cgroupfs => layout.usage_rel(&format!("{pod_cg}/{id}")),
+            crate::config::CgroupDriver::Cgroupfs => Some(format!("{pod_cg}/{id}")).filter(exists),
             crate::config::CgroupDriver::Systemd => ["cri-containerd", "crio"]
                 .iter()
-                .find_map(|prefix| layout.usage_rel(&format!("{pod_cg}/{prefix}-{id}.scope"))),
+                .map(|prefix| format!("{pod_cg}/{prefix}-{id}.scope"))
+                .find(exists),
         }
+    }
+
+    /// Boot time, unix seconds.
+    fn boot_secs(&self) -> i64 {
+        self.boot_time
+            .parse::<jiff::Timestamp>()
+            .map(|t| t.as_second())
+            .unwrap_or(0)
+    }
+
+    /// cAdvisor's view of the cgroup at `rel`: spec and figures, its
+    /// processes' descriptors, and for `root_pid` (the root cgroup's
+    /// PID 1, a container's first process) the soft open-files limit and,
+    /// with `network`, the interfaces of its network namespace.
+    fn cgroup_info(
+        &self,
+        layout: &Layout,
+        rel: &str,
+        reference: CgroupRef,
+        root_pid: Option<u32>,
+        network: bool,
+    ) -> Option<CgroupInfo> {
+        let (spec, mut stats) = layout.cgroup_info(rel, self.boot_secs())?;
+        let procs = layout.procs(rel);
+        let (fds, sockets) = cgroup_info::fd_counts(&self.cfg.proc_root, &procs);
+        stats.processes.processes = procs.len() as u64;
+        stats.processes.fds = fds;
+        stats.processes.sockets = sockets;
+        if let Some(pid) = root_pid {
+            let dir = self.cfg.proc_root.join(pid.to_string());
+            stats.processes.max_open_files = std::fs::read_to_string(dir.join("limits"))
+                .ok()
+                .and_then(|t| cgroup_info::max_open_files(&t));
+            if network {
+                stats.network = std::fs::read_to_string(dir.join("net/dev"))
+                    .map(|t| cgroup_info::interfaces(&t))
+                    .unwrap_or_default();
+            }
+        }
+        Some(CgroupInfo {
+            reference,
+            spec,
+            stats,
+        })
+    }
+
+    /// The id (`/` + path) of the cgroup at `rel`.
+    fn cgroup_id(rel: &str) -> String {
+        format!("/{}", rel.trim_start_matches('/'))
     }
 
     /// `CPUStats` read now, with the rate since the previous sample of
@@ -410,6 +466,11 @@ impl StatsProvider {
                 .entry(c.pod_sandbox_id.clone())
                 .or_default()
                 .push(RunningContainer {
+                    image: c
+                        .image
+                        .as_ref()
+                        .map(|i| i.image.clone())
+                        .unwrap_or_default(),
                     id: c.id,
                     name,
                     created_at: c.created_at,
@@ -436,6 +497,7 @@ impl StatsProvider {
                     name: m.name.clone(),
                     namespace: m.namespace.clone(),
                     created_at: s.created_at,
+                    sandbox_id: s.id.clone(),
                     containers,
                 },
             );
@@ -511,22 +573,85 @@ impl StatsProvider {
     /// One sample of everything the Summary API reports: the runtime's
     /// pods, containers and figures over CRI, then every file on a
     /// blocking thread ([`Self::assemble`]).
-    pub async fn sample(self: &Arc<Self>) -> Result<Summary, StatsError> {
+    pub async fn sample(self: &Arc<Self>) -> Result<Round, StatsError> {
         let pods = self.running_pods().await?;
         let figures = self.runtime_figures().await;
+        self.learn_sandbox_images(&pods).await;
         let this = self.clone();
         tokio::task::spawn_blocking(move || this.assemble(pods, &figures))
             .await
             .map_err(|e| StatsError::Interrupted(e.to_string()))
     }
 
-    /// The summary of `pods` from the files (blocking: cgroups, procfs,
-    /// statvfs, disk usage walks) and the runtime's `figures`. Each
-    /// figure's `time` is when it was read; CPU rates are taken against
-    /// the previous call's samples, and counters no longer present are
-    /// forgotten.
-    fn assemble(&self, pods: Vec<RunningPod>, figures: &RuntimeFigures) -> Summary {
+    /// The image of each new sandbox, from its verbose PodSandboxStatus
+    /// (containerd's `info.image`), asked once per sandbox; sandboxes no
+    /// longer running are forgotten.
+    async fn learn_sandbox_images(&self, pods: &[RunningPod]) {
+        let known: Vec<String> = {
+            let mut m = self
+                .sandbox_images
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            m.retain(|id, _| pods.iter().any(|p| &p.sandbox_id == id));
+            pods.iter()
+                .filter(|p| !m.contains_key(&p.sandbox_id))
+                .map(|p| p.sandbox_id.clone())
+                .collect()
+        };
+        for id in known {
+            let image = match self.cri.pod_sandbox_status(&id, true).await {
+                Ok(r) => r
+                    .info
+                    .get("info")
+                    .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
+                    .and_then(|v| v["image"].as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                Err(e) => {
+                    tracing::debug!(sandbox = %id, error = %e, "CRI PodSandboxStatus failed");
+                    continue;
+                }
+            };
+            self.sandbox_images
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id, image);
+        }
+    }
+
+    /// The round of `pods` from the files (blocking: cgroups, procfs,
+    /// statvfs, disk usage walks) and the runtime's `figures`: the summary
+    /// and cAdvisor's view of the same cgroups (each pod and container
+    /// cgroup is read once, for both). Each figure's `time` is when it was
+    /// read; CPU rates are taken against the previous call's samples, and
+    /// counters no longer present are forgotten.
+    fn assemble(&self, pods: Vec<RunningPod>, figures: &RuntimeFigures) -> Round {
         let layout = self.layout.as_ref();
+        let machine = self.machine();
+        let mut cgroups = Vec::new();
+        // The root (cAdvisor reads its processes and network through
+        // PID 1, and gives it the machine's memory and swap as limits:
+        // the raw handler's `GetSpec`), `kubepods` and the QoS tiers.
+        if let Some(l) = layout {
+            let root = CgroupRef {
+                id: "/".to_string(),
+                ..Default::default()
+            };
+            if let Some(mut info) = self.cgroup_info(l, "", root, Some(1), true) {
+                if let (Some(m), Some(spec)) = (&machine, info.spec.memory.as_mut()) {
+                    spec.limit = m.info.memory_capacity;
+                    spec.swap_limit = m.info.swap_capacity;
+                }
+                cgroups.push(info);
+            }
+            for tier in [&[][..], &["burstable"], &["besteffort"]] {
+                let rel = self.qos_path(tier);
+                let r = CgroupRef {
+                    id: Self::cgroup_id(&rel),
+                    ..Default::default()
+                };
+                cgroups.extend(self.cgroup_info(l, &rel, r, None, false));
+            }
+        }
         let root = layout.and_then(|l| l.usage_rel(""));
         let (image_fs, container_fs) = Self::image_fs(figures.image_fs_info.as_ref());
         let mut node = NodeStats {
@@ -558,13 +683,46 @@ impl StatsProvider {
         let container_fs = container_fs.or(image_fs);
         let out = pods
             .into_iter()
-            .map(|p| self.pod_stats(p, figures, container_fs.as_ref()))
+            .map(|p| self.pod_stats(p, figures, container_fs.as_ref(), &mut cgroups))
             .collect();
         self.cpu
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .end_round();
-        Summary { node, pods: out }
+        Round {
+            summary: Summary { node, pods: out },
+            cadvisor: CadvisorInfo { cgroups, machine },
+        }
+    }
+
+    /// The machine's figures (`None`, logged, when unreadable).
+    fn machine(&self) -> Option<Machine> {
+        let host = crate::status::RealHost {
+            proc_root: self.cfg.proc_root.clone(),
+            ..Default::default()
+        };
+        match host.machine_info() {
+            Ok(info) => {
+                let cpuinfo =
+                    std::fs::read_to_string(self.cfg.proc_root.join("cpuinfo")).unwrap_or_default();
+                Some(Machine::new(info, &cpuinfo))
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "machine info unreadable");
+                None
+            }
+        }
+    }
+
+    /// An image as cAdvisor labels it: the runtime's record of a container
+    /// names its image by reference; CRI lists the ID the container was
+    /// created from, named here by the image's first tag.
+    fn image_name(figures: &RuntimeFigures, image: &str) -> String {
+        figures
+            .image_names
+            .get(image)
+            .cloned()
+            .unwrap_or_else(|| image.to_string())
     }
 
     fn pod_stats(
@@ -572,12 +730,51 @@ impl StatsProvider {
         p: RunningPod,
         figures: &RuntimeFigures,
         container_fs: Option<&FsStats>,
+        cgroups: &mut Vec<CgroupInfo>,
     ) -> PodStats {
         let layout = self.layout.as_ref();
         let pod_cg = self.pod_cgroup(&p.uid);
+        let pod_ref = |container: &str, name: &str, image: &str, rel: &str| CgroupRef {
+            id: Self::cgroup_id(rel),
+            name: name.to_string(),
+            image: image.to_string(),
+            pod: p.name.clone(),
+            namespace: p.namespace.clone(),
+            container: container.to_string(),
+        };
+        // Read once: the summary's figures are taken from cAdvisor's.
+        let mut read = |rel: &str, r: CgroupRef, runtime: bool| -> Option<CgroupUsage> {
+            let l = layout?;
+            let root_pid = if runtime {
+                l.procs(rel).first().copied()
+            } else {
+                None
+            };
+            let info = self.cgroup_info(l, rel, r, root_pid, runtime && root_pid.is_some())?;
+            let usage = info.usage();
+            cgroups.push(info);
+            Some(usage)
+        };
         let pod_usage = pod_cg
             .as_deref()
-            .and_then(|rel| layout.and_then(|l| l.usage_rel(rel)));
+            .and_then(|rel| read(rel, pod_ref("", "", "", rel), false));
+        if let Some(rel) = pod_cg
+            .as_deref()
+            .and_then(|pod| self.container_cgroup(pod, &p.sandbox_id))
+        {
+            let image = self
+                .sandbox_images
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&p.sandbox_id)
+                .cloned()
+                .unwrap_or_default();
+            let mut r = pod_ref("", &p.sandbox_id, &image, &rel);
+            r.image = Self::image_name(figures, &r.image);
+            // Only the sandbox has a network namespace of its own
+            // (cAdvisor's `RemoveNetMetrics` for the other containers).
+            read(&rel, r, true);
+        }
         let mut stats = PodStats {
             pod_ref: PodReference {
                 name: p.name.clone(),
@@ -599,7 +796,18 @@ impl StatsProvider {
         for c in &p.containers {
             let usage = pod_cg
                 .as_deref()
-                .and_then(|rel| self.container_cgroup(rel, &c.id));
+                .and_then(|pod| self.container_cgroup(pod, &c.id))
+                .and_then(|rel| {
+                    let image = Self::image_name(figures, &c.image);
+                    let mut r = pod_ref(&c.name, &c.id, &image, &rel);
+                    r.name = c.id.clone();
+                    let l = layout?;
+                    let root_pid = l.procs(&rel).first().copied();
+                    let info = self.cgroup_info(l, &rel, r, root_pid, false)?;
+                    let usage = info.usage();
+                    cgroups.push(info);
+                    Some(usage)
+                });
             let mut cs = ContainerStats {
                 name: c.name.clone(),
                 start_time: rfc3339_ns(c.created_at),
@@ -698,6 +906,16 @@ impl StatsProvider {
             Ok(i) => f.image_fs_info = Some(i),
             Err(e) => tracing::debug!(error = %e, "CRI ImageFsInfo failed"),
         }
+        match self.cri.list_images(None).await {
+            Ok(images) => {
+                for i in images {
+                    if let Some(tag) = i.repo_tags.first() {
+                        f.image_names.insert(i.id.clone(), tag.clone());
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "CRI ListImages failed"),
+        }
         f
     }
 
@@ -757,7 +975,7 @@ impl StatsProvider {
 }
 
 impl Collect for StatsProvider {
-    fn collect(self: Arc<Self>) -> BoxFuture<'static, Result<Summary, StatsError>> {
+    fn collect(self: Arc<Self>) -> BoxFuture<'static, Result<Round, StatsError>> {
         Box::pin(async move { self.sample().await })
     }
 }
@@ -827,9 +1045,11 @@ mod tests {
             name: format!("pod-{uid}"),
             namespace: "default".to_string(),
             created_at: 1_700_000_000_000_000_000,
+            sandbox_id: format!("sandbox-{uid}"),
             containers: containers
                 .iter()
                 .map(|id| RunningContainer {
+                    image: "sha256:1".to_string(),
                     id: id.to_string(),
                     name: format!("name-{id}"),
                     created_at: 1_700_000_000_000_000_000,
@@ -852,7 +1072,10 @@ mod tests {
         h.cgroup("kubepods/podu1/c1", 500_000, 2048);
         let figures = RuntimeFigures::default();
 
-        let first = h.provider.assemble(vec![pod("u1", &["c1"])], &figures);
+        let first = h
+            .provider
+            .assemble(vec![pod("u1", &["c1"])], &figures)
+            .summary;
         let cpu = first.pods[0].cpu.clone().unwrap();
         assert_eq!(cpu.usage_core_nano_seconds, Some(1_000_000_000));
         assert_eq!(cpu.usage_nano_cores, None, "one sample: no rate yet");
@@ -865,7 +1088,10 @@ mod tests {
         tokio::time::advance(Duration::from_secs(10)).await;
         h.cgroup("kubepods/podu1", 6_000_000, 4096);
         h.cgroup("kubepods/podu1/c1", 1_500_000, 2048);
-        let second = h.provider.assemble(vec![pod("u1", &["c1"])], &figures);
+        let second = h
+            .provider
+            .assemble(vec![pod("u1", &["c1"])], &figures)
+            .summary;
         let cpu = second.pods[0].cpu.clone().unwrap();
         assert_eq!(cpu.usage_core_nano_seconds, Some(6_000_000_000));
         assert_eq!(cpu.usage_nano_cores, Some(500_000_000));
@@ -880,7 +1106,8 @@ mod tests {
         let before = jiff::Timestamp::now().as_second();
         let s = h
             .provider
-            .assemble(vec![pod("u1", &[])], &RuntimeFigures::default());
+            .assemble(vec![pod("u1", &[])], &RuntimeFigures::default())
+            .summary;
         let after = jiff::Timestamp::now().as_second();
         let cpu_time: jiff::Timestamp = s.pods[0].cpu.as_ref().unwrap().time.parse().unwrap();
         let mem_time: jiff::Timestamp = s.pods[0].memory.as_ref().unwrap().time.parse().unwrap();
@@ -895,7 +1122,10 @@ mod tests {
         h.cgroup("kubepods/podu1", 1_000_000, 1);
         h.cgroup("kubepods/podu1/c1", 1_000_000, 1);
         let figures = RuntimeFigures::default();
-        let s = h.provider.assemble(vec![pod("u1", &["c1"])], &figures);
+        let s = h
+            .provider
+            .assemble(vec![pod("u1", &["c1"])], &figures)
+            .summary;
         assert!(container(&s, "c1").is_some());
         assert!(container(&s, "c2").is_none());
 
@@ -905,7 +1135,8 @@ mod tests {
         h.cgroup("kubepods/podu1/c2", 3_000_000, 1);
         let s = h
             .provider
-            .assemble(vec![pod("u1", &["c1", "c2"])], &figures);
+            .assemble(vec![pod("u1", &["c1", "c2"])], &figures)
+            .summary;
         let c2 = container(&s, "c2").unwrap().cpu.clone().unwrap();
         assert_eq!(c2.usage_core_nano_seconds, Some(3_000_000_000));
         assert_eq!(c2.usage_nano_cores, None);
@@ -923,13 +1154,16 @@ mod tests {
         // (the node and `kubepods` have no CPU figures in this tree).
         tokio::time::advance(Duration::from_secs(10)).await;
         h.remove("kubepods/podu1/c1");
-        let s = h.provider.assemble(vec![pod("u1", &["c2"])], &figures);
+        let s = h
+            .provider
+            .assemble(vec![pod("u1", &["c2"])], &figures)
+            .summary;
         assert!(container(&s, "c1").is_none());
         assert_eq!(h.provider.cpu.lock().unwrap().len(), 2, "the pod and c2");
 
         // The pod went away too.
         tokio::time::advance(Duration::from_secs(10)).await;
-        let s = h.provider.assemble(Vec::new(), &figures);
+        let s = h.provider.assemble(Vec::new(), &figures).summary;
         assert!(s.pods.is_empty());
         assert!(h.provider.cpu.lock().unwrap().is_empty());
     }
@@ -953,9 +1187,72 @@ mod tests {
                 ..Default::default()
             },
         );
-        let s = h.provider.assemble(vec![pod("u1", &["c1"])], &figures);
+        let s = h
+            .provider
+            .assemble(vec![pod("u1", &["c1"])], &figures)
+            .summary;
         let c1 = container(&s, "c1").unwrap();
         assert_eq!(c1.cpu.as_ref().unwrap().usage_core_nano_seconds, Some(7));
         assert_eq!(c1.memory.as_ref().unwrap().working_set_bytes, Some(99));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_round_gives_cadvisor_the_cgroups_it_read_for_the_summary() {
+        let h = Host::new();
+        h.cgroup("kubepods", 9_000_000, 1 << 20);
+        h.cgroup("kubepods/podu1", 3_000_000, 8192);
+        h.cgroup("kubepods/podu1/c1", 2_000_000, 4096);
+        h.cgroup("kubepods/podu1/sandbox-u1", 1_000, 1024);
+        let mut figures = RuntimeFigures::default();
+        figures
+            .image_names
+            .insert("sha256:1".into(), "docker.io/library/busybox:1.36".into());
+        let round = h.provider.assemble(vec![pod("u1", &["c1"])], &figures);
+        let by_id = |id: &str| {
+            round
+                .cadvisor
+                .cgroups
+                .iter()
+                .find(|c| c.reference.id == id)
+                .unwrap_or_else(|| panic!("no {id}: {:#?}", round.cadvisor.cgroups))
+        };
+        let c1 = by_id("/kubepods/podu1/c1");
+        assert_eq!(
+            c1.reference,
+            CgroupRef {
+                id: "/kubepods/podu1/c1".into(),
+                name: "c1".into(),
+                image: "docker.io/library/busybox:1.36".into(),
+                pod: "pod-u1".into(),
+                namespace: "default".into(),
+                container: "name-c1".into(),
+            }
+        );
+        assert_eq!(c1.stats.cpu.total, 2_000_000_000);
+        assert_eq!(c1.stats.memory.working_set, 4096);
+        let pod_cg = by_id("/kubepods/podu1");
+        assert_eq!(
+            (
+                pod_cg.reference.pod.as_str(),
+                pod_cg.reference.container.as_str(),
+                pod_cg.reference.name.as_str()
+            ),
+            ("pod-u1", "", "")
+        );
+        let sandbox = by_id("/kubepods/podu1/sandbox-u1");
+        assert_eq!(sandbox.reference.name, "sandbox-u1");
+        assert_eq!(sandbox.reference.container, "");
+        assert_eq!(by_id("/kubepods").reference.pod, "");
+        // The summary's figures are the same reads.
+        let summary = &round.summary;
+        let c = container(summary, "c1").unwrap();
+        assert_eq!(
+            c.cpu.as_ref().unwrap().usage_core_nano_seconds,
+            Some(c1.stats.cpu.total)
+        );
+        assert_eq!(
+            summary.pods[0].memory.as_ref().unwrap().working_set_bytes,
+            Some(pod_cg.stats.memory.working_set)
+        );
     }
 }
