@@ -19,6 +19,7 @@ pub mod node_api;
 pub mod node_harness;
 pub mod private_bus;
 pub mod private_systemd;
+pub mod prom_text;
 pub mod proxy_cases;
 pub mod support;
 pub mod systemd_double;

@@ -116,6 +116,12 @@ pub struct Layout<'a> {
     pub node_ip: IpAddr,
     /// `--v`.
     pub verbosity: u8,
+    /// The node's containerd socket, for kubelet's cAdvisor (its
+    /// `--containerd` flag; on a real node containerd listens on the
+    /// default `/run/containerd/containerd.sock`): without it cAdvisor
+    /// sees containers as bare cgroups, without image, pod or container
+    /// labels, in `/metrics/cadvisor`.
+    pub containerd_socket: &'a Path,
     /// More flags.
     pub extra: &'a [String],
 }
@@ -209,6 +215,7 @@ pub fn command(ns: &NetNs, kubelet: &Path, l: &Layout<'_>) -> Result<Command, Up
     .arg(format!("--hostname-override={}", l.node_name))
     .arg(format!("--node-ip={}", l.node_ip))
     .arg("--v=2")
+    .arg(format!("--containerd={}", l.containerd_socket.display()))
     .args(l.extra);
     Ok(cmd)
 }

@@ -398,6 +398,7 @@ impl ClusterNode {
         config: &Path,
         kubeconfig: &Path,
     ) -> Result<Daemon, UpstreamError> {
+        let socket = self.ctrd.socket_path();
         let mut cmd = kubelet::command(
             self.ctrd.netns(),
             &self.cp.bins().path("kubelet"),
@@ -408,6 +409,7 @@ impl ClusterNode {
                 node_name: &self.name,
                 node_ip: IpAddr::V4(self.ip),
                 verbosity: if self.spec.quiet { 0 } else { 2 },
+                containerd_socket: &socket,
                 extra: &self.spec.kubelet_flags,
             },
         )?;
