@@ -6,6 +6,40 @@ use std::time::Duration;
 /// gRPC status code, re-exported so callers need not depend on tonic.
 pub use tonic::Code;
 
+/// A gRPC code as grpc-go names it (`codes.Code.String()`: `Canceled`,
+/// not tonic's `Cancelled`), for messages that must read as kubelet's.
+pub fn go_code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+    }
+}
+
+/// A gRPC error as grpc-go prints one (`rpc error: code = X desc = Y`),
+/// which is what kubelet puts in its messages and events.
+pub fn go_status_text(s: &tonic::Status) -> String {
+    format!(
+        "rpc error: code = {} desc = {}",
+        go_code_name(s.code()),
+        s.message()
+    )
+}
+
 /// What went wrong with a CRI call.
 ///
 /// Every variant names the CRI method (`"RunPodSandbox"`, `"ExecSync"`, ...)

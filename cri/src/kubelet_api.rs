@@ -9,7 +9,10 @@
 //!   service a plugin serves on its socket under `<root>/plugins_registry`;
 //! - [`podresources`]: `v1` (`k8s.io/kubelet/pkg/apis/podresources/v1`),
 //!   the `PodResourcesLister` kubelet serves on
-//!   `<root>/pod-resources/kubelet.sock`.
+//!   `<root>/pod-resources/kubelet.sock`;
+//! - [`csi`]: the Container Storage Interface v1 (`csi.v1`, spec v1.9.0 as
+//!   kubelet v1.36 vendors it), whose `Identity` and `Node` services a CSI
+//!   driver serves on the socket it registers.
 //!
 //! [`unix_channel`] dials a unix socket for any of their clients.
 
@@ -59,6 +62,12 @@ pub mod podresources {
 
     /// The socket kubelet serves `PodResourcesLister` on, under its root dir.
     pub const KUBELET_SOCKET: &str = "pod-resources/kubelet.sock";
+}
+
+/// The Container Storage Interface, `csi.v1` (`csi.proto` of spec v1.9.0).
+#[allow(missing_docs, rust_2018_idioms, clippy::all, clippy::pedantic)]
+pub mod csi {
+    tonic::include_proto!("csi.v1");
 }
 
 /// A channel to the gRPC server on the unix socket `path`, connected once

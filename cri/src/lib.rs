@@ -53,5 +53,5 @@ pub use client::{
     runtime_condition,
 };
 pub use endpoint::{MAX_MESSAGE_SIZE, socket_path};
-pub use error::{Code, CriError};
+pub use error::{Code, CriError, go_code_name, go_status_text};
 pub use events::ContainerEventStream;

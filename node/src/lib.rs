@@ -14,6 +14,7 @@
 pub mod certificates;
 pub mod cgroups;
 pub mod config;
+pub mod csi;
 pub mod devices;
 pub(crate) mod downward;
 pub mod eviction;
@@ -151,6 +152,8 @@ pub struct NodeServices {
     pub devices: devices::DeviceManager,
     /// Whether the node is shutting down (graceful node shutdown).
     pub shutting_down: status::ShuttingDown,
+    /// Registered CSI drivers, CSIDrivers, the CSINode.
+    pub csi: csi::Csi,
 }
 
 impl std::fmt::Debug for NodeServices {
@@ -267,16 +270,27 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
     let mut tasks: JoinSet<&'static str> = JoinSet::new();
     let shutdown = ctx.shutdown.clone();
 
-    // Device plugins (kubelet's device manager) and the plugin manager on
-    // `plugins_registry` with the device plugin handler; CSI and DRA
-    // drivers are told no handler serves their type.
+    // Device plugins (kubelet's device manager), CSI (the CSINode, the
+    // CSIDriver watch) and the plugin manager on `plugins_registry` with
+    // the device plugin and CSI handlers; DRA drivers are told no handler
+    // serves their type.
     let device_manager = devices::DeviceManager::new(devices::dir(&n.root_dir));
+    let csi = csi::Csi::start(
+        ctx.client.clone(),
+        &ctx.node_name,
+        runtime.clone(),
+        shutdown.clone(),
+    );
     {
         let handler = devices::start(&device_manager, &cri, shutdown.clone()).await?;
         let mut handlers = plugins::Handlers::new();
         handlers.insert(
             keelson_cri::kubelet_api::pluginregistration::DEVICE_PLUGIN.to_string(),
             handler,
+        );
+        handlers.insert(
+            keelson_cri::kubelet_api::pluginregistration::CSI_PLUGIN.to_string(),
+            std::sync::Arc::new(csi::handler::CsiPluginHandler::new(csi.clone())),
         );
         plugins::start(&n.root_dir, handlers, shutdown.clone()).map_err(|source| {
             NodeError::Socket {
@@ -408,6 +422,7 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
         stats,
         devices: device_manager.clone(),
         shutting_down,
+        csi,
     };
     // The pod-resources API (kubelet's `ListenAndServePodResources`).
     podresources::start(

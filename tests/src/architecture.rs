@@ -89,6 +89,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
             "plugins",
             "devices",
             "status",
+            "csi",
             "stats",
             "gc",
             "eviction",

@@ -89,5 +89,5 @@ impl Endpoint {
 
 /// A gRPC error as grpc-go prints one (`rpc error: code = X desc = Y`).
 pub(crate) fn grpc_error_text(s: &tonic::Status) -> String {
-    format!("rpc error: code = {:?} desc = {}", s.code(), s.message())
+    keelson_cri::go_status_text(s)
 }
