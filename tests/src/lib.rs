@@ -10,6 +10,7 @@ mod architecture;
 pub mod bench;
 pub mod conformance;
 pub mod containerd;
+pub mod csi_hostpath;
 pub mod device_plugin;
 pub mod ebpf_env;
 pub mod images;

@@ -22,6 +22,8 @@ pub(crate) mod client;
 pub(crate) mod drivers;
 pub(crate) mod handler;
 pub(crate) mod nodeinfo;
+#[cfg(test)]
+mod tests;
 pub(crate) mod version;
 
 use std::collections::BTreeMap;
@@ -55,6 +57,7 @@ struct Inner {
     nim: NodeInfoManager,
     lister: CsiDriverLister,
     node_name: String,
+    client: kube::Client,
 }
 
 /// The node's CSI state: registered drivers, the CSIDriver lister and the
@@ -95,8 +98,9 @@ impl Csi {
             inner: Arc::new(Inner {
                 drivers: Mutex::new(BTreeMap::new()),
                 nim: NodeInfoManager::new(client.clone(), node_name),
-                lister: CsiDriverLister::start(client, stop.clone()),
+                lister: CsiDriverLister::start(client.clone(), stop.clone()),
                 node_name: node_name.to_string(),
+                client,
             }),
         };
         runtime.set_storage_state(Some("CSINode is not yet initialized".to_string()));
@@ -140,6 +144,11 @@ impl Csi {
     /// The node's name.
     pub(crate) fn node_name(&self) -> &str {
         &self.inner.node_name
+    }
+
+    /// The API client (the node's identity).
+    pub(crate) fn api_client(&self) -> kube::Client {
+        self.inner.client.clone()
     }
 
     /// The CSIDriver lister.

@@ -23,6 +23,7 @@
 
 pub mod atomic_writer;
 pub mod claims;
+pub mod csi;
 pub mod emptydir;
 pub mod env;
 pub mod expand;
@@ -166,6 +167,8 @@ struct Inner {
     sync_frequency: Duration,
     pods: Mutex<HashMap<String, Arc<PodSlot>>>,
     metrics: metrics::VolumeMetrics,
+    /// Registered CSI drivers and CSIDrivers (none: csi volumes fail).
+    csi: Option<crate::csi::Csi>,
 }
 
 /// The volume manager; cheap to clone.
@@ -206,6 +209,7 @@ pub struct VolumeManagerBuilder {
     clock: Arc<dyn Clock>,
     registry: Option<prometheus::Registry>,
     idle_limit: Option<Duration>,
+    csi: Option<crate::csi::Csi>,
 }
 
 impl VolumeManagerBuilder {
@@ -219,6 +223,12 @@ impl VolumeManagerBuilder {
     /// Registers the volume metrics in `registry`.
     pub fn registry(mut self, registry: prometheus::Registry) -> Self {
         self.registry = Some(registry);
+        self
+    }
+
+    /// Sets up CSI volumes through `csi`'s registered drivers.
+    pub fn csi(mut self, csi: crate::csi::Csi) -> Self {
+        self.csi = Some(csi);
         self
     }
 
@@ -281,6 +291,7 @@ impl VolumeManagerBuilder {
             sync_frequency: sync,
             pods: Mutex::new(HashMap::new()),
             metrics: metrics::VolumeMetrics::new(self.registry.as_ref()),
+            csi: self.csi,
         };
         let vm = VolumeManager {
             inner: Arc::new(inner),
@@ -329,6 +340,7 @@ impl VolumeManager {
         .recorder(services.recorder.clone())
         .allocatable(allocatable)
         .registry(services.ctx.registry.clone())
+        .csi(services.csi.clone())
         .start(services.ctx.shutdown.clone())
     }
 
@@ -345,6 +357,7 @@ impl VolumeManager {
             clock: Arc::new(WallClock),
             registry: None,
             idle_limit: None,
+            csi: None,
         }
     }
 

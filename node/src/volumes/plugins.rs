@@ -30,6 +30,8 @@ pub enum Plugin {
     HostPath,
     /// A `local` PersistentVolume.
     LocalVolume,
+    /// An inline `csi` volume (ephemeral lifecycle).
+    Csi,
 }
 
 impl Plugin {
@@ -53,8 +55,11 @@ impl Plugin {
         if v.host_path.is_some() {
             return Ok(Plugin::HostPath);
         }
+        if v.csi.is_some() {
+            return Ok(Plugin::Csi);
+        }
         Err(format!(
-            "keelson cannot set up {} volumes (supported: emptyDir, configMap, secret, downwardAPI, projected, hostPath)",
+            "keelson cannot set up {} volumes (supported: emptyDir, configMap, secret, downwardAPI, projected, hostPath, csi)",
             source_kind(v)
         ))
     }
@@ -94,6 +99,7 @@ impl Plugin {
             Plugin::Projected => Some(paths::PROJECTED),
             Plugin::HostPath => None,
             Plugin::LocalVolume => Some(paths::LOCAL_VOLUME),
+            Plugin::Csi => Some(super::csi::CSI_DIR),
         }
     }
 
@@ -107,6 +113,7 @@ impl Plugin {
             Plugin::Projected => "kubernetes.io/projected",
             Plugin::HostPath => "kubernetes.io/host-path",
             Plugin::LocalVolume => "kubernetes.io/local-volume",
+            Plugin::Csi => crate::csi::PLUGIN_NAME,
         }
     }
 
@@ -189,6 +196,7 @@ impl VolumeManager {
         let ns = ns_of(pod);
         match plugin {
             Plugin::EmptyDir => self.setup_empty_dir(pod, vol).await,
+            Plugin::Csi => self.setup_inline_csi(pod, vol).await,
             Plugin::HostPath => {
                 // The same checks for a hostPath PV as for an inline
                 // hostPath (pkg/volume/hostpath/host_path.go serves both);
@@ -435,7 +443,7 @@ mod tests {
         assert_eq!(k["a"], Ok(Plugin::EmptyDir));
         assert_eq!(
             k["pvc"].clone().unwrap_err(),
-            "keelson cannot set up persistentVolumeClaim volumes (supported: emptyDir, configMap, secret, downwardAPI, projected, hostPath)"
+            "keelson cannot set up persistentVolumeClaim volumes (supported: emptyDir, configMap, secret, downwardAPI, projected, hostPath, csi)"
         );
     }
 }

@@ -29,12 +29,18 @@ impl VolumeManager {
             Some(s) => Some(s.state.lock().await),
             None => None,
         };
+        // CSI volumes first: the driver unmounts them (NodeUnpublishVolume).
+        let csi = self.teardown_csi(uid).await;
         let layout = self.inner.layout.clone();
         let mounter = self.inner.mounter.clone();
         let metrics = self.inner.metrics.clone();
         let id = uid.to_string();
-        let result =
-            blocking(move || teardown_dirs(mounter.as_ref(), &layout, &id, &metrics)).await;
+        let dirs = blocking(move || teardown_dirs(mounter.as_ref(), &layout, &id, &metrics)).await;
+        let result = match (csi, dirs) {
+            (Ok(()), r) => r,
+            (Err(e), Ok(())) => Err(e),
+            (Err(a), Err(b)) => Err(format!("{a}; {b}")),
+        };
         self.inner.tokens.delete_service_account_token(uid);
         if let Some(st) = guard.as_mut() {
             st.mounted.clear();
@@ -186,6 +192,10 @@ fn teardown_dirs(
     }
     let volumes = layout.pod_volumes_dir(uid);
     for plugin in dir_names(&volumes).map_err(|e| e.to_string())? {
+        // CSI volumes are the driver's to unmount (`teardown_csi`).
+        if plugin == super::csi::CSI_DIR {
+            continue;
+        }
         let plugin_dir = volumes.join(&plugin);
         for name in dir_names(&plugin_dir).map_err(|e| e.to_string())? {
             let dir = plugin_dir.join(&name);

@@ -8,6 +8,7 @@
 
 mod authz_matrix_cases;
 mod config_cases;
+mod csi_cases;
 mod device_cases;
 mod diagnose_cases;
 mod migrate_cases;
@@ -39,6 +40,7 @@ fn main() -> std::process::ExitCode {
         device_cases::CASES,
         shutdown_cases::CASES,
         volume_cases::CASES,
+        csi_cases::CASES,
     ]
     .concat();
     runner::main(&cases)
