@@ -18,7 +18,7 @@ use keelson_tests::upstream::{Agents, Case, Env, NodeSpec};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 
-use crate::support::{busybox_pod, create_pod, namespace, wait_pod_ready};
+use crate::support::{busybox_pod, create_pod, namespace, wait_event, wait_pod_ready};
 
 pub const CASES: &[Case] = &[Case {
     name: "csi_hostpath_inline",
@@ -216,6 +216,37 @@ async fn csi_hostpath_inline(env: Arc<Env>, agents: Agents) -> anyhow::Result<()
                 .is_some_and(|h| h.starts_with("csi-") && h.len() == 68),
         "vol_data.json {data:?}"
     );
+
+    // A driver that is not registered on the node: FailedMount in
+    // kubelet's words, the pod stays ContainerCreating.
+    let mut absent = busybox_pod("absent", &node.name, "sleep 3600");
+    absent["spec"]["containers"][0]["volumeMounts"] =
+        serde_json::json!([{"name": "data", "mountPath": "/data"}]);
+    absent["spec"]["volumes"] = serde_json::json!([{
+        "name": "data",
+        "csi": {"driver": "absent.csi.example.com"}
+    }]);
+    create_pod(c, &ns, absent).await?;
+    let ev = wait_event(
+        c,
+        &ns,
+        "absent",
+        "FailedMount",
+        "absent.csi.example.com",
+        Duration::from_secs(60),
+    )
+    .await?;
+    ensure!(
+        ev.message.as_deref()
+            == Some(
+                "MountVolume.SetUp failed for volume \"data\" : kubernetes.io/csi: mounter.SetUpAt failed to get CSI client: driver name absent.csi.example.com not found in the list of registered CSI drivers"
+            ),
+        "message {:?}",
+        ev.message
+    );
+    Api::<Pod>::namespaced(c.clone(), &ns)
+        .delete("absent", &DeleteParams::default())
+        .await?;
 
     // The pod goes: the agent unpublishes (the driver deletes an
     // ephemeral volume at NodeUnpublishVolume) and removes the pod dir.
