@@ -27,8 +27,9 @@ pub const CASES: &[Case] = &[Case {
 }];
 
 /// The driver's CSIDriver object as its deployment manifests have it
-/// (`deploy/kubernetes-latest/hostpath/csi-hostpath-driverinfo.yaml`):
-/// no attach, pod info on mount, both lifecycles, fsGroupPolicy File.
+/// (`deploy/kubernetes-1.34/hostpath/csi-hostpath-driverinfo.yaml`): both
+/// lifecycles, pod info on mount, fsGroupPolicy File, attachRequired left
+/// to its default (true; inline volumes are never attached).
 async fn ensure_csidriver(c: &kube::Client) -> anyhow::Result<()> {
     let api: Api<CSIDriver> = Api::all(c.clone());
     if api.get_opt(DRIVER).await?.is_some() {
@@ -39,7 +40,6 @@ async fn ensure_csidriver(c: &kube::Client) -> anyhow::Result<()> {
         "kind": "CSIDriver",
         "metadata": {"name": DRIVER},
         "spec": {
-            "attachRequired": false,
             "podInfoOnMount": true,
             "volumeLifecycleModes": ["Persistent", "Ephemeral"],
             "fsGroupPolicy": "File",
