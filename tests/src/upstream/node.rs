@@ -243,19 +243,7 @@ impl ClusterNode {
         let spec = self.spec.clone();
         let keelson_proxy_in_node =
             spec.node == NodeAgent::Keelson && spec.proxy == ProxyAgent::Keelson;
-        match spec.node {
-            NodeAgent::Keelson if spec.keelson_files == KeelsonFiles::Upstream => {
-                *lock(&self.node_agent) =
-                    Some(self.spawn_keelson_from_upstream_files(keelson_proxy_in_node)?);
-            }
-            NodeAgent::Keelson => {
-                let cfg = self.keelson_config(true, keelson_proxy_in_node)?;
-                *lock(&self.node_agent) = Some(self.spawn_keelson("keelson", &cfg, &[])?);
-            }
-            NodeAgent::Kubelet => {
-                *lock(&self.node_agent) = Some(self.spawn_kubelet()?);
-            }
-        }
+        *lock(&self.node_agent) = Some(self.spawn_node_agent()?);
         match spec.proxy {
             ProxyAgent::None => {}
             ProxyAgent::Keelson if keelson_proxy_in_node => {}
@@ -679,6 +667,32 @@ impl ClusterNode {
             )?,
         });
         Ok(())
+    }
+
+    /// Stops the node agent (as [`ClusterNode::stop_node_agent`]) and
+    /// starts it again as it was started, on the same files and root dir
+    /// (`systemctl restart`); containerd and the pods' containers stay.
+    pub fn restart_node_agent(&self) -> Result<String, UpstreamError> {
+        let how = self.stop_node_agent();
+        *lock(&self.node_agent) = Some(self.spawn_node_agent()?);
+        Ok(how)
+    }
+
+    /// The node agent of the spec, started.
+    fn spawn_node_agent(&self) -> Result<Daemon, UpstreamError> {
+        let spec = &self.spec;
+        let keelson_proxy_in_node =
+            spec.node == NodeAgent::Keelson && spec.proxy == ProxyAgent::Keelson;
+        match spec.node {
+            NodeAgent::Keelson if spec.keelson_files == KeelsonFiles::Upstream => {
+                self.spawn_keelson_from_upstream_files(keelson_proxy_in_node)
+            }
+            NodeAgent::Keelson => {
+                let cfg = self.keelson_config(true, keelson_proxy_in_node)?;
+                self.spawn_keelson("keelson", &cfg, &[])
+            }
+            NodeAgent::Kubelet => self.spawn_kubelet(),
+        }
     }
 
     /// Stops the agents (SIGTERM, grace, SIGKILL); containerd and the pods stay.

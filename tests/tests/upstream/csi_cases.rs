@@ -3,8 +3,9 @@
 //! through the agent's `plugins_registry`; the same scenario on keelson and
 //! on kubelet v1.36, the same outcome asserted: the CSINode and the Node's
 //! CSI annotation and topology label, an inline (ephemeral) csi volume a
-//! pod writes into and the driver holds, unpublished when the pod goes,
-//! and the driver's entry removed when its registrar goes.
+//! pod writes into and the driver holds, unpublished when the pod goes
+//! and, for a pod removed while the agent was down, after the agent's
+//! restart; and the driver's entry removed when its registrar goes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,6 +51,53 @@ async fn ensure_csidriver(c: &kube::Client) -> anyhow::Result<()> {
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// A pod whose inline csi volume gets the file `file`; it then runs until
+/// stopped.
+fn writer_pod(name: &str, node: &str, file: &str) -> serde_json::Value {
+    let mut pod = busybox_pod(
+        name,
+        node,
+        &format!(
+            "echo hello-from-pod > /data/{file}; trap 'exit 0' TERM; while true; do sleep 1; done"
+        ),
+    );
+    pod["spec"]["terminationGracePeriodSeconds"] = 1.into();
+    pod["spec"]["containers"][0]["volumeMounts"] =
+        serde_json::json!([{"name": "data", "mountPath": "/data"}]);
+    pod["spec"]["volumes"] = serde_json::json!([{
+        "name": "data",
+        "csi": {"driver": DRIVER, "volumeAttributes": {"size": "1Mi"}}
+    }]);
+    pod
+}
+
+/// Waits until the driver holds no file `file` and the pod's CSI volume
+/// directory is gone.
+async fn wait_unpublished(
+    driver: &HostPathDriver,
+    pod_dir: &std::path::Path,
+    file: &str,
+) -> anyhow::Result<()> {
+    wait_for(
+        "the volume unpublished",
+        Duration::from_secs(90),
+        Duration::from_millis(300),
+        || async {
+            let left = driver.files_named(file);
+            if !left.is_empty() {
+                return Err(format!("driver still holds {left:?}"));
+            }
+            let vol = pod_dir.join("volumes/kubernetes.io~csi/data");
+            if vol.exists() {
+                return Err(format!("{} still exists", vol.display()));
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 fn driver_entry(n: &CSINode) -> Option<(String, Vec<String>)> {
@@ -159,19 +207,7 @@ async fn csi_hostpath_inline(env: Arc<Env>, agents: Agents) -> anyhow::Result<()
 
     // An inline csi volume: the pod writes a file the driver holds.
     let ns = namespace(c, "csi").await?;
-    let mut pod = busybox_pod(
-        "inline",
-        &node.name,
-        "echo hello-from-pod > /data/hello; trap 'exit 0' TERM; while true; do sleep 1; done",
-    );
-    pod["spec"]["terminationGracePeriodSeconds"] = 1.into();
-    pod["spec"]["containers"][0]["volumeMounts"] =
-        serde_json::json!([{"name": "data", "mountPath": "/data"}]);
-    pod["spec"]["volumes"] = serde_json::json!([{
-        "name": "data",
-        "csi": {"driver": DRIVER, "volumeAttributes": {"size": "1Mi"}}
-    }]);
-    create_pod(c, &ns, pod).await?;
+    create_pod(c, &ns, writer_pod("inline", &node.name, "hello")).await?;
     wait_pod_ready(c, &ns, "inline")
         .await
         .with_context(|| format!("{}\n{}", driver.log_tails(30), node.log_tails(40)))?;
@@ -254,24 +290,51 @@ async fn csi_hostpath_inline(env: Arc<Env>, agents: Agents) -> anyhow::Result<()
         .delete("inline", &DeleteParams::default())
         .await?;
     let pod_dir = node.node_root_dir().join("pods").join(&pod_uid);
+    wait_unpublished(&driver, &pod_dir, "hello")
+        .await
+        .with_context(|| format!("{}\n{}", driver.log_tails(30), node.log_tails(40)))?;
+
+    // A pod removed while the agent is down (force deletion): after the
+    // restart its directory is an orphan whose CSI volume is unpublished
+    // from what is on disk (vol_data.json), once the driver registered
+    // again.
+    create_pod(c, &ns, writer_pod("orphan", &node.name, "orphaned")).await?;
+    wait_pod_ready(c, &ns, "orphan").await?;
+    let orphan_uid = Api::<Pod>::namespaced(c.clone(), &ns)
+        .get("orphan")
+        .await?
+        .metadata
+        .uid
+        .unwrap_or_default();
     wait_for(
-        "the volume unpublished",
-        Duration::from_secs(90),
-        Duration::from_millis(300),
+        "the orphan's file",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
         || async {
-            let left = driver.files_named("hello");
-            if !left.is_empty() {
-                return Err(format!("driver still holds {left:?}"));
+            let n = driver.files_named("orphaned").len();
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(format!("{n} files"))
             }
-            let vol = pod_dir.join("volumes/kubernetes.io~csi/data");
-            if vol.exists() {
-                return Err(format!("{} still exists", vol.display()));
-            }
-            Ok(())
         },
     )
-    .await
-    .with_context(|| format!("{}\n{}", driver.log_tails(30), node.log_tails(40)))?;
+    .await?;
+    node.stop_node_agent();
+    Api::<Pod>::namespaced(c.clone(), &ns)
+        .delete(
+            "orphan",
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await?;
+    node.restart_node_agent()?;
+    let orphan_dir = node.node_root_dir().join("pods").join(&orphan_uid);
+    wait_unpublished(&driver, &orphan_dir, "orphaned")
+        .await
+        .with_context(|| format!("{}\n{}", driver.log_tails(30), node.log_tails(60)))?;
 
     // The registrar goes (its socket with it): the driver is deregistered.
     driver.stop_registrar();
