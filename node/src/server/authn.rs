@@ -175,7 +175,7 @@ impl Authenticator {
         if let (Some(ca), Some(chain)) = (&self.x509, peer.filter(|c| !c.is_empty())) {
             match ca.authenticate(chain) {
                 Ok(u) => return Authenticated::User(with_authenticated_group(u)),
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         if let Some(webhook) = &self.webhook

@@ -77,9 +77,9 @@ impl ClientCa {
     }
 
     /// Verifies a presented chain (leaf first) and returns its user.
-    pub fn authenticate(&self, chain: &[CertificateDer<'static>]) -> Result<User, String> {
+    pub fn authenticate(&self, chain: &[CertificateDer<'static>]) -> Result<User, CertAuthError> {
         let Some((leaf, intermediates)) = chain.split_first() else {
-            return Err("no client certificate".into());
+            return Err(CertAuthError::NoCertificate);
         };
         let verifier = self
             .state
@@ -89,7 +89,7 @@ impl ClientCa {
             .clone();
         verifier
             .verify_client_cert(leaf, intermediates, UnixTime::now())
-            .map_err(|e| format!("verifying certificate: {e}"))?;
+            .map_err(CertAuthError::Verify)?;
         user_of(leaf)
     }
 
@@ -121,10 +121,27 @@ impl ClientCa {
     }
 }
 
+/// Why a client certificate gives no user.
+#[derive(Debug, thiserror::Error)]
+pub enum CertAuthError {
+    /// The TLS peer sent no certificate.
+    #[error("no client certificate")]
+    NoCertificate,
+    /// The chain does not lead to the client CA.
+    #[error("verifying certificate: {0}")]
+    Verify(rustls::Error),
+    /// The leaf is not X.509 DER.
+    #[error("parsing certificate: {0}")]
+    Parse(String),
+    /// The leaf names no user.
+    #[error("certificate has no CommonName")]
+    NoCommonName,
+}
+
 /// CommonName → user, each Organization → a group.
-pub fn user_of(cert: &CertificateDer<'_>) -> Result<User, String> {
+pub fn user_of(cert: &CertificateDer<'_>) -> Result<User, CertAuthError> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref())
-        .map_err(|e| format!("parsing certificate: {e}"))?;
+        .map_err(|e| CertAuthError::Parse(e.to_string()))?;
     let subject = parsed.subject();
     let name = subject
         .iter_common_name()
@@ -133,7 +150,7 @@ pub fn user_of(cert: &CertificateDer<'_>) -> Result<User, String> {
         .unwrap_or_default()
         .to_string();
     if name.is_empty() {
-        return Err("certificate has no CommonName".into());
+        return Err(CertAuthError::NoCommonName);
     }
     let groups = subject
         .iter_organization()

@@ -122,7 +122,7 @@ pub async fn serve(
     } else {
         match stream_options(&pairs) {
             Ok(o) => o,
-            Err(e) => return body::text(StatusCode::BAD_REQUEST, e),
+            Err(e) => return body::text(StatusCode::BAD_REQUEST, e.to_string()),
         }
     };
     let Some(pod) = api.pods.get().and_then(|p| p.pod_by_name(ns, pod_name)) else {
