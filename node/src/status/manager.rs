@@ -75,7 +75,7 @@ pub enum StatusError {
     },
     /// The patch could not be built.
     #[error("building node status patch: {0}")]
-    Encode(#[from] serde_json::Error),
+    Encode(serde_json::Error),
     /// Every try of a round failed.
     #[error("update node status exceeds retry count")]
     RetriesExhausted,
@@ -452,7 +452,7 @@ impl NodeStatusManager {
         original: &Node,
         node: &Node,
     ) -> Result<Node, StatusError> {
-        let patch = node_status_patch(original, node)?;
+        let patch = node_status_patch(original, node).map_err(StatusError::Encode)?;
         let api = self.api();
         let name = self.cfg.node_name.clone();
         let pp = PatchParams::default();
