@@ -36,23 +36,38 @@ impl std::fmt::Debug for ClientCa {
     }
 }
 
-fn verifier_for(pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, String> {
+/// Why a client CA bundle cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CaBundleError {
+    /// The PEM does not read.
+    #[error(transparent)]
+    Pem(#[from] std::io::Error),
+    /// A certificate is not a usable CA.
+    #[error(transparent)]
+    Certificate(#[from] rustls::Error),
+    /// No certificate in the file.
+    #[error("no CERTIFICATE block")]
+    Empty,
+    /// The verifier could not be built.
+    #[error(transparent)]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
+}
+
+fn verifier_for(pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, CaBundleError> {
     let mut roots = rustls::RootCertStore::empty();
     let mut n = 0;
     for c in rustls_pemfile::certs(&mut &pem[..]) {
-        let c = c.map_err(|e| e.to_string())?;
-        roots.add(c).map_err(|e| e.to_string())?;
+        roots.add(c?)?;
         n += 1;
     }
     if n == 0 {
-        return Err("no CERTIFICATE block".into());
+        return Err(CaBundleError::Empty);
     }
-    WebPkiClientVerifier::builder_with_provider(
+    Ok(WebPkiClientVerifier::builder_with_provider(
         Arc::new(roots),
         Arc::new(rustls::crypto::ring::default_provider()),
     )
-    .build()
-    .map_err(|e| e.to_string())
+    .build()?)
 }
 
 impl ClientCa {
