@@ -45,16 +45,30 @@ pub enum RunError {
     #[error(transparent)]
     Serve(#[from] observability::server::ServeError),
     /// A role stopped with an error.
-    #[error("{role} role failed: {message}")]
+    #[error("{role} role failed: {error}")]
     Role {
         /// Which role.
         role: &'static str,
         /// Its error.
-        message: String,
+        error: RoleError,
     },
     /// Shutdown took longer than `shutdownTimeout`.
     #[error("shutdown did not finish within {0:?}")]
     ShutdownTimeout(Duration),
+}
+
+/// Why a role stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RoleError {
+    /// The node role failed.
+    #[error(transparent)]
+    Node(#[from] keelson_node::NodeError),
+    /// The proxy role failed.
+    #[error(transparent)]
+    Proxy(#[from] proxy::ProxyError),
+    /// The role's task panicked.
+    #[error(transparent)]
+    Panicked(#[from] tokio::task::JoinError),
 }
 
 /// What `keelson diagnose` needs of this daemon's start: its effective
@@ -209,7 +223,7 @@ pub async fn run(
     }
 
     let roles_stop = shutdown.child_token();
-    let mut roles: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
+    let mut roles: JoinSet<(&'static str, Result<(), RoleError>)> = JoinSet::new();
     let ctx = |client: kube::Client| RoleContext {
         config: config.clone(),
         node_name: node_name.clone(),
@@ -229,13 +243,13 @@ pub async fn run(
             }
             (
                 "node",
-                node::run(c.node_context()).await.map_err(|e| e.to_string()),
+                node::run(c.node_context()).await.map_err(RoleError::from),
             )
         });
     }
     if let Some(client) = proxy_client {
         let c = ctx(client);
-        roles.spawn(async move { ("proxy", proxy::run(c).await.map_err(|e| e.to_string())) });
+        roles.spawn(async move { ("proxy", proxy::run(c).await.map_err(RoleError::from)) });
     }
     lifecycle::notify_ready();
     lifecycle::notify_status("running");
@@ -246,14 +260,14 @@ pub async fn run(
         _ = shutdown.cancelled() => {}
         Some(done) = roles.join_next() => {
             match done {
-                Ok((role, Err(message))) => {
-                    tracing::error!(role, error = %message, "role failed; shutting down");
-                    failure = Some(RunError::Role { role, message });
+                Ok((role, Err(error))) => {
+                    tracing::error!(role, error = %error, "role failed; shutting down");
+                    failure = Some(RunError::Role { role, error });
                 }
                 Ok((role, Ok(()))) => tracing::warn!(role, "role stopped; shutting down"),
                 Err(e) => {
                     tracing::error!(error = %e, "role task panicked; shutting down");
-                    failure = Some(RunError::Role { role: "unknown", message: e.to_string() });
+                    failure = Some(RunError::Role { role: "unknown", error: e.into() });
                 }
             }
         }

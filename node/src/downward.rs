@@ -36,7 +36,7 @@ pub enum DownwardError {
         /// The whole field path.
         path: String,
         /// Why the key is not a qualified name.
-        reason: String,
+        reason: InvalidName,
     },
     /// `resourceFieldRef.resource` not known.
     #[error("unsupported container resource : {0}")]
@@ -213,9 +213,15 @@ pub fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
     lines.join("\n")
 }
 
+/// Why a key is not a qualified name: `validation.IsQualifiedName`'s
+/// reasons, joined with `;` as kubelet joins them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.join(";"))]
+pub struct InvalidName(pub Vec<String>);
+
 /// Checks a Kubernetes qualified name (`[prefix/]name`) as
-/// `validation.IsQualifiedName`; the error joins the reasons with `;`.
-pub fn qualified_name(value: &str) -> Result<(), String> {
+/// `validation.IsQualifiedName`.
+pub fn qualified_name(value: &str) -> Result<(), InvalidName> {
     let mut errs = Vec::new();
     let parts: Vec<&str> = value.split('/').collect();
     let name = match parts.as_slice() {
@@ -223,13 +229,13 @@ pub fn qualified_name(value: &str) -> Result<(), String> {
         [prefix, name] => {
             if prefix.is_empty() {
                 errs.push("prefix part must be non-empty".to_string());
-            } else if let Err(e) = dns1123_subdomain(prefix) {
+            } else if let Some(e) = dns1123_subdomain_reason(prefix) {
                 errs.push(format!("prefix part {e}"));
             }
             *name
         }
         _ => {
-            return Err("a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')".to_string());
+            return Err(InvalidName(vec!["a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')".to_string()]));
         }
     };
     if name.is_empty() {
@@ -251,13 +257,14 @@ pub fn qualified_name(value: &str) -> Result<(), String> {
     if errs.is_empty() {
         Ok(())
     } else {
-        Err(errs.join(";"))
+        Err(InvalidName(errs))
     }
 }
 
-fn dns1123_subdomain(value: &str) -> Result<(), String> {
+/// Why `value` is not a DNS-1123 subdomain, or `None` when it is one.
+fn dns1123_subdomain_reason(value: &str) -> Option<&'static str> {
     if value.len() > 253 {
-        return Err("must be no more than 253 characters".to_string());
+        return Some("must be no more than 253 characters");
     }
     let label_ok = |l: &str| {
         let b = l.as_bytes();
@@ -268,9 +275,11 @@ fn dns1123_subdomain(value: &str) -> Result<(), String> {
             && b.last().is_some_and(|c| c.is_ascii_alphanumeric())
     };
     if value.split('.').all(label_ok) {
-        Ok(())
+        None
     } else {
-        Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".to_string())
+        Some(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+        )
     }
 }
 

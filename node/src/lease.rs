@@ -158,6 +158,17 @@ pub enum RequestError {
     Other(String),
 }
 
+/// Why a renewal gave up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RenewError {
+    /// Shutdown began.
+    #[error("shut down")]
+    ShutDown,
+    /// Every attempt failed.
+    #[error("failed {MAX_UPDATE_RETRIES} attempts to update lease")]
+    Exhausted,
+}
+
 impl LeaseController {
     /// A controller writing with `client` (the node's identity).
     pub fn new(client: kube::Client, cfg: LeaseConfig, metrics: LeaseMetrics) -> LeaseController {
@@ -256,7 +267,7 @@ impl LeaseController {
         &mut self,
         mut base: Lease,
         shutdown: &CancellationToken,
-    ) -> Result<(), String> {
+    ) -> Result<(), RenewError> {
         for attempt in 0..MAX_UPDATE_RETRIES {
             let lease = match self.new_lease(Some(&base)).await {
                 Ok(l) | Err(l) => l,
@@ -283,7 +294,7 @@ impl LeaseController {
                     match self.backoff_ensure_lease(shutdown).await {
                         Some((Some(l), _)) => base = l,
                         Some((None, _)) => {}
-                        None => return Err("shut down".to_string()),
+                        None => return Err(RenewError::ShutDown),
                     }
                 }
                 Err(e) => {
@@ -292,9 +303,7 @@ impl LeaseController {
                 }
             }
         }
-        Err(format!(
-            "failed {MAX_UPDATE_RETRIES} attempts to update lease"
-        ))
+        Err(RenewError::Exhausted)
     }
 
     fn written(&self, lease: &Lease) {

@@ -256,7 +256,7 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
     // is up (pkg/kubelet/kubelet.go `addHealthCheck("PLEG", ...)`): the node
     // is not Ready until the PLEG has relisted once. The pod lifecycle
     // replaces this with its PLEG's own check when it starts.
-    runtime.add_health_check("PLEG", || Err(pods::pleg::NOT_YET_SUCCESSFUL.to_string()));
+    runtime.add_health_check("PLEG", || Err(pods::pleg::PlegUnhealthy::NotYetRelisted));
     let host: Arc<dyn Host> = overrides
         .host
         .clone()

@@ -54,6 +54,6 @@ pub use manager::{
     ProbeManagerOutputs, ProbeUpdate, ReportedStatus,
 };
 pub use metrics::ProberMetrics;
-pub use port::resolve_container_port;
+pub use port::{PortError, resolve_container_port};
 pub use result::{ProbeKind, ProbeResult, ProbeState};
 pub use spec::{ContainerProbes, HttpGetSpec, ProbeHandler, ProbeSpec};

@@ -66,14 +66,14 @@ impl Action {
             },
             ProbeHandler::HttpGet(spec) => match HttpRequest::new(spec, pod_ip, user_agent) {
                 Ok(request) => Action::Http(Box::new(request)),
-                Err(message) => Action::Errored(message),
+                Err(e) => Action::Errored(e.to_string()),
             },
             ProbeHandler::TcpSocket { host, port } => match port {
                 Ok(port) => Action::Tcp {
                     host: host.clone().unwrap_or_else(|| pod_ip.to_string()),
                     port: *port,
                 },
-                Err(message) => Action::Errored(message.clone()),
+                Err(e) => Action::Errored(e.to_string()),
             },
             ProbeHandler::Grpc { port, service } => Action::Grpc {
                 host: pod_ip.to_string(),

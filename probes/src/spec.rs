@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Probe};
 
 use crate::expand::expand_command;
-use crate::port::resolve_container_port;
+use crate::port::{PortError, resolve_container_port};
 use crate::result::ProbeKind;
 
 /// `initialDelaySeconds` when unset.
@@ -59,7 +59,7 @@ pub enum ProbeHandler {
         host: Option<String>,
         /// The resolved port, or the error resolving it (reported each run
         /// as a probe error, like upstream).
-        port: Result<u16, String>,
+        port: Result<u16, PortError>,
     },
     /// A `grpc.health.v1.Health/Check` call, plaintext, to the pod IP.
     Grpc {
@@ -81,7 +81,7 @@ pub struct HttpGetSpec {
     /// `host`; the pod IP when `None`.
     pub host: Option<String>,
     /// The resolved port, or the error resolving it.
-    pub port: Result<u16, String>,
+    pub port: Result<u16, PortError>,
     /// `path` as written (may carry a query).
     pub path: String,
     /// `httpHeaders`, in order.
@@ -443,7 +443,7 @@ mod tests {
             ProbeHandler::from_k8s(&tcp, &c),
             ProbeHandler::TcpSocket {
                 host: Some("db".into()),
-                port: Err("strconv.Atoi: parsing \"nope\": invalid syntax".into())
+                port: Err(PortError::InvalidSyntax("nope".into()))
             }
         );
     }

@@ -253,26 +253,26 @@ impl ReadApi {
 
     /// The API server's `Date` header and the round trip of `GET /version`
     /// (for the clock skew check).
-    pub async fn server_date(&self) -> Result<(jiff::Timestamp, Duration), String> {
+    pub async fn server_date(&self) -> Result<(jiff::Timestamp, Duration), ServerDateError> {
         if let Some(r) = self.down() {
-            return Err(r);
+            return Err(ServerDateError::Down(r));
         }
         let req = http::Request::get("/version")
             .body(Vec::new())
-            .map_err(|e| e.to_string())?;
+            .map_err(ServerDateError::Request)?;
         let start = std::time::Instant::now();
         let res = tokio::time::timeout(self.timeout, self.client.send(req.map(Into::into))).await;
         let rtt = start.elapsed();
         let resp = match res {
             Err(_) => {
-                let reason = format!("no answer within {:?}", self.timeout);
-                self.mark_down(&reason);
-                return Err(reason);
+                let e = ServerDateError::Timeout(self.timeout);
+                self.mark_down(&e.to_string());
+                return Err(e);
             }
             Ok(Err(e)) => {
                 let text = crate::error_chain::error_chain(&e);
                 self.mark_down(&text);
-                return Err(text);
+                return Err(ServerDateError::Down(text));
             }
             Ok(Ok(r)) => r,
         };
@@ -280,12 +280,40 @@ impl ReadApi {
             .headers()
             .get(http::header::DATE)
             .and_then(|v| v.to_str().ok())
-            .ok_or("the answer has no Date header")?;
+            .ok_or(ServerDateError::NoDate)?;
         let t = jiff::fmt::rfc2822::parse(date)
             .map(|z| z.timestamp())
-            .map_err(|e| format!("Date {date:?}: {e}"))?;
+            .map_err(|error| ServerDateError::BadDate {
+                date: date.to_string(),
+                error,
+            })?;
         Ok((t, rtt))
     }
+}
+
+/// Why the API server's clock could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerDateError {
+    /// The API server is unreachable (the first failure's text).
+    #[error("{0}")]
+    Down(String),
+    /// The request could not be built.
+    #[error("{0}")]
+    Request(http::Error),
+    /// No answer in time.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The answer has no `Date`.
+    #[error("the answer has no Date header")]
+    NoDate,
+    /// A `Date` that is not RFC 2822.
+    #[error("Date {date:?}: {error}")]
+    BadDate {
+        /// The header.
+        date: String,
+        /// Why.
+        error: jiff::Error,
+    },
 }
 
 #[cfg(test)]

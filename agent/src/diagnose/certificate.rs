@@ -34,18 +34,53 @@ pub enum Credential {
     None,
 }
 
+/// Why the kubeconfig's credential could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    /// The kubeconfig does not load.
+    #[error(transparent)]
+    Kubeconfig(#[from] kube::config::KubeconfigError),
+    /// `client-certificate-data` is not base64.
+    #[error("client-certificate-data: {0}")]
+    InlineData(base64::DecodeError),
+    /// `client-certificate` cannot be read.
+    #[error("{}: {error}", path.display())]
+    File {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The certificate is not PEM.
+    #[error("{source_name}: not a PEM certificate: {error}")]
+    NotPem {
+        /// Where it was read.
+        source_name: String,
+        /// The parser's text.
+        error: String,
+    },
+    /// The PEM holds no usable X.509 certificate.
+    #[error("{source_name}: {error}")]
+    Leaf {
+        /// Where it was read.
+        source_name: String,
+        /// Why.
+        error: crate::certificates::CertError,
+    },
+}
+
 /// Reads the credential of the kubeconfig's current context: the user
 /// the node's client picks (`certificates::kubeconfig`), its certificate
 /// read as the certificate manager reads it (`certificates::pair`).
-pub fn credential(kubeconfig: &Path) -> Result<Credential, String> {
-    let kc = Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?;
+pub fn credential(kubeconfig: &Path) -> Result<Credential, CredentialError> {
+    let kc = Kubeconfig::read_from(kubeconfig)?;
     let Some(auth) = current_user(&kc) else {
         return Ok(Credential::None);
     };
     let pem = if let Some(data) = &auth.client_certificate_data {
         let raw = base64::engine::general_purpose::STANDARD
             .decode(data.trim())
-            .map_err(|e| format!("client-certificate-data: {e}"))?;
+            .map_err(CredentialError::InlineData)?;
         Some(("inline (client-certificate-data)".to_string(), raw))
     } else if let Some(file) = &auth.client_certificate {
         // A relative path is relative to the kubeconfig, as client-go reads it.
@@ -53,15 +88,33 @@ pub fn credential(kubeconfig: &Path) -> Result<Credential, String> {
             .parent()
             .unwrap_or(Path::new("."))
             .join(Path::new(file));
-        let raw = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        let raw = match std::fs::read(&p) {
+            Ok(raw) => raw,
+            Err(error) => return Err(CredentialError::File { path: p, error }),
+        };
         Some((p.display().to_string(), raw))
     } else {
         None
     };
     if let Some((source, raw)) = pem {
-        let (_, pem) = x509_parser::pem::parse_x509_pem(&raw)
-            .map_err(|e| format!("{source}: not a PEM certificate: {e}"))?;
-        let leaf = parse_leaf(&pem.contents).map_err(|e| format!("{source}: {e}"))?;
+        let (_, pem) = match x509_parser::pem::parse_x509_pem(&raw) {
+            Ok(p) => p,
+            Err(e) => {
+                return Err(CredentialError::NotPem {
+                    source_name: source,
+                    error: e.to_string(),
+                });
+            }
+        };
+        let leaf = match parse_leaf(&pem.contents) {
+            Ok(l) => l,
+            Err(error) => {
+                return Err(CredentialError::Leaf {
+                    source_name: source,
+                    error,
+                });
+            }
+        };
         let subject = std::iter::once(format!("CN={}", leaf.common_name))
             .chain(leaf.organizations.iter().map(|o| format!("O={o}")))
             .collect::<Vec<_>>()

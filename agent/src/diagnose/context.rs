@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use keelson_cri::RuntimeClient;
 
 use super::api::ReadApi;
-use super::daemon::Daemon;
+use super::daemon::{Daemon, DaemonError};
 use super::report::{DaemonStatus, Link, Report, Target};
 use crate::config::Config;
 
@@ -23,7 +23,7 @@ pub struct Context {
     /// Why there is no API client.
     pub api_error: Option<String>,
     /// The daemon, or why it does not answer.
-    pub daemon: Result<Daemon, String>,
+    pub daemon: Result<Daemon, DaemonError>,
     /// The socket asked.
     pub socket: Option<PathBuf>,
     /// The container runtime (lazy: an unreachable runtime shows in its calls).
@@ -68,7 +68,7 @@ impl Context {
                 socket,
                 version: None,
                 pid: None,
-                error: Some(e.clone()),
+                error: Some(e.to_string()),
             },
         }
     }

@@ -16,6 +16,52 @@ use crate::introspection::types::{DaemonInfo, NodeState, PodState, ServiceState,
 /// How long one request to the daemon may take.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Why the daemon gave no answer (shown as the report's daemon status).
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// No socket is configured.
+    #[error("no diagnoseSocket is configured")]
+    NoSocket,
+    /// Nothing listens on the socket.
+    #[error("connect {}: {error}", socket.display())]
+    Connect {
+        /// The socket.
+        socket: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The HTTP exchange failed.
+    #[error(transparent)]
+    Http(#[from] hyper::Error),
+    /// The request could not be built.
+    #[error(transparent)]
+    Request(#[from] http::Error),
+    /// No answer in time.
+    #[error("no answer from {} within {TIMEOUT:?}", .0.display())]
+    Timeout(PathBuf),
+    /// An answer that is not the expected JSON.
+    #[error("{path}: {error}")]
+    Decode {
+        /// The request path.
+        path: String,
+        /// Why.
+        error: serde_json::Error,
+    },
+    /// An error status.
+    #[error("{path}: HTTP {status}: {body}")]
+    Status {
+        /// The request path.
+        path: String,
+        /// The status code.
+        status: u16,
+        /// The answer's body.
+        body: String,
+    },
+    /// The socket is some other server's.
+    #[error("the socket does not serve /v1/info (not a keelson daemon?)")]
+    NotKeelson,
+}
+
 /// A daemon that answered on its socket.
 #[derive(Debug, Clone)]
 pub struct Daemon {
@@ -36,57 +82,59 @@ fn encode(v: &str) -> String {
         .collect()
 }
 
-async fn get_raw(socket: &Path, path: &str) -> Result<(u16, Vec<u8>), String> {
+async fn get_raw(socket: &Path, path: &str) -> Result<(u16, Vec<u8>), DaemonError> {
     let work = async {
         let stream = tokio::net::UnixStream::connect(socket)
             .await
-            .map_err(|e| format!("connect {}: {e}", socket.display()))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|error| DaemonError::Connect {
+                socket: socket.to_path_buf(),
+                error,
+            })?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
         let req = http::Request::get(path)
             .header(http::header::HOST, "keelson")
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .map_err(|e| e.to_string())?;
-        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+            .body(http_body_util::Empty::<bytes::Bytes>::new())?;
+        let resp = sender.send_request(req).await?;
         let status = resp.status().as_u16();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes()
-            .to_vec();
+        let body = resp.into_body().collect().await?.to_bytes().to_vec();
         Ok((status, body))
     };
     tokio::time::timeout(TIMEOUT, work)
         .await
-        .map_err(|_| format!("no answer from {} within {TIMEOUT:?}", socket.display()))?
+        .map_err(|_| DaemonError::Timeout(socket.to_path_buf()))?
 }
 
-async fn get_json<T: DeserializeOwned>(socket: &Path, path: &str) -> Result<Option<T>, String> {
+async fn get_json<T: DeserializeOwned>(
+    socket: &Path,
+    path: &str,
+) -> Result<Option<T>, DaemonError> {
     let (status, body) = get_raw(socket, path).await?;
     match status {
         200 => serde_json::from_slice(&body)
             .map(Some)
-            .map_err(|e| format!("{path}: {e}")),
+            .map_err(|error| DaemonError::Decode {
+                path: path.to_string(),
+                error,
+            }),
         404 => Ok(None),
-        s => Err(format!(
-            "{path}: HTTP {s}: {}",
-            String::from_utf8_lossy(&body)
-        )),
+        status => Err(DaemonError::Status {
+            path: path.to_string(),
+            status,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }),
     }
 }
 
 impl Daemon {
     /// Asks the daemon on `socket` who it is; `Err` says why it is down.
-    pub async fn connect(socket: &Path) -> Result<Daemon, String> {
+    pub async fn connect(socket: &Path) -> Result<Daemon, DaemonError> {
         let info = get_json::<DaemonInfo>(socket, "/v1/info")
             .await?
-            .ok_or("the socket does not serve /v1/info (not a keelson daemon?)")?;
+            .ok_or(DaemonError::NotKeelson)?;
         Ok(Daemon {
             socket: socket.to_path_buf(),
             info,
@@ -94,14 +142,14 @@ impl Daemon {
     }
 
     /// The node role's state.
-    pub async fn node(&self) -> Result<NodeState, String> {
+    pub async fn node(&self) -> Result<NodeState, DaemonError> {
         Ok(get_json(&self.socket, "/v1/node")
             .await?
             .unwrap_or_default())
     }
 
     /// A pod, if the node holds it.
-    pub async fn pod(&self, namespace: &str, name: &str) -> Result<Option<PodState>, String> {
+    pub async fn pod(&self, namespace: &str, name: &str) -> Result<Option<PodState>, DaemonError> {
         get_json(
             &self.socket,
             &format!("/v1/pods/{}/{}", encode(namespace), encode(name)),
@@ -110,7 +158,7 @@ impl Daemon {
     }
 
     /// What the proxy role programmed for a Service.
-    pub async fn service(&self, namespace: &str, name: &str) -> Result<ServiceState, String> {
+    pub async fn service(&self, namespace: &str, name: &str) -> Result<ServiceState, DaemonError> {
         Ok(get_json(
             &self.socket,
             &format!("/v1/services/{}/{}", encode(namespace), encode(name)),
@@ -126,7 +174,7 @@ impl Daemon {
         namespace: Option<&str>,
         name: &str,
         since: &str,
-    ) -> Result<Vec<TimelineRecord>, String> {
+    ) -> Result<Vec<TimelineRecord>, DaemonError> {
         let mut q = format!(
             "/v1/timeline?kind={}&name={}&since={}",
             encode(kind),
@@ -150,7 +198,10 @@ mod tests {
     async fn reads_what_the_server_serves_and_reports_a_missing_daemon() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("d.sock");
-        let down = Daemon::connect(&path).await.expect_err("nothing listens");
+        let down = Daemon::connect(&path)
+            .await
+            .expect_err("nothing listens")
+            .to_string();
         assert!(down.contains("connect"), "{down}");
         let state = Introspection::new("n1");
         let started = crate::introspection::types::StartedWith {

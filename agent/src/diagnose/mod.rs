@@ -121,8 +121,94 @@ pub enum DiagnoseError {
     #[error("{0}")]
     Usage(String),
     /// The object does not exist (or is not on this node).
-    #[error("{0}")]
-    Subject(String),
+    #[error(transparent)]
+    Subject(#[from] SubjectError),
+}
+
+/// Why the pod or Service asked about cannot be diagnosed (a one-line
+/// answer instead of a report).
+#[derive(Debug, thiserror::Error)]
+pub enum SubjectError {
+    /// The API says it does not exist.
+    #[error("{kind} {namespace}/{name} not found")]
+    NotFound {
+        /// `pod` or `service`.
+        kind: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// The node's identity may not see the pod, and the daemon does not hold it.
+    #[error(
+        "pod {namespace}/{name}: not on node {node} (the API server does not show it to this node's identity: {reason})"
+    )]
+    PodNotOnNode {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// This node.
+        node: String,
+        /// The API's refusal.
+        reason: String,
+    },
+    /// Neither the API nor the daemon knows the pod.
+    #[error(
+        "pod {namespace}/{name}: the API server cannot be read ({reason}) and the keelson daemon does not know the pod"
+    )]
+    PodUnreadable {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Why the API cannot be read.
+        reason: String,
+    },
+    /// No API client for a Service.
+    #[error("service {namespace}/{name}: no API client ({reason})")]
+    NoApiClient {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Why there is none.
+        reason: String,
+    },
+    /// The node's identity may not list Services.
+    #[error("service {namespace}/{name}: {reason}; a rule that grants it: {rule}")]
+    ServiceForbidden {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// The API's refusal.
+        reason: String,
+        /// An RBAC rule that would allow it.
+        rule: String,
+    },
+    /// The API cannot be read for a Service.
+    #[error("service {namespace}/{name}: the API server cannot be read: {reason}")]
+    ServiceUnreadable {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// `NAMESPACE/NAME:PORT` names no port of the Service.
+    #[error("service {namespace}/{name} has no port {port} (ports: {ports})")]
+    NoSuchPort {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// The port asked.
+        port: String,
+        /// The Service's ports.
+        ports: String,
+    },
 }
 
 fn split_name(text: &str, what: &str) -> Result<(String, String), DiagnoseError> {
@@ -171,7 +257,7 @@ pub async fn context(args: &DiagnoseArgs) -> Result<Context, DiagnoseError> {
     });
     let daemon = match &socket {
         Some(s) => daemon::Daemon::connect(s).await,
-        None => Err("no diagnoseSocket is configured".to_string()),
+        None => Err(daemon::DaemonError::NoSocket),
     };
     let started = daemon
         .as_ref()
@@ -267,7 +353,7 @@ pub async fn diagnose(args: &DiagnoseArgs) -> Result<Report, DiagnoseError> {
     match (&args.what, target) {
         (What::Pod { .. }, Some((ns, name))) => pod::diagnose(&ctx, &ns, &name)
             .await
-            .map_err(DiagnoseError::Subject),
+            .map_err(DiagnoseError::from),
         (What::Service { .. }, Some((ns, rest))) => {
             let (name, port) = match rest.split_once(':') {
                 Some((n, p)) if !p.is_empty() => (n.to_string(), Some(p.to_string())),
@@ -275,7 +361,7 @@ pub async fn diagnose(args: &DiagnoseArgs) -> Result<Report, DiagnoseError> {
             };
             service::diagnose(&ctx, &ns, &name, port.as_deref())
                 .await
-                .map_err(DiagnoseError::Subject)
+                .map_err(DiagnoseError::from)
         }
         _ => Ok(node::diagnose(&ctx).await),
     }

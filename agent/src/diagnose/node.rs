@@ -16,6 +16,7 @@ use super::certificate::{self, Credential};
 use super::context::Context;
 use super::history::{self, Subject};
 use super::report::{Link, Mark, Part, Report, Target};
+use super::runtime::RuntimeError;
 use super::thresholds;
 use super::words;
 use crate::config::CgroupDriver;
@@ -30,8 +31,8 @@ const SKEW_WARN: Duration = Duration::from_secs(5);
 const CERT_WARN: Duration = Duration::from_secs(7 * 24 * 3600);
 
 struct RuntimeFacts {
-    version: Result<api::VersionResponse, String>,
-    status: Result<api::StatusResponse, String>,
+    version: Result<api::VersionResponse, RuntimeError>,
+    status: Result<api::StatusResponse, RuntimeError>,
     driver: driver::RuntimeDriver,
 }
 
@@ -43,9 +44,9 @@ pub async fn diagnose(ctx: &Context) -> Report {
     };
     let runtime = match &ctx.cri {
         Some(cri) => {
-            let status = cri.status_verbose(true).await.map_err(|e| e.to_string());
+            let status = cri.status_verbose(true).await.map_err(RuntimeError::from);
             RuntimeFacts {
-                version: cri.version().await.map_err(|e| e.to_string()),
+                version: cri.version().await.map_err(RuntimeError::from),
                 driver: if status.is_ok() {
                     driver::runtime_driver(cri).await
                 } else {
@@ -55,8 +56,8 @@ pub async fn diagnose(ctx: &Context) -> Report {
             }
         }
         None => RuntimeFacts {
-            version: Err("no container runtime endpoint configured".into()),
-            status: Err("no container runtime endpoint configured".into()),
+            version: Err(RuntimeError::NotConfigured),
+            status: Err(RuntimeError::NotConfigured),
             driver: driver::RuntimeDriver::Unknown,
         },
     };

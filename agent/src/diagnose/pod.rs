@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Container, ContainerStatus, Node, PersistentVolumeClaim, Pod, PodStatus, Secret,
 };
 
+use super::SubjectError;
 use super::api::Lookup;
 use super::context::Context;
 use super::history::{self, Subject};
@@ -42,7 +43,7 @@ struct Facts<'a> {
     pod: Pod,
     status: PodStatus,
     daemon: Option<PodState>,
-    runtime: Result<PodRuntime, String>,
+    runtime: Result<PodRuntime, rt::RuntimeError>,
     records: Vec<TimelineRecord>,
     from_daemon_only: bool,
 }
@@ -100,7 +101,8 @@ impl Facts<'_> {
 }
 
 /// Diagnoses pod `namespace/name`; `Err` is a one-line error (unknown pod).
-pub async fn diagnose(ctx: &Context, namespace: &str, name: &str) -> Result<Report, String> {
+pub async fn diagnose(ctx: &Context, namespace: &str, name: &str) -> Result<Report, SubjectError> {
+    let (ns, nm) = (namespace.to_string(), name.to_string());
     let lookup = match &ctx.api {
         Some(api) => api.get::<Pod>(namespace, name, "the pod").await,
         None => Lookup::Failed(ctx.api_error.clone().unwrap_or_default()),
@@ -112,17 +114,27 @@ pub async fn diagnose(ctx: &Context, namespace: &str, name: &str) -> Result<Repo
     let (pod, from_daemon_only) = match (lookup, daemon.as_ref().and_then(|d| d.pod.clone())) {
         (Lookup::Found(p), _) => (p, false),
         (_, Some(p)) => (p, true),
-        (Lookup::NotFound, None) => return Err(format!("pod {namespace}/{name} not found")),
+        (Lookup::NotFound, None) => {
+            return Err(SubjectError::NotFound {
+                kind: "pod",
+                namespace: ns,
+                name: nm,
+            });
+        }
         (Lookup::Forbidden(m), None) => {
-            return Err(format!(
-                "pod {namespace}/{name}: not on node {} (the API server does not show it to this node's identity: {m})",
-                ctx.node
-            ));
+            return Err(SubjectError::PodNotOnNode {
+                namespace: ns,
+                name: nm,
+                node: ctx.node.clone(),
+                reason: m,
+            });
         }
         (Lookup::Failed(e), None) => {
-            return Err(format!(
-                "pod {namespace}/{name}: the API server cannot be read ({e}) and the keelson daemon does not know the pod"
-            ));
+            return Err(SubjectError::PodUnreadable {
+                namespace: ns,
+                name: nm,
+                reason: e,
+            });
         }
     };
     let status = if from_daemon_only {
@@ -136,7 +148,7 @@ pub async fn diagnose(ctx: &Context, namespace: &str, name: &str) -> Result<Repo
     let uid = podutil::uid(&pod).to_string();
     let runtime = match &ctx.cri {
         Some(cri) => rt::pod_runtime(cri, &uid).await,
-        None => Err("no container runtime endpoint configured".to_string()),
+        None => Err(rt::RuntimeError::NotConfigured),
     };
     let records = history::gather(
         ctx,
@@ -460,7 +472,7 @@ async fn images(f: &Facts<'_>) -> Link {
         let mut evidence = Vec::new();
         let present = match &f.ctx.cri {
             Some(cri) => rt::image_present(cri, &image).await,
-            None => Err("no runtime".into()),
+            None => Err(rt::RuntimeError::NotConfigured),
         };
         let (status, summary) = if let Some(w) = waiting {
             let reason = w.reason.clone().unwrap_or_default();

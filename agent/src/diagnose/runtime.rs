@@ -70,8 +70,19 @@ fn state_name(s: i32) -> String {
         .unwrap_or_else(|_| format!("state {s}"))
 }
 
+/// Why the container runtime gave no answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RuntimeError {
+    /// No runtime endpoint in the configuration.
+    #[error("no container runtime endpoint configured")]
+    NotConfigured,
+    /// The runtime's call failed.
+    #[error(transparent)]
+    Cri(#[from] keelson_cri::CriError),
+}
+
 /// A pod's sandboxes and containers.
-pub async fn pod_runtime(cri: &RuntimeClient, uid: &str) -> Result<PodRuntime, String> {
+pub async fn pod_runtime(cri: &RuntimeClient, uid: &str) -> Result<PodRuntime, RuntimeError> {
     let by_uid: HashMap<String, String> =
         std::iter::once((labels::POD_UID.to_string(), uid.to_string())).collect();
     let sandboxes = cri
@@ -79,8 +90,7 @@ pub async fn pod_runtime(cri: &RuntimeClient, uid: &str) -> Result<PodRuntime, S
             label_selector: by_uid.clone(),
             ..Default::default()
         }))
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     let mut out = PodRuntime::default();
     for s in sandboxes {
         let ready = s.state == api::PodSandboxState::SandboxReady as i32;
@@ -109,8 +119,7 @@ pub async fn pod_runtime(cri: &RuntimeClient, uid: &str) -> Result<PodRuntime, S
             label_selector: by_uid,
             ..Default::default()
         }))
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     for c in containers {
         let name = c
             .labels
@@ -146,9 +155,12 @@ pub async fn pod_runtime(cri: &RuntimeClient, uid: &str) -> Result<PodRuntime, S
 }
 
 /// Whether the runtime holds `image` (`Some(id)`) or not (`None`).
-pub async fn image_present(cri: &RuntimeClient, image: &str) -> Result<Option<String>, String> {
-    cri.image_status(keelson_cri::image_spec(image))
+pub async fn image_present(
+    cri: &RuntimeClient,
+    image: &str,
+) -> Result<Option<String>, RuntimeError> {
+    Ok(cri
+        .image_status(keelson_cri::image_spec(image))
         .await
-        .map(|i| i.map(|i| i.id))
-        .map_err(|e| e.to_string())
+        .map(|i| i.map(|i| i.id))?)
 }

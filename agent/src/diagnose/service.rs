@@ -24,6 +24,7 @@ use keelson_netplane::nftables::inspect::{Found, inspect_port};
 use keelson_netplane::nftables::netlink::NfSocket;
 use kube::api::ListParams;
 
+use super::SubjectError;
 use super::api::Lookup;
 use super::context::Context;
 use super::history::{self, Subject};
@@ -60,12 +61,14 @@ pub async fn diagnose(
     namespace: &str,
     name: &str,
     port: Option<&str>,
-) -> Result<Report, String> {
+) -> Result<Report, SubjectError> {
+    let (ns, nm) = (namespace.to_string(), name.to_string());
     let Some(api) = &ctx.api else {
-        return Err(format!(
-            "service {namespace}/{name}: no API client ({})",
-            ctx.api_error.clone().unwrap_or_default()
-        ));
+        return Err(SubjectError::NoApiClient {
+            namespace: ns,
+            name: nm,
+            reason: ctx.api_error.clone().unwrap_or_default(),
+        });
     };
     // A list with a name selector, not a get: kube-proxy's role
     // (system:node-proxier) may list and watch Services but not get one.
@@ -80,7 +83,11 @@ pub async fn diagnose(
     {
         Lookup::Found(Some(s)) => s,
         Lookup::Found(None) | Lookup::NotFound => {
-            return Err(format!("service {namespace}/{name} not found"));
+            return Err(SubjectError::NotFound {
+                kind: "service",
+                namespace: ns,
+                name: nm,
+            });
         }
         Lookup::Forbidden(m) => {
             let rule = api
@@ -88,14 +95,19 @@ pub async fn diagnose(
                 .last()
                 .map(|p| p.rule.clone())
                 .unwrap_or_default();
-            return Err(format!(
-                "service {namespace}/{name}: {m}; a rule that grants it: {rule}"
-            ));
+            return Err(SubjectError::ServiceForbidden {
+                namespace: ns,
+                name: nm,
+                reason: m,
+                rule,
+            });
         }
         Lookup::Failed(e) => {
-            return Err(format!(
-                "service {namespace}/{name}: the API server cannot be read: {e}"
-            ));
+            return Err(SubjectError::ServiceUnreadable {
+                namespace: ns,
+                name: nm,
+                reason: e,
+            });
         }
     };
     let node = api
@@ -176,10 +188,12 @@ pub async fn diagnose(
                 )
             })
             .collect();
-        return Err(format!(
-            "service {namespace}/{name} has no port {p} (ports: {})",
-            ports.join(", ")
-        ));
+        return Err(SubjectError::NoSuchPort {
+            namespace: ns,
+            name: nm,
+            port: p.to_string(),
+            ports: ports.join(", "),
+        });
     }
     let daemon = match ctx.daemon() {
         Some(d) => d.service(namespace, name).await.ok(),

@@ -17,7 +17,13 @@ pub enum ProbeKind {
     Readiness,
 }
 
-type CheckFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// Why a check fails: the reason shown after `[-]<name> failed: ` in
+/// verbose output and in `/healthz/<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CheckFailed(pub String);
+
+type CheckFn = Arc<dyn Fn() -> Result<(), CheckFailed> + Send + Sync>;
 
 struct Check {
     name: String,
@@ -40,7 +46,7 @@ impl std::fmt::Debug for Health {
 /// A check whose state the owner sets.
 #[derive(Clone, Debug)]
 pub struct HealthFlag {
-    state: Arc<RwLock<Result<(), String>>>,
+    state: Arc<RwLock<Result<(), CheckFailed>>>,
 }
 
 impl HealthFlag {
@@ -54,16 +60,16 @@ impl HealthFlag {
     /// Marks the check as failing with a reason shown in verbose output.
     pub fn set_failed(&self, reason: impl Into<String>) {
         if let Ok(mut s) = self.state.write() {
-            *s = Err(reason.into());
+            *s = Err(CheckFailed(reason.into()));
         }
     }
 
     /// Current state.
-    pub fn get(&self) -> Result<(), String> {
+    pub fn get(&self) -> Result<(), CheckFailed> {
         self.state
             .read()
             .map(|s| s.clone())
-            .unwrap_or_else(|_| Err("health state poisoned".to_string()))
+            .unwrap_or_else(|_| Err(CheckFailed("health state poisoned".to_string())))
     }
 }
 
@@ -74,16 +80,17 @@ impl Health {
     }
 
     /// Registers a check evaluated on every request.
-    pub fn register_fn<F>(&self, name: &str, kind: ProbeKind, f: F)
+    pub fn register_fn<F, E>(&self, name: &str, kind: ProbeKind, f: F)
     where
-        F: Fn() -> Result<(), String> + Send + Sync + 'static,
+        F: Fn() -> Result<(), E> + Send + Sync + 'static,
+        E: std::fmt::Display,
     {
         if let Ok(mut c) = self.checks.write() {
             c.retain(|c| !(c.name == name && c.kind == kind));
             c.push(Check {
                 name: name.to_string(),
                 kind,
-                f: Arc::new(f),
+                f: Arc::new(move || f().map_err(|e| CheckFailed(e.to_string()))),
             });
         }
     }
@@ -92,7 +99,7 @@ impl Health {
     pub fn register_flag(&self, name: &str, kind: ProbeKind, initial: Option<&str>) -> HealthFlag {
         let flag = HealthFlag {
             state: Arc::new(RwLock::new(match initial {
-                Some(r) => Err(r.to_string()),
+                Some(r) => Err(CheckFailed(r.to_string())),
                 None => Ok(()),
             })),
         };
@@ -103,7 +110,7 @@ impl Health {
 
     /// Evaluates every check of a kind: `(name, result)` in registration order,
     /// `ping` first.
-    pub fn evaluate(&self, kind: ProbeKind) -> Vec<(String, Result<(), String>)> {
+    pub fn evaluate(&self, kind: ProbeKind) -> Vec<(String, Result<(), CheckFailed>)> {
         let mut out = vec![("ping".to_string(), Ok(()))];
         if let Ok(checks) = self.checks.read() {
             for c in checks.iter().filter(|c| c.kind == kind) {
@@ -145,7 +152,7 @@ impl Health {
     }
 
     /// The result of one named check, for `/healthz/<name>`.
-    pub fn single(&self, kind: ProbeKind, name: &str) -> Option<Result<(), String>> {
+    pub fn single(&self, kind: ProbeKind, name: &str) -> Option<Result<(), CheckFailed>> {
         self.evaluate(kind)
             .into_iter()
             .find(|(n, _)| n == name)
@@ -181,7 +188,7 @@ mod tests {
     #[test]
     fn exclude_skips_a_failing_check() {
         let h = Health::new();
-        h.register_fn("bad", ProbeKind::Readiness, || Err("nope".into()));
+        h.register_fn("bad", ProbeKind::Readiness, || Err("nope".to_string()));
         assert!(!h.render(ProbeKind::Readiness, false, &[]).0);
         assert!(
             h.render(ProbeKind::Readiness, false, &["bad".to_string()])
@@ -189,7 +196,7 @@ mod tests {
         );
         assert_eq!(
             h.single(ProbeKind::Readiness, "bad"),
-            Some(Err("nope".to_string()))
+            Some(Err(CheckFailed("nope".to_string())))
         );
     }
 }

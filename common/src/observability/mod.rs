@@ -4,4 +4,4 @@ pub mod health;
 pub mod metrics;
 pub mod server;
 
-pub use health::{Health, HealthFlag, ProbeKind};
+pub use health::{CheckFailed, Health, HealthFlag, ProbeKind};

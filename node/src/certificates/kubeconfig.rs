@@ -48,10 +48,18 @@ pub fn current_user(kc: &Kubeconfig) -> Option<AuthInfo> {
         .and_then(|a| a.auth_info.clone())
 }
 
-fn decode(field: &str, data: &str) -> Result<String, String> {
+/// An inline kubeconfig field that is not base64.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: {error}")]
+struct InlineDataError {
+    field: &'static str,
+    error: base64::DecodeError,
+}
+
+fn decode(field: &'static str, data: &str) -> Result<String, InlineDataError> {
     base64::engine::general_purpose::STANDARD
         .decode(data.trim())
-        .map_err(|e| format!("{field}: {e}"))
+        .map_err(|error| InlineDataError { field, error })
         .map(|b| String::from_utf8_lossy(&b).to_string())
 }
 

@@ -84,25 +84,41 @@ pub enum ThresholdValue {
     Percentage(f64),
 }
 
+/// Why an eviction threshold or minimum reclaim does not parse (kubelet's
+/// `parseThresholdStatement` texts).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ThresholdError {
+    /// `N%` with N not a number.
+    #[error("invalid percentage {0:?}")]
+    Percentage(String),
+    /// A percentage outside 0-100.
+    #[error("eviction percentage threshold {0:?} must be >= 0% and <= 100%")]
+    PercentageRange(String),
+    /// Not a quantity.
+    #[error(transparent)]
+    Quantity(#[from] keelson_common::quantity::QuantityError),
+    /// A negative quantity.
+    #[error("eviction threshold {0:?} must be positive")]
+    Negative(String),
+}
+
 impl ThresholdValue {
     /// Parses `100Mi` or `10%`.
-    pub fn parse(text: &str) -> Result<ThresholdValue, String> {
+    pub fn parse(text: &str) -> Result<ThresholdValue, ThresholdError> {
         let t = text.trim();
         if let Some(p) = t.strip_suffix('%') {
             let v: f64 = p
                 .trim()
                 .parse()
-                .map_err(|_| format!("invalid percentage {text:?}"))?;
+                .map_err(|_| ThresholdError::Percentage(text.to_string()))?;
             if !(0.0..=100.0).contains(&v) {
-                return Err(format!(
-                    "eviction percentage threshold {text:?} must be >= 0% and <= 100%"
-                ));
+                return Err(ThresholdError::PercentageRange(text.to_string()));
             }
             return Ok(ThresholdValue::Percentage(v / 100.0));
         }
-        let q = Quantity::parse(t).map_err(|e| e.to_string())?;
+        let q = Quantity::parse(t)?;
         if q.is_negative() {
-            return Err(format!("eviction threshold {text:?} must be positive"));
+            return Err(ThresholdError::Negative(text.to_string()));
         }
         Ok(ThresholdValue::Quantity(q))
     }
@@ -322,8 +338,8 @@ mod tests {
         assert!(ThresholdValue::parse("101%").is_err());
         assert!(ThresholdValue::parse("-1%").is_err());
         assert_eq!(
-            ThresholdValue::parse("50%"),
-            Ok(ThresholdValue::Percentage(0.5))
+            ThresholdValue::parse("50%").ok(),
+            Some(ThresholdValue::Percentage(0.5))
         );
     }
 

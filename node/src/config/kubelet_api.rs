@@ -115,17 +115,29 @@ pub enum TlsVersion {
 /// Reads `tlsMinVersion` (Go's names, as kubelet's `cliflag.TLSVersion`):
 /// empty is the default (TLS 1.2, Go's server default). TLS 1.0 and 1.1
 /// are refused: the TLS library keelson uses does not implement them.
-pub fn parse_tls_min_version(name: &str) -> Result<TlsVersion, String> {
+pub fn parse_tls_min_version(name: &str) -> Result<TlsVersion, TlsSettingError> {
     match name {
         "" | "VersionTLS12" => Ok(TlsVersion::Tls12),
         "VersionTLS13" => Ok(TlsVersion::Tls13),
-        "VersionTLS10" | "VersionTLS11" => Err(format!(
-            "{name} is not supported: keelson serves TLS 1.2 and 1.3 only (use VersionTLS12 or VersionTLS13)"
-        )),
-        other => Err(format!(
-            "unknown tls version {other:?} (allowed: VersionTLS12, VersionTLS13)"
-        )),
+        "VersionTLS10" | "VersionTLS11" => Err(TlsSettingError::OldVersion(name.to_string())),
+        other => Err(TlsSettingError::UnknownVersion(other.to_string())),
     }
+}
+
+/// Why `tlsMinVersion` or `tlsCipherSuites` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TlsSettingError {
+    /// TLS 1.0 or 1.1.
+    #[error(
+        "{0} is not supported: keelson serves TLS 1.2 and 1.3 only (use VersionTLS12 or VersionTLS13)"
+    )]
+    OldVersion(String),
+    /// Not one of Go's version names.
+    #[error("unknown tls version {0:?} (allowed: VersionTLS12, VersionTLS13)")]
+    UnknownVersion(String),
+    /// Suites keelson cannot offer, each with why.
+    #[error("{}", .0.join("; "))]
+    CipherSuites(Vec<String>),
 }
 
 /// The TLS 1.2 cipher suites keelson can offer, by Go's name (the names
@@ -172,7 +184,7 @@ const UNSUPPORTED_GO_SUITES: &[&str] = &[
 
 /// Checks `tlsCipherSuites`: every name must be one Go knows; CBC/RSA/RC4
 /// suites are refused (not implemented by keelson's TLS library).
-pub fn check_cipher_suites(names: &[String]) -> Result<(), String> {
+pub fn check_cipher_suites(names: &[String]) -> Result<(), TlsSettingError> {
     let mut bad = Vec::new();
     for n in names {
         if TLS12_SUITES.contains(&n.as_str()) || TLS13_SUITES.contains(&n.as_str()) {
@@ -187,7 +199,7 @@ pub fn check_cipher_suites(names: &[String]) -> Result<(), String> {
     if bad.is_empty() {
         Ok(())
     } else {
-        Err(bad.join("; "))
+        Err(TlsSettingError::CipherSuites(bad))
     }
 }
 
@@ -232,7 +244,7 @@ pub fn validate(n: &super::NodeConfig, errs: &mut Vec<FieldError>) {
             .tls_cipher_suites
             .iter()
             .any(|s| TLS12_SUITES.contains(&s.as_str()))
-        && parse_tls_min_version(&n.tls_min_version) == Ok(TlsVersion::Tls12)
+        && parse_tls_min_version(&n.tls_min_version).ok() == Some(TlsVersion::Tls12)
     {
         errs.push(FieldError::new(
             "node.tlsCipherSuites",
@@ -295,16 +307,21 @@ mod tests {
 
     #[test]
     fn tls_versions_follow_go_names() {
-        assert_eq!(parse_tls_min_version(""), Ok(TlsVersion::Tls12));
-        assert_eq!(parse_tls_min_version("VersionTLS13"), Ok(TlsVersion::Tls13));
+        assert_eq!(parse_tls_min_version("").ok(), Some(TlsVersion::Tls12));
+        assert_eq!(
+            parse_tls_min_version("VersionTLS13").ok(),
+            Some(TlsVersion::Tls13)
+        );
         assert!(
             parse_tls_min_version("VersionTLS10")
                 .unwrap_err()
+                .to_string()
                 .contains("not supported")
         );
         assert!(
             parse_tls_min_version("TLS12")
                 .unwrap_err()
+                .to_string()
                 .contains("unknown")
         );
     }
@@ -314,7 +331,8 @@ mod tests {
         assert!(check_cipher_suites(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into()]).is_ok());
         assert!(check_cipher_suites(&["TLS_AES_128_GCM_SHA256".into()]).is_ok());
         let e = check_cipher_suites(&["TLS_RSA_WITH_AES_128_CBC_SHA".into(), "NOPE".into()])
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("TLS_RSA_WITH_AES_128_CBC_SHA (not offered"),
             "{e}"

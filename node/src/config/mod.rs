@@ -28,10 +28,10 @@ pub struct FieldError {
 
 impl FieldError {
     /// Builds one.
-    pub fn new(path: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub fn new(path: impl Into<String>, reason: impl fmt::Display) -> Self {
         FieldError {
             path: path.into(),
-            reason: reason.into(),
+            reason: reason.to_string(),
         }
     }
 }
@@ -48,14 +48,19 @@ pub const EXTERNAL_CLOUD_PROVIDER: &str = "external";
 
 /// kubelet's check of `--cloud-provider` (pkg/kubelet/kubelet.go,
 /// cloud-provider's `ErrorForDisabledProvider`): none or `external`.
-pub fn check_cloud_provider(name: &str) -> Result<(), String> {
+pub fn check_cloud_provider(name: &str) -> Result<(), BuiltInCloudProvider> {
     if name.is_empty() || name == EXTERNAL_CLOUD_PROVIDER {
         return Ok(());
     }
-    Err(format!(
-        "cloud provider {name:?} was specified, but built-in cloud providers are disabled: set \"external\" and run the provider's external cloud controller manager, or leave it empty"
-    ))
+    Err(BuiltInCloudProvider(name.to_string()))
 }
+
+/// `cloudProvider` names a built-in provider, which kubelet no longer has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cloud provider {0:?} was specified, but built-in cloud providers are disabled: set \"external\" and run the provider's external cloud controller manager, or leave it empty"
+)]
+pub struct BuiltInCloudProvider(pub String);
 
 /// Checks every value of the `node:` section (paths `node.<field>`).
 pub fn validate(n: &NodeConfig, errs: &mut Vec<FieldError>) {

@@ -10,6 +10,7 @@ use keelson_cri::kubelet_api::deviceplugin::device_plugin_client::DevicePluginCl
 use keelson_cri::kubelet_api::unix_channel;
 use tokio_util::sync::CancellationToken;
 
+use super::DeviceError;
 use super::endpoint::{DIAL_TIMEOUT, Endpoint, grpc_error_text};
 use super::manager::DeviceManager;
 
@@ -20,20 +21,15 @@ pub(crate) async fn connect(
     resource: &str,
     socket: &Path,
     stop: CancellationToken,
-) -> Result<(), String> {
+) -> Result<(), DeviceError> {
     let channel = unix_channel(socket, DIAL_TIMEOUT)
         .await
-        .map_err(|e| format!("failed to dial device plugin: {e}"))?;
+        .map_err(DeviceError::Dial)?;
     let mut client = DevicePluginClient::new(channel);
     let options = client
         .get_device_plugin_options(Empty {})
         .await
-        .map_err(|s| {
-            format!(
-                "failed to get device plugin options: {}",
-                grpc_error_text(&s)
-            )
-        })?
+        .map_err(DeviceError::Options)?
         .into_inner();
     let stop = stop.child_token();
     let generation = manager.plugin_connected(

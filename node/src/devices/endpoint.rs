@@ -12,6 +12,8 @@ use keelson_cri::kubelet_api::deviceplugin::{
 };
 use tonic::transport::Channel;
 
+use super::DeviceError;
+
 /// `endpointStopGracePeriod`.
 pub(crate) const STOP_GRACE_PERIOD: Duration = Duration::from_secs(5 * 60);
 
@@ -49,9 +51,9 @@ impl Endpoint {
         &self,
         resource: &str,
         devices: Vec<String>,
-    ) -> Result<AllocateResponse, String> {
+    ) -> Result<AllocateResponse, DeviceError> {
         let Some(client) = self.client.clone().filter(|_| self.stopped_at.is_none()) else {
-            return Err(format!("endpoint {resource} has been stopped"));
+            return Err(DeviceError::EndpointStopped(resource.to_string()));
         };
         let mut client = client;
         client
@@ -62,7 +64,7 @@ impl Endpoint {
             })
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| grpc_error_text(&s))
+            .map_err(DeviceError::Rpc)
     }
 
     /// `preStartContainer`, bounded by [`PRE_START_TIMEOUT`].
@@ -70,19 +72,17 @@ impl Endpoint {
         &self,
         resource: &str,
         devices: Vec<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), DeviceError> {
         let Some(mut client) = self.client.clone().filter(|_| self.stopped_at.is_none()) else {
-            return Err(format!("endpoint {resource} has been stopped"));
+            return Err(DeviceError::EndpointStopped(resource.to_string()));
         };
         let call = client.pre_start_container(PreStartContainerRequest {
             devices_ids: devices,
         });
         match tokio::time::timeout(PRE_START_TIMEOUT, call).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(s)) => Err(grpc_error_text(&s)),
-            Err(_) => {
-                Err("rpc error: code = DeadlineExceeded desc = context deadline exceeded".into())
-            }
+            Ok(Err(s)) => Err(DeviceError::Rpc(s)),
+            Err(_) => Err(DeviceError::PreStartTimeout),
         }
     }
 }

@@ -13,6 +13,7 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use keelson_cri::kubelet_api::deviceplugin::{Device, HEALTHY};
 
+use super::DeviceError;
 use super::checkpoint;
 use super::endpoint::Endpoint;
 use super::pod_devices::{Allocation, NODE_WITHOUT_TOPOLOGY, PodDevices, RunContainerOptions};
@@ -331,7 +332,7 @@ impl DeviceManager {
         is_init: bool,
         restartable_init: bool,
         active: Option<&BTreeSet<String>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), DeviceError> {
         let uid = podutil::uid(pod).to_string();
         let mut reuse = {
             let mut s = self.lock();
@@ -374,7 +375,7 @@ impl DeviceManager {
         container: &Container,
         reuse: &BTreeMap<String, BTreeSet<String>>,
         active: Option<&BTreeSet<String>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), DeviceError> {
         let uid = podutil::uid(pod);
         let mut updated = false;
         let mut checkpoint = false;
@@ -413,7 +414,7 @@ impl DeviceManager {
             let Some(endpoint) = endpoint else {
                 let mut s = self.lock();
                 s.allocated = s.pod_devices.devices();
-                return Err(format!("unknown Device Plugin {resource}"));
+                return Err(DeviceError::UnknownPlugin(resource.clone()));
             };
             tracing::debug!(%resource, devices = ?devs, pod = %podutil::key(pod), container = %container.name, "making allocation request for device plugin");
             let resp = match endpoint
@@ -428,7 +429,7 @@ impl DeviceManager {
                 }
             };
             let Some(first) = resp.container_responses.into_iter().next() else {
-                return Err("no containers return in allocation response".to_string());
+                return Err(DeviceError::NoContainerResponse);
             };
             let mut s = self.lock();
             let mut per_numa: BTreeMap<i64, Vec<String>> = BTreeMap::new();
@@ -476,16 +477,19 @@ impl DeviceManager {
         resource: &str,
         required: usize,
         reusable: &BTreeSet<String>,
-    ) -> Result<Option<BTreeSet<String>>, String> {
+    ) -> Result<Option<BTreeSet<String>>, DeviceError> {
         let mut s = self.lock();
         let mut needed = required;
         let existing = s.pod_devices.container_devices(uid, container, resource);
         if let Some(devs) = &existing {
             if devs.len() != required {
-                return Err(format!(
-                    "pod {uid:?} container {container:?} changed request for resource {resource:?} from {} to {required}",
-                    devs.len()
-                ));
+                return Err(DeviceError::RequestChanged {
+                    uid: uid.to_string(),
+                    container: container.to_string(),
+                    resource: resource.to_string(),
+                    from: devs.len(),
+                    to: required,
+                });
             }
             needed = 0;
         }
@@ -497,19 +501,15 @@ impl DeviceManager {
             return Ok(None);
         }
         let Some(healthy) = s.healthy.get(resource).cloned() else {
-            return Err(format!("cannot allocate unregistered device {resource}"));
+            return Err(DeviceError::Unregistered(resource.to_string()));
         };
         if healthy.is_empty() {
-            return Err(format!(
-                "no healthy devices present; cannot allocate unhealthy devices {resource}"
-            ));
+            return Err(DeviceError::NoHealthy(resource.to_string()));
         }
         if let Some(devs) = &existing
             && !devs.is_subset(&healthy)
         {
-            return Err(format!(
-                "previously allocated devices are no longer healthy; cannot allocate unhealthy devices {resource}"
-            ));
+            return Err(DeviceError::NoLongerHealthy(resource.to_string()));
         }
         if needed == 0 {
             return Ok(None);
@@ -533,10 +533,11 @@ impl DeviceManager {
             .cloned()
             .collect();
         if available.len() < needed {
-            return Err(format!(
-                "requested number of devices unavailable for {resource}. Requested: {needed}, Available: {}",
-                available.len()
-            ));
+            return Err(DeviceError::Unavailable {
+                resource: resource.to_string(),
+                requested: needed,
+                available: available.len(),
+            });
         }
         for d in available.into_iter().take(needed) {
             in_use.insert(d.clone());
@@ -556,7 +557,7 @@ impl DeviceManager {
         container: &Container,
         is_init: bool,
         restartable_init: bool,
-    ) -> Result<Option<RunContainerOptions>, String> {
+    ) -> Result<Option<RunContainerOptions>, DeviceError> {
         let uid = podutil::uid(pod).to_string();
         let limits = container
             .resources
@@ -599,28 +600,28 @@ impl DeviceManager {
         uid: &str,
         container: &str,
         resource: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), DeviceError> {
         let (endpoint, devices) = {
             let s = self.lock();
             let Some(ep) = s.endpoints.get(resource).cloned() else {
-                return Err(format!(
-                    "endpoint not found in cache for a registered resource: {resource}"
-                ));
+                return Err(DeviceError::EndpointNotCached(resource.to_string()));
             };
             if !ep.options.as_ref().is_some_and(|o| o.pre_start_required) {
                 return Ok(());
             }
             let Some(devs) = s.pod_devices.container_devices(uid, container, resource) else {
-                return Err(format!(
-                    "no devices found allocated in local cache for pod {uid}, container {container}, resource {resource}"
-                ));
+                return Err(DeviceError::NotAllocated {
+                    uid: uid.to_string(),
+                    container: container.to_string(),
+                    resource: resource.to_string(),
+                });
             };
             (ep, devs)
         };
         endpoint
             .pre_start(resource, devices.into_iter().collect())
             .await
-            .map_err(|e| format!("device plugin PreStartContainer rpc failed with err: {e}"))
+            .map_err(|e| DeviceError::PreStart(Box::new(e)))
     }
 
     /// `sanitizeNodeAllocatable` (via `UpdatePluginResources`): for a pod
@@ -772,7 +773,8 @@ mod tests {
         // No healthy device: a new container is refused as kubelet does.
         let err = again
             .devices_to_allocate("uid2", "c", "example.com/r", 1, &BTreeSet::new())
-            .err();
+            .err()
+            .map(|e| e.to_string());
         assert_eq!(
             err.as_deref(),
             Some("no healthy devices present; cannot allocate unhealthy devices example.com/r")
@@ -827,7 +829,8 @@ mod tests {
         assert_eq!(got.map(|s| s.len()), Some(2));
         let err = m
             .devices_to_allocate("u2", "c", "example.com/r", 1, &BTreeSet::new())
-            .err();
+            .err()
+            .map(|e| e.to_string());
         assert_eq!(
             err.as_deref(),
             Some(
@@ -837,6 +840,7 @@ mod tests {
         assert_eq!(
             m.devices_to_allocate("u", "c", "other.com/r", 1, &BTreeSet::new())
                 .err()
+                .map(|e| e.to_string())
                 .as_deref(),
             Some("cannot allocate unregistered device other.com/r")
         );

@@ -35,6 +35,92 @@ pub(crate) mod registration;
 #[cfg(test)]
 mod tests;
 
+/// Why devices could not be allocated or prepared for a container, in
+/// kubelet's words (`pkg/kubelet/cm/devicemanager/manager.go`); admission
+/// shows it in `UnexpectedAdmissionError`, a container start in
+/// `CreateContainerConfigError`.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DeviceError {
+    /// The plugin's socket could not be dialled.
+    #[error("failed to dial device plugin: {0}")]
+    Dial(tonic::transport::Error),
+    /// GetDevicePluginOptions failed.
+    #[error("failed to get device plugin options: {}", endpoint::grpc_error_text(.0))]
+    Options(tonic::Status),
+    /// The plugin's endpoint is stopped.
+    #[error("endpoint {0} has been stopped")]
+    EndpointStopped(String),
+    /// The plugin answered an error.
+    #[error("{}", endpoint::grpc_error_text(.0))]
+    Rpc(tonic::Status),
+    /// PreStartContainer took too long.
+    #[error("rpc error: code = DeadlineExceeded desc = context deadline exceeded")]
+    PreStartTimeout,
+    /// PreStartContainer failed.
+    #[error("device plugin PreStartContainer rpc failed with err: {0}")]
+    PreStart(Box<DeviceError>),
+    /// No plugin serves the resource any more.
+    #[error("unknown Device Plugin {0}")]
+    UnknownPlugin(String),
+    /// The plugin's Allocate answer has no container.
+    #[error("no containers return in allocation response")]
+    NoContainerResponse,
+    /// A container asks for another number of devices than it holds.
+    #[error(
+        "pod {uid:?} container {container:?} changed request for resource {resource:?} from {from} to {to}"
+    )]
+    RequestChanged {
+        /// Pod UID.
+        uid: String,
+        /// Container.
+        container: String,
+        /// Resource.
+        resource: String,
+        /// Devices held.
+        from: usize,
+        /// Devices asked for.
+        to: usize,
+    },
+    /// No plugin ever registered the resource.
+    #[error("cannot allocate unregistered device {0}")]
+    Unregistered(String),
+    /// Every device of the resource is unhealthy.
+    #[error("no healthy devices present; cannot allocate unhealthy devices {0}")]
+    NoHealthy(String),
+    /// Devices held by the container became unhealthy.
+    #[error(
+        "previously allocated devices are no longer healthy; cannot allocate unhealthy devices {0}"
+    )]
+    NoLongerHealthy(String),
+    /// Too few free devices.
+    #[error(
+        "requested number of devices unavailable for {resource}. Requested: {requested}, Available: {available}"
+    )]
+    Unavailable {
+        /// Resource.
+        resource: String,
+        /// Devices asked for.
+        requested: usize,
+        /// Devices free.
+        available: usize,
+    },
+    /// A registered resource has no endpoint.
+    #[error("endpoint not found in cache for a registered resource: {0}")]
+    EndpointNotCached(String),
+    /// The container's devices are not in the cache.
+    #[error(
+        "no devices found allocated in local cache for pod {uid}, container {container}, resource {resource}"
+    )]
+    NotAllocated {
+        /// Pod UID.
+        uid: String,
+        /// Container.
+        container: String,
+        /// Resource.
+        resource: String,
+    },
+}
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;

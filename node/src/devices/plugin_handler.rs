@@ -63,7 +63,9 @@ impl PluginHandler for DevicePluginHandler {
         _versions: &'a [String],
     ) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
-            connection::connect(&self.manager, name, Path::new(endpoint), self.stop.clone()).await
+            connection::connect(&self.manager, name, Path::new(endpoint), self.stop.clone())
+                .await
+                .map_err(|e| e.to_string())
         })
     }
 

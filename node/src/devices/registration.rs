@@ -82,7 +82,7 @@ impl Registration for Service {
         .await
         .map_err(|e| {
             tracing::error!(error = %e, "error connecting to device plugin client");
-            tonic::Status::unknown(e)
+            tonic::Status::unknown(e.to_string())
         })?;
         Ok(tonic::Response::new(Empty {}))
     }

@@ -215,6 +215,7 @@ async fn allocate_and_start(m: &DeviceManager, plugin: &Plugin) {
         m.allocate(&p2, &c2, false, false, Some(&active))
             .await
             .err()
+            .map(|e| e.to_string())
             .as_deref(),
         Some(
             "requested number of devices unavailable for example.com/dev. Requested: 1, Available: 0"

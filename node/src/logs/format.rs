@@ -38,25 +38,47 @@ fn split_space(b: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&b[..i], &b[i + 1..]))
 }
 
+/// Why a log line is in neither format (kubelet's `logs.go` texts).
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    /// A part of a CRI line is missing (`timestamp`, `stream type`, `log tag`).
+    #[error("{0} is not found")]
+    Missing(&'static str),
+    /// The timestamp is not UTF-8.
+    #[error("timestamp is not text")]
+    TimestampNotText,
+    /// The timestamp is not RFC 3339.
+    #[error("unexpected timestamp format {0:?}")]
+    Timestamp(String),
+    /// Neither `stdout` nor `stderr`.
+    #[error("unexpected stream type {0:?}")]
+    Stream(String),
+    /// A docker line that is not its JSON.
+    #[error("failed with {0} to unmarshal log")]
+    Json(serde_json::Error),
+    /// The first line of a log is in no known format.
+    #[error("unsupported log format: {0:?}")]
+    Unsupported(String),
+}
+
 /// Parses a CRI line (`line` includes its trailing newline when it has one).
-pub fn parse_cri(line: &[u8]) -> Result<Message<'_>, String> {
-    let (ts, rest) = split_space(line).ok_or("timestamp is not found")?;
-    let ts = std::str::from_utf8(ts).map_err(|_| "timestamp is not text")?;
+pub fn parse_cri(line: &[u8]) -> Result<Message<'_>, FormatError> {
+    let (ts, rest) = split_space(line).ok_or(FormatError::Missing("timestamp"))?;
+    let ts = std::str::from_utf8(ts).map_err(|_| FormatError::TimestampNotText)?;
     if parse_timestamp(ts).is_none() {
-        return Err(format!("unexpected timestamp format {ts:?}"));
+        return Err(FormatError::Timestamp(ts.to_string()));
     }
-    let (stream, rest) = split_space(rest).ok_or("stream type is not found")?;
+    let (stream, rest) = split_space(rest).ok_or(FormatError::Missing("stream type"))?;
     let stream = match stream {
         b"stdout" => Stream::Stdout,
         b"stderr" => Stream::Stderr,
         other => {
-            return Err(format!(
-                "unexpected stream type {:?}",
-                String::from_utf8_lossy(other)
+            return Err(FormatError::Stream(
+                String::from_utf8_lossy(other).into_owned(),
             ));
         }
     };
-    let (tags, mut content) = split_space(rest).ok_or("log tag is not found")?;
+    let (tags, mut content) = split_space(rest).ok_or(FormatError::Missing("log tag"))?;
     // Tags are `:`-separated; only the first (P or F) means anything today.
     let partial = tags.split(|c| *c == b':').next() == Some(b"P");
     if partial && content.last() == Some(&b'\n') {
@@ -102,13 +124,12 @@ struct JsonLine {
 }
 
 /// Parses a Docker JSON line.
-pub fn parse_docker_json(line: &[u8]) -> Result<Message<'static>, String> {
-    let l: JsonLine =
-        serde_json::from_slice(line).map_err(|e| format!("failed with {e} to unmarshal log"))?;
+pub fn parse_docker_json(line: &[u8]) -> Result<Message<'static>, FormatError> {
+    let l: JsonLine = serde_json::from_slice(line).map_err(FormatError::Json)?;
     let stream = match l.stream.as_str() {
         "stdout" => Stream::Stdout,
         "stderr" => Stream::Stderr,
-        other => return Err(format!("unexpected stream type {other:?}")),
+        other => return Err(FormatError::Stream(other.to_string())),
     };
     Ok(Message {
         timestamp: std::borrow::Cow::Owned(l.time),
@@ -118,21 +139,20 @@ pub fn parse_docker_json(line: &[u8]) -> Result<Message<'static>, String> {
 }
 
 /// The format of a log, from its first line.
-pub fn detect(line: &[u8]) -> Result<Format, String> {
+pub fn detect(line: &[u8]) -> Result<Format, FormatError> {
     if parse_cri(line).is_ok() {
         return Ok(Format::Cri);
     }
     if parse_docker_json(line).is_ok() {
         return Ok(Format::DockerJson);
     }
-    Err(format!(
-        "unsupported log format: {:?}",
-        String::from_utf8_lossy(line)
+    Err(FormatError::Unsupported(
+        String::from_utf8_lossy(line).into_owned(),
     ))
 }
 
 /// Parses a line of a known format.
-pub fn parse(format: Format, line: &[u8]) -> Result<Message<'_>, String> {
+pub fn parse(format: Format, line: &[u8]) -> Result<Message<'_>, FormatError> {
     match format {
         Format::Cri => parse_cri(line),
         Format::DockerJson => parse_docker_json(line),
@@ -204,16 +224,17 @@ mod tests {
     fn docker_lines_and_detection() {
         let line =
             br#"{"log":"content 1\n","stream":"stdout","time":"2016-10-20T18:39:20.57606443Z"}"#;
-        assert_eq!(detect(line), Ok(Format::DockerJson));
+        assert_eq!(detect(line).ok(), Some(Format::DockerJson));
         let m = parse_docker_json(line).unwrap();
         assert_eq!(&*m.content, b"content 1\n");
         assert_eq!(
-            detect(b"2016-10-06T00:17:09.669794202Z stdout F x\n"),
-            Ok(Format::Cri)
+            detect(b"2016-10-06T00:17:09.669794202Z stdout F x\n").ok(),
+            Some(Format::Cri)
         );
         assert!(
             detect(b"plain text\n")
                 .unwrap_err()
+                .to_string()
                 .contains("unsupported log format")
         );
     }

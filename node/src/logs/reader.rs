@@ -39,10 +39,10 @@ pub enum LogError {
     Io(String),
     /// The first line is in neither format.
     #[error("failed to get parse function: {0}")]
-    Format(String),
-    /// The runtime said the container is gone or failed.
+    Format(super::format::FormatError),
+    /// The runtime's status of the container could not be read.
     #[error("{0}")]
-    Runtime(String),
+    Runtime(keelson_cri::CriError),
     /// The client went away.
     #[error("client disconnected")]
     Closed,
@@ -52,7 +52,10 @@ pub enum LogError {
 /// that is unavailable counts as running, as in kubelet).
 pub trait ContainerRunning: Send + Sync {
     /// `Ok(true)` while running.
-    fn is_running<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<bool, String>>;
+    fn is_running<'a>(
+        &'a self,
+        container_id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, keelson_cri::CriError>>;
 }
 
 /// What to read.

@@ -55,6 +55,67 @@ impl std::fmt::Display for VolumesNotReady {
     }
 }
 
+/// An error of the volume manager behind these traits, passed on as it is
+/// (its text is kubelet's).
+pub type ManagerError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a volume operation of a pod failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PodVolumesError {
+    /// A pod directory could not be removed.
+    #[error("removing {}: {error}", dir.display())]
+    RemoveDir {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The volume manager failed.
+    #[error(transparent)]
+    Manager(ManagerError),
+}
+
+/// Why a ConfigMap or Secret lookup failed (the text of
+/// `CreateContainerConfigError`, kubelet's `makeEnvironmentVariables`).
+#[derive(Debug, thiserror::Error)]
+pub enum EnvSourceError {
+    /// The API read failed.
+    #[error("couldn't get {kind} {namespace}/{name}: {error}")]
+    Get {
+        /// `configMap` or `secret`.
+        kind: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Why.
+        error: kube::Error,
+    },
+    /// A required object does not exist.
+    #[error("{kind} {name:?} not found")]
+    NotFound {
+        /// `configmap` or `secret`.
+        kind: &'static str,
+        /// Name.
+        name: String,
+    },
+    /// A required key is not in the object.
+    #[error("couldn't find key {key} in {kind} {namespace}/{name}")]
+    MissingKey {
+        /// `ConfigMap` or `Secret`.
+        kind: &'static str,
+        /// The key.
+        key: String,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// The volume manager's lookup failed.
+    #[error(transparent)]
+    Manager(ManagerError),
+}
+
 /// Pod volumes.
 pub trait PodVolumes: Send + Sync {
     /// A pod was added or updated (start watching what it references).
@@ -71,13 +132,16 @@ pub trait PodVolumes: Send + Sync {
         pod: &'a Pod,
         container: &'a Container,
         env: &'a [(String, String)],
-    ) -> BoxFuture<'a, Result<Vec<api::Mount>, String>>;
+    ) -> BoxFuture<'a, Result<Vec<api::Mount>, PodVolumesError>>;
     /// Unmounts a pod's volumes once its containers are gone.
-    fn teardown_pod<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), String>>;
+    fn teardown_pod<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), PodVolumesError>>;
     /// Removes a deleted pod's directory.
-    fn remove_pod_dir<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), String>>;
+    fn remove_pod_dir<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), PodVolumesError>>;
     /// Removes directories of pods not in `active` (every housekeeping round).
-    fn cleanup_orphans<'a>(&'a self, active: &'a [String]) -> BoxFuture<'a, Result<usize, String>>;
+    fn cleanup_orphans<'a>(
+        &'a self,
+        active: &'a [String],
+    ) -> BoxFuture<'a, Result<usize, PodVolumesError>>;
     /// `<root>/pods/<uid>`.
     fn pod_dir(&self, uid: &str) -> PathBuf;
 }
@@ -89,25 +153,25 @@ pub trait EnvSources: Send + Sync {
         &'a self,
         namespace: &'a str,
         selector: &'a ConfigMapKeySelector,
-    ) -> BoxFuture<'a, Result<Option<String>, String>>;
+    ) -> BoxFuture<'a, Result<Option<String>, EnvSourceError>>;
     /// `secretKeyRef`; `Ok(None)` = optional and missing.
     fn secret_key<'a>(
         &'a self,
         namespace: &'a str,
         selector: &'a SecretKeySelector,
-    ) -> BoxFuture<'a, Result<Option<String>, String>>;
+    ) -> BoxFuture<'a, Result<Option<String>, EnvSourceError>>;
     /// One `envFrom` entry.
     fn env_from<'a>(
         &'a self,
         namespace: &'a str,
         source: &'a EnvFromSource,
-    ) -> BoxFuture<'a, Result<EnvFromVars, String>>;
+    ) -> BoxFuture<'a, Result<EnvFromVars, EnvSourceError>>;
     /// A Secret (image pull secrets); `Ok(None)` when it does not exist.
     fn secret<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Secret>, String>>;
+    ) -> BoxFuture<'a, Result<Option<Secret>, EnvSourceError>>;
 }
 
 /// Volumes for pods that declare none: setup succeeds only when the pod has
@@ -152,23 +216,26 @@ impl PodVolumes for NoVolumes {
         _: &'a Pod,
         _: &'a Container,
         _: &'a [(String, String)],
-    ) -> BoxFuture<'a, Result<Vec<api::Mount>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<api::Mount>, PodVolumesError>> {
         Box::pin(async { Ok(Vec::new()) })
     }
-    fn teardown_pod<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), String>> {
+    fn teardown_pod<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), PodVolumesError>> {
         Box::pin(async { Ok(()) })
     }
-    fn remove_pod_dir<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), String>> {
+    fn remove_pod_dir<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), PodVolumesError>> {
         Box::pin(async move {
             let dir = self.pod_dir(uid);
             match tokio::fs::remove_dir_all(&dir).await {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(format!("removing {}: {e}", dir.display())),
+                Err(error) => Err(PodVolumesError::RemoveDir { dir, error }),
             }
         })
     }
-    fn cleanup_orphans<'a>(&'a self, _: &'a [String]) -> BoxFuture<'a, Result<usize, String>> {
+    fn cleanup_orphans<'a>(
+        &'a self,
+        _: &'a [String],
+    ) -> BoxFuture<'a, Result<usize, PodVolumesError>> {
         Box::pin(async { Ok(0) })
     }
     fn pod_dir(&self, uid: &str) -> PathBuf {
@@ -195,18 +262,28 @@ impl ApiEnvSources {
         ApiEnvSources { client }
     }
 
-    async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>, String> {
+    async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>, EnvSourceError> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
         api.get_opt(name)
             .await
-            .map_err(|e| format!("couldn't get configMap {ns}/{name}: {e}"))
+            .map_err(|error| EnvSourceError::Get {
+                kind: "configMap",
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                error,
+            })
     }
 
-    async fn secret_obj(&self, ns: &str, name: &str) -> Result<Option<Secret>, String> {
+    async fn secret_obj(&self, ns: &str, name: &str) -> Result<Option<Secret>, EnvSourceError> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), ns);
         api.get_opt(name)
             .await
-            .map_err(|e| format!("couldn't get secret {ns}/{name}: {e}"))
+            .map_err(|error| EnvSourceError::Get {
+                kind: "secret",
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                error,
+            })
     }
 }
 
@@ -242,19 +319,24 @@ impl EnvSources for ApiEnvSources {
         &'a self,
         namespace: &'a str,
         sel: &'a ConfigMapKeySelector,
-    ) -> BoxFuture<'a, Result<Option<String>, String>> {
+    ) -> BoxFuture<'a, Result<Option<String>, EnvSourceError>> {
         Box::pin(async move {
             let optional = sel.optional.unwrap_or(false);
             match self.config_map(namespace, &sel.name).await? {
                 None if optional => Ok(None),
-                None => Err(format!("configmap {:?} not found", sel.name)),
+                None => Err(EnvSourceError::NotFound {
+                    kind: "configmap",
+                    name: sel.name.clone(),
+                }),
                 Some(cm) => match config_map_data(&cm).get(&sel.key) {
                     Some(v) => Ok(Some(v.clone())),
                     None if optional => Ok(None),
-                    None => Err(format!(
-                        "couldn't find key {} in ConfigMap {namespace}/{}",
-                        sel.key, sel.name
-                    )),
+                    None => Err(EnvSourceError::MissingKey {
+                        kind: "ConfigMap",
+                        key: sel.key.clone(),
+                        namespace: namespace.to_string(),
+                        name: sel.name.clone(),
+                    }),
                 },
             }
         })
@@ -264,19 +346,24 @@ impl EnvSources for ApiEnvSources {
         &'a self,
         namespace: &'a str,
         sel: &'a SecretKeySelector,
-    ) -> BoxFuture<'a, Result<Option<String>, String>> {
+    ) -> BoxFuture<'a, Result<Option<String>, EnvSourceError>> {
         Box::pin(async move {
             let optional = sel.optional.unwrap_or(false);
             match self.secret_obj(namespace, &sel.name).await? {
                 None if optional => Ok(None),
-                None => Err(format!("secret {:?} not found", sel.name)),
+                None => Err(EnvSourceError::NotFound {
+                    kind: "secret",
+                    name: sel.name.clone(),
+                }),
                 Some(s) => match secret_data(&s).get(&sel.key) {
                     Some(v) => Ok(Some(v.clone())),
                     None if optional => Ok(None),
-                    None => Err(format!(
-                        "couldn't find key {} in Secret {namespace}/{}",
-                        sel.key, sel.name
-                    )),
+                    None => Err(EnvSourceError::MissingKey {
+                        kind: "Secret",
+                        key: sel.key.clone(),
+                        namespace: namespace.to_string(),
+                        name: sel.name.clone(),
+                    }),
                 },
             }
         })
@@ -286,7 +373,7 @@ impl EnvSources for ApiEnvSources {
         &'a self,
         namespace: &'a str,
         src: &'a EnvFromSource,
-    ) -> BoxFuture<'a, Result<EnvFromVars, String>> {
+    ) -> BoxFuture<'a, Result<EnvFromVars, EnvSourceError>> {
         Box::pin(async move {
             let prefix = src.prefix.clone().unwrap_or_default();
             let (data, kind, name) = if let Some(cm) = &src.config_map_ref {
@@ -294,14 +381,24 @@ impl EnvSources for ApiEnvSources {
                 match self.config_map(namespace, &cm.name).await? {
                     Some(obj) => (config_map_data(&obj), "configMap", cm.name.clone()),
                     None if optional => return Ok(EnvFromVars::default()),
-                    None => return Err(format!("configmap {:?} not found", cm.name)),
+                    None => {
+                        return Err(EnvSourceError::NotFound {
+                            kind: "configmap",
+                            name: cm.name.clone(),
+                        });
+                    }
                 }
             } else if let Some(s) = &src.secret_ref {
                 let optional = s.optional.unwrap_or(false);
                 match self.secret_obj(namespace, &s.name).await? {
                     Some(obj) => (secret_data(&obj), "secret", s.name.clone()),
                     None if optional => return Ok(EnvFromVars::default()),
-                    None => return Err(format!("secret {:?} not found", s.name)),
+                    None => {
+                        return Err(EnvSourceError::NotFound {
+                            kind: "secret",
+                            name: s.name.clone(),
+                        });
+                    }
                 }
             } else {
                 return Ok(EnvFromVars::default());
@@ -331,7 +428,7 @@ impl EnvSources for ApiEnvSources {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Secret>, String>> {
+    ) -> BoxFuture<'a, Result<Option<Secret>, EnvSourceError>> {
         Box::pin(self.secret_obj(namespace, name))
     }
 }

@@ -180,6 +180,7 @@ impl Housekeeping {
                 self.last_orphan_error = None;
             }
             Err(e) => {
+                let e = e.to_string();
                 if self.last_orphan_error.as_deref() == Some(e.as_str()) {
                     tracing::debug!(error = %e, "orphaned pod directories still not removed");
                 } else {
@@ -251,7 +252,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{Container, Pod};
 
     use super::*;
-    use crate::pods::deps::VolumesNotReady;
+    use crate::pods::deps::{PodVolumesError, VolumesNotReady};
 
     /// Records what each round asked to keep; fails while `fail` is set.
     #[derive(Default)]
@@ -271,26 +272,26 @@ mod tests {
             _: &'a Pod,
             _: &'a Container,
             _: &'a [(String, String)],
-        ) -> BoxFuture<'a, Result<Vec<api::Mount>, String>> {
+        ) -> BoxFuture<'a, Result<Vec<api::Mount>, PodVolumesError>> {
             Box::pin(async { Ok(Vec::new()) })
         }
-        fn teardown_pod<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        fn teardown_pod<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), PodVolumesError>> {
             Box::pin(async { Ok(()) })
         }
-        fn remove_pod_dir<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        fn remove_pod_dir<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), PodVolumesError>> {
             Box::pin(async { Ok(()) })
         }
         fn cleanup_orphans<'a>(
             &'a self,
             active: &'a [String],
-        ) -> BoxFuture<'a, Result<usize, String>> {
+        ) -> BoxFuture<'a, Result<usize, PodVolumesError>> {
             Box::pin(async move {
                 self.calls
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .push(active.to_vec());
                 match self.fail.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-                    Some(e) => Err(e),
+                    Some(e) => Err(PodVolumesError::Manager(e.into())),
                     None => Ok(0),
                 }
             })

@@ -137,6 +137,9 @@ impl PodsHandle {
 
     /// PLEG health (`Err` when stale) and the number of pod workers.
     pub fn introspect_node(&self) -> (Option<String>, usize) {
-        (self.pleg.check().err(), self.workers.uids().len())
+        (
+            self.pleg.check().err().map(|e| e.to_string()),
+            self.workers.uids().len(),
+        )
     }
 }

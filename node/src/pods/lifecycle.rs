@@ -226,7 +226,7 @@ impl PodLifecycle {
         &self,
         pod: &Pod,
         newer_than: SystemTime,
-    ) -> Result<Arc<RuntimePodStatus>, String> {
+    ) -> Result<Arc<RuntimePodStatus>, LifecycleError> {
         let uid = podutil::uid(pod);
         if let Some(s) = self.cache.get_newer_than(uid, newer_than) {
             return Ok(s);
@@ -234,12 +234,9 @@ impl PodLifecycle {
         let s = self
             .runtime
             .get_pod_status(uid, podutil::name(pod), podutil::namespace(pod))
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         self.cache.set(s);
-        self.cache
-            .get(uid)
-            .ok_or_else(|| "runtime cache lost a status".to_string())
+        self.cache.get(uid).ok_or(LifecycleError::CacheLost)
     }
 
     fn probe_results(&self) -> &dyn ProbeResults {
@@ -645,7 +642,7 @@ impl PodLifecycle {
         rt: &RuntimePodStatus,
         grace: i64,
         final_status: Option<&FinalStatus>,
-    ) -> Result<(), String> {
+    ) -> Result<(), LifecycleError> {
         let uid = podutil::uid(pod).to_string();
         let mut s = self.generate_status(pod, rt, false);
         if let Some(f) = final_status {
@@ -667,13 +664,10 @@ impl PodLifecycle {
         let stopped = self
             .runtime
             .get_pod_status(&uid, podutil::name(pod), podutil::namespace(pod))
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         let still: Vec<String> = stopped.running().map(|c| c.name.clone()).collect();
         if !still.is_empty() {
-            return Err(format!(
-                "detected running containers after a successful KillPod, CRI violation: {still:?}"
-            ));
+            return Err(LifecycleError::StillRunning(still));
         }
         let mut s = self.generate_status(pod, &stopped, true);
         if let Some(f) = final_status {
@@ -690,7 +684,7 @@ impl PodLifecycle {
         &self,
         pod: &Pod,
         rt: &RuntimePodStatus,
-    ) -> Result<(), String> {
+    ) -> Result<(), LifecycleError> {
         let uid = podutil::uid(pod).to_string();
         let s = self.generate_status(pod, rt, true);
         self.status.set_pod_status(pod, s);
@@ -698,9 +692,8 @@ impl PodLifecycle {
         let cg = self.cgroups.clone();
         let uid2 = uid.clone();
         tokio::task::spawn_blocking(move || cg.destroy(&uid2))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("unable to destroy pod cgroup: {e}"))?;
+            .await?
+            .map_err(LifecycleError::DestroyCgroup)?;
         self.status.terminate_pod(pod);
         Ok(())
     }
@@ -723,6 +716,33 @@ impl PodLifecycle {
         let backoff = self.runtime.crash_backoff();
         backoff.gc();
     }
+}
+
+/// Why a pod's runtime status could not be read or its termination not
+/// finished (the pod worker logs it and tries again).
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    /// The runtime's status of the pod could not be read.
+    #[error(transparent)]
+    RuntimeStatus(#[from] keelson_cri::CriError),
+    /// The status just stored is not in the cache.
+    #[error("runtime cache lost a status")]
+    CacheLost,
+    /// Containers could not be stopped.
+    #[error(transparent)]
+    Kill(#[from] super::runtime::kill::KillError),
+    /// Containers still run after every kill succeeded.
+    #[error("detected running containers after a successful KillPod, CRI violation: {0:?}")]
+    StillRunning(Vec<String>),
+    /// The volumes could not be unmounted.
+    #[error(transparent)]
+    Volumes(#[from] super::deps::PodVolumesError),
+    /// The cgroup removal task did not finish.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+    /// The pod cgroup could not be removed.
+    #[error("unable to destroy pod cgroup: {0}")]
+    DestroyCgroup(crate::cgroups::CgroupError),
 }
 
 /// Puts an eviction's final status over a generated one.

@@ -81,17 +81,23 @@ use workers::{KillRequest, PodWorkers};
 pub enum PodsError {
     /// The cgroup filesystem could not be used.
     #[error("pod cgroups: {0}")]
-    Cgroups(#[from] cgroups::CgroupError),
+    Cgroups(cgroups::CgroupError),
     /// The resolver configuration could not be read.
     #[error("node.resolvConf: {0}")]
-    ResolvConf(String),
+    ResolvConf(runtime::dns::DnsError),
     /// The probe manager could not start.
     #[error("probes: {0}")]
-    Probes(#[from] keelson_probes::ProbeManagerError),
+    Probes(keelson_probes::ProbeManagerError),
     /// Shut down while waiting for the runtime.
     #[error("stopped before the container runtime answered")]
     Stopped,
 }
+
+/// kubelet's `/healthz` `syncloop` failure: the pod dispatcher has not gone
+/// round in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("sync Loop took longer than expected")]
+pub struct SyncLoopStalled;
 
 /// What the pod lifecycle is built from.
 pub struct PodsDeps {
@@ -193,14 +199,14 @@ impl std::fmt::Debug for PodsHandle {
 impl PodsHandle {
     /// kubelet's `/healthz` `syncloop` check: `Err` when the pod dispatcher
     /// has not gone round for twice `syncFrequency` (at least 5 minutes).
-    pub fn sync_loop_check(&self, sync_frequency: Duration) -> Result<(), String> {
+    pub fn sync_loop_check(&self, sync_frequency: Duration) -> Result<(), SyncLoopStalled> {
         let limit = (sync_frequency * 2).max(SYNC_LOOP_MIN_HEALTHY);
         let last = *self
             .sync_loop
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if last.elapsed() > limit {
-            return Err("sync Loop took longer than expected".to_string());
+            return Err(SyncLoopStalled);
         }
         Ok(())
     }
@@ -401,9 +407,10 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
     // Cgroups: QoS tiers and pod cgroups.
     let fs = match deps.cgroups.clone() {
         Some(fs) => fs,
-        None => cgroups::open_host()?,
+        None => cgroups::open_host().map_err(PodsError::Cgroups)?,
     };
-    let fs = cgroups::for_driver(cfg.cgroup_driver, fs, deps.systemd_bus.as_deref())?;
+    let fs = cgroups::for_driver(cfg.cgroup_driver, fs, deps.systemd_bus.as_deref())
+        .map_err(PodsError::Cgroups)?;
     let linux_host =
         runtime::linux_host::LinuxHost::detect(fs.version() == "v2", cfg.single_process_oom_kill);
     tracing::debug!(?linux_host, "container resources follow the host");
@@ -415,7 +422,9 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         let q = q.clone();
         tokio::task::spawn_blocking(move || q.setup(&allocatable_cg, &[]))
             .await
-            .map_err(|e| cgroups::CgroupError::Layout(e.to_string()))??;
+            .map_err(|e| cgroups::CgroupError::Layout(e.to_string()))
+            .and_then(|r| r)
+            .map_err(PodsError::Cgroups)?;
     }
     let period_us = u64::try_from(cfg.cpu_cfs_quota_period.get().as_micros()).unwrap_or(100_000);
     let pod_cgroups = Arc::new(PodCgroups::new(
@@ -545,7 +554,8 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
             &deps.registry,
             deps.probe_config.clone(),
             process_start,
-        )?;
+        )
+        .map_err(PodsError::Probes)?;
         tokio::spawn(probes::forward_outputs(
             outputs,
             wake_tx.clone(),

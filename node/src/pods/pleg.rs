@@ -119,6 +119,21 @@ pub enum EventKind {
     ContainerChanged,
 }
 
+/// Why the PLEG is unhealthy, in kubelet's words (`GenericPLEG.Healthy`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlegUnhealthy {
+    /// No relist has finished yet.
+    #[error("pleg has yet to be successful")]
+    NotYetRelisted,
+    /// The last relist is older than the threshold (the age, in seconds).
+    #[error(
+        "pleg was last seen active {} ago; threshold is {}",
+        gofmt::duration(*.0),
+        gofmt::duration(RELIST_THRESHOLD)
+    )]
+    Stale(Duration),
+}
+
 /// How the PLEG is doing; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct PlegHealth {
@@ -161,17 +176,13 @@ impl PlegHealth {
 
     /// `Healthy`: Err with kubelet's message before the first relist and
     /// when the last relist is older than the threshold.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), PlegUnhealthy> {
         let Some(last) = self.lock().last_relist else {
-            return Err(NOT_YET_SUCCESSFUL.to_string());
+            return Err(PlegUnhealthy::NotYetRelisted);
         };
         let elapsed = last.elapsed();
         if elapsed > RELIST_THRESHOLD {
-            return Err(format!(
-                "pleg was last seen active {} ago; threshold is {}",
-                gofmt::duration(Duration::from_secs(elapsed.as_secs())),
-                gofmt::duration(RELIST_THRESHOLD)
-            ));
+            return Err(PlegUnhealthy::Stale(Duration::from_secs(elapsed.as_secs())));
         }
         Ok(())
     }
@@ -189,9 +200,6 @@ impl PlegHealth {
         self.lock().last_relist = Some(at);
     }
 }
-
-/// kubelet's PLEG health error before the first relist.
-pub const NOT_YET_SUCCESSFUL: &str = "pleg has yet to be successful";
 
 /// The PLEG.
 pub struct Pleg {
@@ -689,12 +697,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn health_threshold_message() {
         let h = PlegHealth::new();
-        assert_eq!(h.check(), Err("pleg has yet to be successful".to_string()));
+        assert_eq!(
+            h.check().map_err(|e| e.to_string()),
+            Err("pleg has yet to be successful".to_string())
+        );
         h.relisted(Instant::now());
         assert!(h.check().is_ok());
         tokio::time::advance(Duration::from_secs(181)).await;
         assert_eq!(
-            h.check(),
+            h.check().map_err(|e| e.to_string()),
             Err("pleg was last seen active 3m1s ago; threshold is 3m0s".to_string())
         );
         h.relisted(Instant::now());

@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::{
 };
 use keelson_cri::api;
 
-use super::deps::{EnvFromVars, EnvSources, PodVolumes, VolumesNotReady};
+use super::deps::{
+    EnvFromVars, EnvSourceError, EnvSources, PodVolumes, PodVolumesError, VolumesNotReady,
+};
 use crate::volumes::{MountOptions, VolumeError, VolumeManager};
 
 impl PodVolumes for VolumeManager {
@@ -42,7 +44,7 @@ impl PodVolumes for VolumeManager {
         pod: &'a Pod,
         container: &'a Container,
         env: &'a [(String, String)],
-    ) -> BoxFuture<'a, Result<Vec<api::Mount>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<api::Mount>, PodVolumesError>> {
         Box::pin(async move {
             // containerd 1.6 has no recursive read-only mounts; a runtime
             // that does is asked through VolumeManager::container_mounts.
@@ -52,32 +54,35 @@ impl PodVolumes for VolumeManager {
             };
             VolumeManager::container_mounts(self, pod, container, &opts)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| PodVolumesError::Manager(Box::new(e)))
         })
     }
 
-    fn teardown_pod<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), String>> {
+    fn teardown_pod<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), PodVolumesError>> {
         Box::pin(async move {
             VolumeManager::teardown_pod(self, uid)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| PodVolumesError::Manager(Box::new(e)))
         })
     }
 
-    fn remove_pod_dir<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), String>> {
+    fn remove_pod_dir<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Result<(), PodVolumesError>> {
         Box::pin(async move {
             VolumeManager::remove_pod_dir(self, uid)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| PodVolumesError::Manager(Box::new(e)))
         })
     }
 
-    fn cleanup_orphans<'a>(&'a self, active: &'a [String]) -> BoxFuture<'a, Result<usize, String>> {
+    fn cleanup_orphans<'a>(
+        &'a self,
+        active: &'a [String],
+    ) -> BoxFuture<'a, Result<usize, PodVolumesError>> {
         Box::pin(async move {
             let active: HashSet<String> = active.iter().cloned().collect();
             VolumeManager::cleanup_orphans(self, &active)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| PodVolumesError::Manager(Box::new(e)))
         })
     }
 
@@ -91,11 +96,11 @@ impl EnvSources for VolumeManager {
         &'a self,
         namespace: &'a str,
         selector: &'a ConfigMapKeySelector,
-    ) -> BoxFuture<'a, Result<Option<String>, String>> {
+    ) -> BoxFuture<'a, Result<Option<String>, EnvSourceError>> {
         Box::pin(async move {
             self.env_config_map_key(namespace, selector)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| EnvSourceError::Manager(Box::new(e)))
         })
     }
 
@@ -103,11 +108,11 @@ impl EnvSources for VolumeManager {
         &'a self,
         namespace: &'a str,
         selector: &'a SecretKeySelector,
-    ) -> BoxFuture<'a, Result<Option<String>, String>> {
+    ) -> BoxFuture<'a, Result<Option<String>, EnvSourceError>> {
         Box::pin(async move {
             self.env_secret_key(namespace, selector)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| EnvSourceError::Manager(Box::new(e)))
         })
     }
 
@@ -115,13 +120,13 @@ impl EnvSources for VolumeManager {
         &'a self,
         namespace: &'a str,
         source: &'a EnvFromSource,
-    ) -> BoxFuture<'a, Result<EnvFromVars, String>> {
+    ) -> BoxFuture<'a, Result<EnvFromVars, EnvSourceError>> {
         Box::pin(async move {
             // Current kubelet passes every key through (no name check since
             // RelaxedEnvironmentVariableValidation), so nothing is skipped.
             let vars = VolumeManager::env_from(self, namespace, source)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| EnvSourceError::Manager(Box::new(e)))?;
             Ok(EnvFromVars {
                 vars,
                 invalid_keys_message: None,
@@ -133,12 +138,12 @@ impl EnvSources for VolumeManager {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Secret>, String>> {
+    ) -> BoxFuture<'a, Result<Option<Secret>, EnvSourceError>> {
         Box::pin(async move {
             match VolumeManager::secret(self, namespace, name).await {
                 Ok(s) => Ok(Some((*s).clone())),
                 Err(e) if e.is_not_found() => Ok(None),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(EnvSourceError::Manager(Box::new(e))),
             }
         })
     }

@@ -53,6 +53,17 @@ impl std::fmt::Debug for TokenWebhook {
     }
 }
 
+/// Why a bearer token could not be reviewed.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenReviewError {
+    /// The TokenReview could not be had.
+    #[error(transparent)]
+    Webhook(#[from] super::retry::WebhookError),
+    /// The API server answered with an error.
+    #[error("{0}")]
+    Answer(String),
+}
+
 impl TokenWebhook {
     /// Through `client` (the node's identity), caching for `ttl`.
     pub fn new(client: kube::Client, ttl: Duration) -> Self {
@@ -65,7 +76,7 @@ impl TokenWebhook {
 
     /// `Ok(Some(user))` when the API server vouches for the token,
     /// `Ok(None)` when it does not, `Err` when it could not be asked.
-    pub async fn review(&self, token: &str) -> Result<Option<User>, String> {
+    pub async fn review(&self, token: &str) -> Result<Option<User>, TokenReviewError> {
         let key: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
         if let Some(hit) = self.cache.get(&key) {
             return Ok(hit);
@@ -91,12 +102,11 @@ impl TokenWebhook {
                 .map_err(super::retry::WebhookError::Api)
             }
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         let status = answer.status.unwrap_or_default();
         if let Some(e) = status.error.as_deref().filter(|e| !e.is_empty()) {
             // An answer with an error is not cached (cacheErrs=false).
-            return Err(e.to_string());
+            return Err(TokenReviewError::Answer(e.to_string()));
         }
         let user = if status.authenticated == Some(true) {
             let u = status.user.unwrap_or_default();
@@ -175,7 +185,7 @@ impl Authenticator {
         if let (Some(ca), Some(chain)) = (&self.x509, peer.filter(|c| !c.is_empty())) {
             match ca.authenticate(chain) {
                 Ok(u) => return Authenticated::User(with_authenticated_group(u)),
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         if let Some(webhook) = &self.webhook
@@ -184,7 +194,7 @@ impl Authenticator {
             match webhook.review(&token).await {
                 Ok(Some(u)) => return Authenticated::User(with_authenticated_group(u)),
                 Ok(None) => errors.push("invalid bearer token".to_string()),
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         if !errors.is_empty() {

@@ -109,7 +109,7 @@ impl std::fmt::Debug for Authorizer {
 
 impl Authorizer {
     /// Decides one check.
-    pub async fn authorize(&self, user: &User, a: &Attributes) -> Result<Decision, String> {
+    pub async fn authorize(&self, user: &User, a: &Attributes) -> Result<Decision, WebhookError> {
         match self {
             Authorizer::AlwaysAllow => Ok(Decision::Allow),
             Authorizer::Webhook(w) => w.authorize(user, a).await,
@@ -156,7 +156,7 @@ impl SarWebhook {
         }
     }
 
-    async fn authorize(&self, user: &User, a: &Attributes) -> Result<Decision, String> {
+    async fn authorize(&self, user: &User, a: &Attributes) -> Result<Decision, WebhookError> {
         let spec = Self::spec(user, a);
         let key = serde_json::to_string(&spec).unwrap_or_default();
         if let Some(d) = self.cache.get(&key) {
@@ -180,8 +180,7 @@ impl SarWebhook {
                 .map_err(WebhookError::Api)
             }
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         let status = answer.status.unwrap_or_default();
         let d = if status.allowed && status.denied != Some(true) {
             self.cache.put(key, Decision::Allow, self.allow_ttl);

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::NodeApi;
 use super::body::{self, Body};
 use crate::pod::labels;
-use keelson_common::observability::ProbeKind;
+use keelson_common::observability::{CheckFailed, ProbeKind};
 
 /// The node's health checks (`syncloop` and the rest the roles registered):
 /// `/healthz`, `?verbose`, `?exclude=`, `/healthz/<check>`.
@@ -32,7 +32,7 @@ pub fn healthz(api: &NodeApi, path: &str, query: Option<&str>) -> Response<Body>
         .flat_map(|(_, v)| v.split(',').map(str::to_string).collect::<Vec<_>>())
         .collect();
     let (ok, text) = health.render(ProbeKind::Liveness, verbose, &exclude);
-    let ran: Vec<(String, Result<(), String>)> = health
+    let ran: Vec<(String, Result<(), CheckFailed>)> = health
         .evaluate(ProbeKind::Liveness)
         .into_iter()
         .filter(|(name, _)| !exclude.contains(name))

@@ -36,23 +36,38 @@ impl std::fmt::Debug for ClientCa {
     }
 }
 
-fn verifier_for(pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, String> {
+/// Why a client CA bundle cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CaBundleError {
+    /// The PEM does not read.
+    #[error(transparent)]
+    Pem(#[from] std::io::Error),
+    /// A certificate is not a usable CA.
+    #[error(transparent)]
+    Certificate(#[from] rustls::Error),
+    /// No certificate in the file.
+    #[error("no CERTIFICATE block")]
+    Empty,
+    /// The verifier could not be built.
+    #[error(transparent)]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
+}
+
+fn verifier_for(pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, CaBundleError> {
     let mut roots = rustls::RootCertStore::empty();
     let mut n = 0;
     for c in rustls_pemfile::certs(&mut &pem[..]) {
-        let c = c.map_err(|e| e.to_string())?;
-        roots.add(c).map_err(|e| e.to_string())?;
+        roots.add(c?)?;
         n += 1;
     }
     if n == 0 {
-        return Err("no CERTIFICATE block".into());
+        return Err(CaBundleError::Empty);
     }
-    WebPkiClientVerifier::builder_with_provider(
+    Ok(WebPkiClientVerifier::builder_with_provider(
         Arc::new(roots),
         Arc::new(rustls::crypto::ring::default_provider()),
     )
-    .build()
-    .map_err(|e| e.to_string())
+    .build()?)
 }
 
 impl ClientCa {
@@ -77,9 +92,9 @@ impl ClientCa {
     }
 
     /// Verifies a presented chain (leaf first) and returns its user.
-    pub fn authenticate(&self, chain: &[CertificateDer<'static>]) -> Result<User, String> {
+    pub fn authenticate(&self, chain: &[CertificateDer<'static>]) -> Result<User, CertAuthError> {
         let Some((leaf, intermediates)) = chain.split_first() else {
-            return Err("no client certificate".into());
+            return Err(CertAuthError::NoCertificate);
         };
         let verifier = self
             .state
@@ -89,7 +104,7 @@ impl ClientCa {
             .clone();
         verifier
             .verify_client_cert(leaf, intermediates, UnixTime::now())
-            .map_err(|e| format!("verifying certificate: {e}"))?;
+            .map_err(CertAuthError::Verify)?;
         user_of(leaf)
     }
 
@@ -121,10 +136,27 @@ impl ClientCa {
     }
 }
 
+/// Why a client certificate gives no user.
+#[derive(Debug, thiserror::Error)]
+pub enum CertAuthError {
+    /// The TLS peer sent no certificate.
+    #[error("no client certificate")]
+    NoCertificate,
+    /// The chain does not lead to the client CA.
+    #[error("verifying certificate: {0}")]
+    Verify(rustls::Error),
+    /// The leaf is not X.509 DER.
+    #[error("parsing certificate: {0}")]
+    Parse(String),
+    /// The leaf names no user.
+    #[error("certificate has no CommonName")]
+    NoCommonName,
+}
+
 /// CommonName → user, each Organization → a group.
-pub fn user_of(cert: &CertificateDer<'_>) -> Result<User, String> {
+pub fn user_of(cert: &CertificateDer<'_>) -> Result<User, CertAuthError> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref())
-        .map_err(|e| format!("parsing certificate: {e}"))?;
+        .map_err(|e| CertAuthError::Parse(e.to_string()))?;
     let subject = parsed.subject();
     let name = subject
         .iter_common_name()
@@ -133,7 +165,7 @@ pub fn user_of(cert: &CertificateDer<'_>) -> Result<User, String> {
         .unwrap_or_default()
         .to_string();
     if name.is_empty() {
-        return Err("certificate has no CommonName".into());
+        return Err(CertAuthError::NoCommonName);
     }
     let groups = subject
         .iter_organization()

@@ -40,21 +40,85 @@ fn has_container(pod: &Pod, name: &str) -> bool {
             .any(|c| c.name == name)
 }
 
+/// Why a container has no log to show (kubelet's
+/// `validateContainerLogStatus` texts, the body of the 400 answer).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoLogs {
+    /// The pod has no status for the container.
+    #[error("container {container:?} in pod {pod:?} is not available")]
+    NotAvailable {
+        /// Container.
+        container: String,
+        /// Pod name.
+        pod: String,
+    },
+    /// `previous=true` and no earlier instance ended.
+    #[error("previous terminated container {container:?} in pod {pod:?} not found")]
+    NoPrevious {
+        /// Container.
+        container: String,
+        /// Pod name.
+        pod: String,
+    },
+    /// The container has not started yet.
+    #[error("container {container:?} in pod {pod:?} is waiting to start - no logs yet")]
+    NotStarted {
+        /// Container.
+        container: String,
+        /// Pod name.
+        pod: String,
+    },
+    /// The container ended and its id is gone.
+    #[error("container {container:?} in pod {pod:?} is terminated")]
+    Terminated {
+        /// Container.
+        container: String,
+        /// Pod name.
+        pod: String,
+    },
+    /// The container waits for its image.
+    #[error(
+        "container {container:?} in pod {pod:?} is waiting to start: {}",
+        waiting_text(reason)
+    )]
+    Waiting {
+        /// Container.
+        container: String,
+        /// Pod name.
+        pod: String,
+        /// `state.waiting.reason`.
+        reason: String,
+    },
+}
+
+/// kubelet's words for a waiting reason.
+fn waiting_text(reason: &str) -> &str {
+    match reason {
+        "ErrImagePull" => "image can't be pulled",
+        "ImagePullBackOff" => "trying and failing to pull image",
+        other => other,
+    }
+}
+
 /// kubelet's `validateContainerLogStatus`: the container ID whose log is
-/// wanted, or kubelet's message why there is none.
+/// wanted, or why there is none.
 pub fn container_for_logs(
     pod_name: &str,
     status: &PodStatus,
     container: &str,
     previous: bool,
-) -> Result<String, String> {
+) -> Result<String, NoLogs> {
+    let names = || (container.to_string(), pod_name.to_string());
     let find = |list: &Option<Vec<ContainerStatus>>| {
         list.iter().flatten().find(|s| s.name == container).cloned()
     };
     let cs = find(&status.container_statuses)
         .or_else(|| find(&status.init_container_statuses))
         .or_else(|| find(&status.ephemeral_container_statuses))
-        .ok_or_else(|| format!("container {container:?} in pod {pod_name:?} is not available"))?;
+        .ok_or_else(|| {
+            let (container, pod) = names();
+            NoLogs::NotAvailable { container, pod }
+        })?;
     let last = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
     let last_id = last
         .and_then(|t| t.container_id.clone())
@@ -62,7 +126,8 @@ pub fn container_for_logs(
     let state = cs.state.clone().unwrap_or_default();
     if previous {
         return last_id.ok_or_else(|| {
-            format!("previous terminated container {container:?} in pod {pod_name:?} not found")
+            let (container, pod) = names();
+            NoLogs::NoPrevious { container, pod }
         });
     }
     if state.running.is_some() {
@@ -71,45 +136,42 @@ pub fn container_for_logs(
             .clone()
             .filter(|i| !i.is_empty())
             .ok_or_else(|| {
-                format!(
-                    "container {container:?} in pod {pod_name:?} is waiting to start - no logs yet"
-                )
+                let (container, pod) = names();
+                NoLogs::NotStarted { container, pod }
             });
     }
     if let Some(t) = &state.terminated {
         return match t.container_id.clone().filter(|i| !i.is_empty()) {
             Some(id) => Ok(id),
             None => last_id.ok_or_else(|| {
-                format!("container {container:?} in pod {pod_name:?} is terminated")
+                let (container, pod) = names();
+                NoLogs::Terminated { container, pod }
             }),
         };
     }
     if last.is_some() {
-        return last_id
-            .ok_or_else(|| format!("container {container:?} in pod {pod_name:?} is terminated"));
-    }
-    if let Some(w) = &state.waiting {
-        let reason = w.reason.clone().unwrap_or_default();
-        return Err(match reason.as_str() {
-            "ErrImagePull" => format!(
-                "container {container:?} in pod {pod_name:?} is waiting to start: image can't be pulled"
-            ),
-            "ImagePullBackOff" => format!(
-                "container {container:?} in pod {pod_name:?} is waiting to start: trying and failing to pull image"
-            ),
-            r => format!("container {container:?} in pod {pod_name:?} is waiting to start: {r}"),
+        return last_id.ok_or_else(|| {
+            let (container, pod) = names();
+            NoLogs::Terminated { container, pod }
         });
     }
-    Err(format!(
-        "container {container:?} in pod {pod_name:?} is waiting to start - no logs yet"
-    ))
+    if let Some(w) = &state.waiting {
+        let (container, pod) = names();
+        return Err(NoLogs::Waiting {
+            container,
+            pod,
+            reason: w.reason.clone().unwrap_or_default(),
+        });
+    }
+    let (container, pod) = names();
+    Err(NoLogs::NotStarted { container, pod })
 }
 
 /// Follow's liveness check over CRI.
 struct CriRunning(RuntimeClient);
 
 impl ContainerRunning for CriRunning {
-    fn is_running<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+    fn is_running<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, CriError>> {
         Box::pin(async move {
             match self.0.container_status(id, false).await {
                 Ok(r) => Ok(r
@@ -117,7 +179,7 @@ impl ContainerRunning for CriRunning {
                     .is_some_and(|s| s.state == api::ContainerState::ContainerRunning as i32)),
                 // A runtime that is down keeps its containers running.
                 Err(CriError::Unavailable { .. }) => Ok(true),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(e),
             }
         })
     }
@@ -188,7 +250,7 @@ pub async fn serve(
         .unwrap_or_default();
     let full_id = match container_for_logs(pod_name, &status, container, opts.previous) {
         Ok(id) => id,
-        Err(e) => return body::text(StatusCode::BAD_REQUEST, e),
+        Err(e) => return body::text(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let id = full_id
         .split_once("://")
@@ -258,7 +320,9 @@ mod tests {
             "containerd://old"
         );
         assert_eq!(
-            container_for_logs("p", &s, "x", false).unwrap_err(),
+            container_for_logs("p", &s, "x", false)
+                .unwrap_err()
+                .to_string(),
             "container \"x\" in pod \"p\" is not available"
         );
         let fresh = status(serde_json::json!({"containerStatuses": [{
@@ -266,11 +330,15 @@ mod tests {
             "state": {"waiting": {"reason": "ContainerCreating"}}
         }]}));
         assert_eq!(
-            container_for_logs("p", &fresh, "c", true).unwrap_err(),
+            container_for_logs("p", &fresh, "c", true)
+                .unwrap_err()
+                .to_string(),
             "previous terminated container \"c\" in pod \"p\" not found"
         );
         assert_eq!(
-            container_for_logs("p", &fresh, "c", false).unwrap_err(),
+            container_for_logs("p", &fresh, "c", false)
+                .unwrap_err()
+                .to_string(),
             "container \"c\" in pod \"p\" is waiting to start: ContainerCreating"
         );
     }

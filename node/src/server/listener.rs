@@ -65,7 +65,7 @@ pub fn tls_config(
         match kubelet_api::parse_tls_min_version(&n.tls_min_version) {
             Ok(TlsVersion::Tls13) => &[&rustls::version::TLS13],
             Ok(TlsVersion::Tls12) => &[&rustls::version::TLS13, &rustls::version::TLS12],
-            Err(e) => return Err(ServerError::Tls(e)),
+            Err(e) => return Err(ServerError::Tls(e.to_string())),
         };
     let builder = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(versions)
@@ -84,10 +84,10 @@ pub fn tls_config(
 pub async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError> {
     let l = TcpListener::bind(addr)
         .await
-        .map_err(|source| ServerError::Listen { addr, source })?;
+        .map_err(|error| ServerError::Listen { addr, error })?;
     let local = l
         .local_addr()
-        .map_err(|source| ServerError::Listen { addr, source })?;
+        .map_err(|error| ServerError::Listen { addr, error })?;
     Ok((l, local))
 }
 

@@ -70,13 +70,12 @@ pub enum ServerError {
     #[error("node API TLS settings: {0}")]
     Tls(String),
     /// The address could not be bound.
-    #[error("node API: cannot listen on {addr}: {source}")]
+    #[error("node API: cannot listen on {addr}: {error}")]
     Listen {
         /// The address.
         addr: SocketAddr,
-        /// The bind error.
-        #[source]
-        source: std::io::Error,
+        /// The bind error (in the text, so not also the source).
+        error: std::io::Error,
     },
     /// No authentication method is configured.
     #[error(

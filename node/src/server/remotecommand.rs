@@ -16,8 +16,13 @@ pub struct StreamOptions {
     pub tty: bool,
 }
 
+/// An exec/attach asking for no stream at all (kubelet's text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("you must specify at least 1 of stdin, stdout, stderr")]
+pub struct NoStreams;
+
 /// Parses and checks the stream options.
-pub fn stream_options(pairs: &[(String, String)]) -> Result<StreamOptions, String> {
+pub fn stream_options(pairs: &[(String, String)]) -> Result<StreamOptions, NoStreams> {
     let flag = |k: &str| {
         pairs
             .iter()
@@ -35,7 +40,7 @@ pub fn stream_options(pairs: &[(String, String)]) -> Result<StreamOptions, Strin
         o.stderr = false;
     }
     if !o.stdin && !o.stdout && !o.stderr {
-        return Err("you must specify at least 1 of stdin, stdout, stderr".into());
+        return Err(NoStreams);
     }
     Ok(o)
 }
@@ -57,7 +62,9 @@ mod tests {
         assert!(o.stdin && o.tty && !o.stderr);
         // Only the API's parameter names count, and only "1".
         assert_eq!(
-            stream_options(&q(&[("input", "true"), ("stdout", "1")])).unwrap_err(),
+            stream_options(&q(&[("input", "true"), ("stdout", "1")]))
+                .unwrap_err()
+                .to_string(),
             "you must specify at least 1 of stdin, stdout, stderr"
         );
     }

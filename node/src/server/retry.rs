@@ -10,7 +10,7 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
     /// The API answered with an error or could not be reached.
-    #[error("{0}")]
+    #[error(transparent)]
     Api(#[from] kube::Error),
     /// No answer within the request timeout.
     #[error("request timed out")]

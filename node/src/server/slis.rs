@@ -6,6 +6,7 @@
 //! `kubernetes_healthchecks_total{name,status,type}` (`success`/`error`),
 //! `type` `healthz`. Its own registry: they are not on `/metrics`.
 
+use keelson_common::observability::CheckFailed;
 use prometheus::{GaugeVec, IntCounterVec, Opts, Registry};
 
 /// The SLI metrics; cheap to clone.
@@ -53,7 +54,7 @@ impl Default for Slis {
 
 impl Slis {
     /// Records the checks the root `/healthz` ran.
-    pub fn observe(&self, results: &[(String, Result<(), String>)]) {
+    pub fn observe(&self, results: &[(String, Result<(), CheckFailed>)]) {
         for (name, r) in results {
             let (value, status) = if r.is_ok() {
                 (1.0, "success")
@@ -87,7 +88,7 @@ mod tests {
         let s = Slis::default();
         s.observe(&[
             ("ping".into(), Ok(())),
-            ("syncloop".into(), Err("stuck".into())),
+            ("syncloop".into(), Err(CheckFailed("stuck".into()))),
         ]);
         s.observe(&[("ping".into(), Ok(())), ("syncloop".into(), Ok(()))]);
         let t = s.text();

@@ -122,7 +122,7 @@ pub async fn serve(
     } else {
         match stream_options(&pairs) {
             Ok(o) => o,
-            Err(e) => return body::text(StatusCode::BAD_REQUEST, e),
+            Err(e) => return body::text(StatusCode::BAD_REQUEST, e.to_string()),
         }
     };
     let Some(pod) = api.pods.get().and_then(|p| p.pod_by_name(ns, pod_name)) else {
@@ -238,12 +238,35 @@ pub async fn serve(
     .await
 }
 
+/// Why a WebSocket port-forward's `port` parameters are refused
+/// (kubelet's `portforward.NewV4Options` texts, the 400 body).
+#[derive(Debug, thiserror::Error)]
+enum PortQueryError {
+    /// No `port` parameter.
+    #[error("query parameter \"port\" is required")]
+    Missing,
+    /// `port=`.
+    #[error("query parameter \"port\" cannot be empty")]
+    Empty,
+    /// Not a port number.
+    #[error("unable to parse {value:?} as a port: {error}")]
+    Invalid {
+        /// The parameter as given.
+        value: String,
+        /// Why.
+        error: std::num::ParseIntError,
+    },
+    /// Port 0.
+    #[error("port {0:?} must be > 0")]
+    Zero(String),
+}
+
 /// The `port` query parameters of a WebSocket port-forward
 /// (`portforward.NewV4Options`); SPDY clients name ports per stream.
 fn websocket_ports(
     req: &Request<Incoming>,
     pairs: &[(String, String)],
-) -> Result<Vec<i32>, String> {
+) -> Result<Vec<i32>, PortQueryError> {
     let ws = req
         .headers()
         .get(http::header::UPGRADE)
@@ -258,19 +281,20 @@ fn websocket_ports(
         .map(|(_, v)| v)
         .collect();
     if values.is_empty() {
-        return Err("query parameter \"port\" is required".into());
+        return Err(PortQueryError::Missing);
     }
     let mut ports = Vec::new();
     for v in values {
         if v.is_empty() {
-            return Err("query parameter \"port\" cannot be empty".into());
+            return Err(PortQueryError::Empty);
         }
         for p in v.split(',') {
-            let port: u16 = p
-                .parse()
-                .map_err(|e| format!("unable to parse {v:?} as a port: {e}"))?;
+            let port: u16 = p.parse().map_err(|error| PortQueryError::Invalid {
+                value: v.clone(),
+                error,
+            })?;
             if port < 1 {
-                return Err(format!("port {v:?} must be > 0"));
+                return Err(PortQueryError::Zero(v.clone()));
             }
             ports.push(i32::from(port));
         }
@@ -299,7 +323,7 @@ pub async fn port_forward(
     } else {
         match websocket_ports(&req, &pairs) {
             Ok(p) => p,
-            Err(e) => return body::text(StatusCode::BAD_REQUEST, e),
+            Err(e) => return body::text(StatusCode::BAD_REQUEST, e.to_string()),
         }
     };
     let Some(pod) = api.pods.get().and_then(|p| p.pod_by_name(ns, pod_name)) else {

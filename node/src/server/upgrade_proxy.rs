@@ -44,6 +44,38 @@ pub fn proxy_error(msg: impl std::fmt::Display) -> Response<Body> {
     body::http_error(StatusCode::INTERNAL_SERVER_ERROR, &msg.to_string())
 }
 
+/// Why an upgrade request did not reach the runtime's streaming server
+/// (kubelet's responder texts).
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    /// The runtime's streaming URL does not parse.
+    #[error("invalid streaming URL {location:?}: {error}")]
+    InvalidUrl {
+        /// The URL.
+        location: String,
+        /// Why.
+        error: http::uri::InvalidUri,
+    },
+    /// Not an `http://` URL.
+    #[error("streaming URL {0:?}: only http:// runtime streaming servers are supported")]
+    NotHttp(String),
+    /// A URL without a host.
+    #[error("streaming URL {0:?} has no host")]
+    NoHost(String),
+    /// The TCP connection did not open.
+    #[error("error dialing backend: {0}")]
+    Dial(std::io::Error),
+    /// The HTTP handshake failed.
+    #[error("error dialing backend: {0}")]
+    Handshake(hyper::Error),
+    /// The request could not be built from the client's headers.
+    #[error("{0}")]
+    Request(http::Error),
+    /// The runtime did not answer.
+    #[error("error proxying to the runtime: {0}")]
+    Proxy(hyper::Error),
+}
+
 /// Sends an upgrade request to the runtime's streaming URL `location`
 /// (an `http://host:port/path` URL): its path, `method` and `headers`
 /// (`Host` is the runtime's). The answer's body or upgrade belongs to the
@@ -52,28 +84,27 @@ pub async fn request_upgrade(
     location: &str,
     method: http::Method,
     headers: &http::HeaderMap,
-) -> Result<Response<Incoming>, String> {
-    let uri: http::Uri = location
-        .parse()
-        .map_err(|e| format!("invalid streaming URL {location:?}: {e}"))?;
+) -> Result<Response<Incoming>, UpgradeError> {
+    let uri: http::Uri = location.parse().map_err(|error| UpgradeError::InvalidUrl {
+        location: location.to_string(),
+        error,
+    })?;
     if uri.scheme_str() != Some("http") {
-        return Err(format!(
-            "streaming URL {location:?}: only http:// runtime streaming servers are supported"
-        ));
+        return Err(UpgradeError::NotHttp(location.to_string()));
     }
     let Some(authority) = uri.authority().cloned() else {
-        return Err(format!("streaming URL {location:?} has no host"));
+        return Err(UpgradeError::NoHost(location.to_string()));
     };
     let stream = tokio::net::TcpStream::connect(authority.as_str())
         .await
-        .map_err(|e| format!("error dialing backend: {e}"))?;
+        .map_err(UpgradeError::Dial)?;
     let _ = stream.set_nodelay(true);
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake::<_, http_body_util::Empty<Bytes>>(TokioIo::new(
             stream,
         ))
         .await
-        .map_err(|e| format!("error dialing backend: {e}"))?;
+        .map_err(UpgradeError::Handshake)?;
     tokio::spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
             tracing::debug!(error = %e, "streaming backend connection ended");
@@ -93,11 +124,8 @@ pub async fn request_upgrade(
     out = out.header(header::HOST, authority.as_str());
     let out = out
         .body(http_body_util::Empty::new())
-        .map_err(|e| e.to_string())?;
-    sender
-        .send_request(out)
-        .await
-        .map_err(|e| format!("error proxying to the runtime: {e}"))
+        .map_err(UpgradeError::Request)?;
+    sender.send_request(out).await.map_err(UpgradeError::Proxy)
 }
 
 /// Relays a runtime answer that is not an upgrade (e.g. an unsupported

@@ -248,8 +248,31 @@ fn speaks_v4(protocol: &str) -> bool {
 /// The SPDY connection to the runtime and the negotiated protocol.
 type Spdy = Connection<TokioIo<hyper::upgrade::Upgraded>>;
 
+/// Why the translator has no SPDY streams to the runtime (client-go's
+/// `spdy.Negotiate` texts, sent to the client as an internal Status).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TranslateError {
+    /// The upgrade request failed.
+    #[error("error sending request: Post {location:?}: {error}")]
+    Request {
+        /// The runtime's streaming URL.
+        location: String,
+        /// Why.
+        error: super::upgrade_proxy::UpgradeError,
+    },
+    /// The runtime answered without upgrading (its message).
+    #[error("unable to upgrade connection: {0}")]
+    Refused(String),
+    /// The upgraded connection could not be taken over.
+    #[error("unable to upgrade connection: {0}")]
+    Upgrade(hyper::Error),
+    /// The SPDY session failed.
+    #[error(transparent)]
+    Session(#[from] super::spdy::session::SessionError),
+}
+
 /// Upgrades to SPDY at the runtime's streaming URL (`spdy.NegotiateStreaming`).
-async fn connect(location: &str) -> Result<(Spdy, String), String> {
+async fn connect(location: &str) -> Result<(Spdy, String), TranslateError> {
     let mut h = HeaderMap::new();
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     h.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
@@ -260,7 +283,10 @@ async fn connect(location: &str) -> Result<(Spdy, String), String> {
     // with Go's `url.Error` text (method and quoted URL) before the cause.
     let mut resp = super::upgrade_proxy::request_upgrade(location, Method::POST, &h)
         .await
-        .map_err(|e| format!("error sending request: Post {location:?}: {e}"))?;
+        .map_err(|error| TranslateError::Request {
+            location: location.to_string(),
+            error,
+        })?;
     let get = |n: &str| {
         resp.headers()
             .get(n)
@@ -277,10 +303,7 @@ async fn connect(location: &str) -> Result<(Spdy, String), String> {
             .await
             .map(|b| b.to_bytes())
             .unwrap_or_default();
-        return Err(format!(
-            "unable to upgrade connection: {}",
-            upgrade_error_message(&body)
-        ));
+        return Err(TranslateError::Refused(upgrade_error_message(&body)));
     }
     let protocol = resp
         .headers()
@@ -291,8 +314,8 @@ async fn connect(location: &str) -> Result<(Spdy, String), String> {
         .to_string();
     let up = hyper::upgrade::on(&mut resp)
         .await
-        .map_err(|e| format!("unable to upgrade connection: {e}"))?;
-    let conn = Connection::start(TokioIo::new(up), Some(PING_PERIOD)).map_err(|e| e.to_string())?;
+        .map_err(TranslateError::Upgrade)?;
+    let conn = Connection::start(TokioIo::new(up), Some(PING_PERIOD))?;
     Ok((conn, protocol))
 }
 
@@ -325,11 +348,15 @@ struct Streams {
     resize: Option<SpdyStream>,
 }
 
-async fn open_streams(conn: &Spdy, opts: StreamOptions, protocol: &str) -> Result<Streams, String> {
+async fn open_streams(
+    conn: &Spdy,
+    opts: StreamOptions,
+    protocol: &str,
+) -> Result<Streams, TranslateError> {
     let open = |t: &'static str| async move {
         conn.open(vec![("streamType".into(), t.into())], false)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(TranslateError::Session)
     };
     let error = open("error").await?;
     let stdin = if opts.stdin {

@@ -62,20 +62,20 @@ pub enum StatusError {
     Get {
         /// The node name.
         node: String,
-        /// The error chain.
-        message: String,
+        /// Why.
+        message: CallError,
     },
     /// Writing the status failed.
     #[error("error patching node {node:?} status: {message}")]
     Patch {
         /// The node name.
         node: String,
-        /// The error chain.
-        message: String,
+        /// Why.
+        message: CallError,
     },
     /// The patch could not be built.
     #[error("building node status patch: {0}")]
-    Encode(#[from] serde_json::Error),
+    Encode(serde_json::Error),
     /// Every try of a round failed.
     #[error("update node status exceeds retry count")]
     RetriesExhausted,
@@ -208,15 +208,26 @@ fn is_already_exists(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409 && (s.reason == "AlreadyExists" || s.reason.is_empty()))
 }
 
-async fn bounded<T, E, F>(limit: Duration, fut: F) -> Result<T, String>
+/// Why a bounded call (CRI or API) failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// The call failed (its error and causes, as one line).
+    #[error("{0}")]
+    Failed(String),
+    /// No answer within the limit.
+    #[error("request timed out after {0:?}")]
+    TimedOut(Duration),
+}
+
+async fn bounded<T, E, F>(limit: Duration, fut: F) -> Result<T, CallError>
 where
     F: std::future::Future<Output = Result<T, E>>,
     E: std::error::Error + 'static,
 {
     match tokio::time::timeout(limit, fut).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(error_chain(&e)),
-        Err(_) => Err(format!("request timed out after {limit:?}")),
+        Ok(Err(e)) => Err(CallError::Failed(error_chain(&e))),
+        Err(_) => Err(CallError::TimedOut(limit)),
     }
 }
 
@@ -441,7 +452,7 @@ impl NodeStatusManager {
         original: &Node,
         node: &Node,
     ) -> Result<Node, StatusError> {
-        let patch = node_status_patch(original, node)?;
+        let patch = node_status_patch(original, node).map_err(StatusError::Encode)?;
         let api = self.api();
         let name = self.cfg.node_name.clone();
         let pp = PatchParams::default();

@@ -10,6 +10,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use keelson_common::observability::CheckFailed;
 use keelson_cri::{NETWORK_READY, RUNTIME_READY, RuntimeClient, api, runtime_condition};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -21,7 +22,7 @@ pub const RUNTIME_STATUS_PERIOD: Duration = Duration::from_secs(5);
 /// (kubelet's `maxWaitForContainerRuntime`).
 pub const MAX_WAIT_FOR_CONTAINER_RUNTIME: Duration = Duration::from_secs(30);
 
-type CheckFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+type CheckFn = Arc<dyn Fn() -> Result<(), CheckFailed> + Send + Sync>;
 
 /// A runtime handler the runtime offers and its features.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,15 +90,17 @@ impl RuntimeState {
 
     /// Adds a named health check; a failing check makes the node NotReady
     /// with `<name> is not healthy: <reason>` (e.g. `PLEG`).
-    pub fn add_health_check<F>(&self, name: &str, check: F)
+    pub fn add_health_check<F, E>(&self, name: &str, check: F)
     where
-        F: Fn() -> Result<(), String> + Send + Sync + 'static,
+        F: Fn() -> Result<(), E> + Send + Sync + 'static,
+        E: std::fmt::Display,
     {
         let mut inner = self.lock();
         inner.health_checks.retain(|(n, _)| n != name);
-        inner
-            .health_checks
-            .push((name.to_string(), Arc::new(check)));
+        inner.health_checks.push((
+            name.to_string(),
+            Arc::new(move || check().map_err(|e| CheckFailed(e.to_string()))),
+        ));
     }
 
     /// Records a successful runtime status check at `now`.

@@ -73,7 +73,7 @@ pub struct Observed {
     /// Runtime version from this round's Version call.
     pub runtime_version: Option<String>,
     /// Images, sorted largest first; `Err` when listing failed.
-    pub images: Result<Vec<keelson_cri::api::Image>, String>,
+    pub images: Result<Vec<keelson_cri::api::Image>, super::manager::CallError>,
     /// Host interface addresses, when listable.
     pub interface_addresses: Option<Vec<std::net::IpAddr>>,
     /// Default-route source address.
@@ -380,7 +380,9 @@ mod tests {
         let mut obs = observed(110);
         obs.runtime_errors = vec!["container runtime is down".into()];
         obs.network_errors = vec!["container runtime network not ready: <nil>".into()];
-        obs.images = Err("CRI ListImages: runtime unavailable".into());
+        obs.images = Err(super::super::manager::CallError::Failed(
+            "CRI ListImages: runtime unavailable".into(),
+        ));
         let out = apply(&mut node, &setter_config(), &obs);
         assert!(out.events.iter().any(|e| e.reason == "NodeNotReady"));
         let s = node.status.expect("status");

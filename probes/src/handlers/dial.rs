@@ -8,11 +8,32 @@ use tokio::net::TcpStream;
 
 use keelson_common::gofmt;
 
+/// Why a connection did not open, in Go's `net.Dial` words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DialError {
+    /// The host name did not resolve.
+    #[error("dial tcp: lookup {host}: {reason}")]
+    Lookup {
+        /// The name.
+        host: String,
+        /// The resolver's reason (`no such host`, ...).
+        reason: String,
+    },
+    /// The connection was refused or failed.
+    #[error("dial tcp {address}: connect: {reason}")]
+    Connect {
+        /// `host:port` as dialled.
+        address: String,
+        /// The system's reason, as Go prints it.
+        reason: String,
+    },
+}
+
 /// Connects to `host:port`. An IP literal is dialled directly, a name is
 /// resolved first (every address is tried in turn) and an empty host means
 /// the local system, as with Go's dialer. No timeout here: callers bound the
 /// whole probe.
-pub async fn dial(host: &str, port: u16) -> Result<TcpStream, String> {
+pub async fn dial(host: &str, port: u16) -> Result<TcpStream, DialError> {
     let shown = gofmt::join_host_port(host, port);
     if host.is_empty() {
         return connect(
@@ -27,13 +48,16 @@ pub async fn dial(host: &str, port: u16) -> Result<TcpStream, String> {
     let addrs: Vec<SocketAddr> = match tokio::net::lookup_host((host, port)).await {
         Ok(addrs) => addrs.collect(),
         Err(err) => {
-            return Err(format!(
-                "dial tcp: lookup {host}: {}",
-                lookup_error_text(&err)
-            ));
+            return Err(DialError::Lookup {
+                host: host.to_string(),
+                reason: lookup_error_text(&err),
+            });
         }
     };
-    let mut last = format!("dial tcp: lookup {host}: no such host");
+    let mut last = DialError::Lookup {
+        host: host.to_string(),
+        reason: "no such host".to_string(),
+    };
     for addr in addrs {
         match connect(addr, &addr.to_string()).await {
             Ok(stream) => return Ok(stream),
@@ -43,17 +67,17 @@ pub async fn dial(host: &str, port: u16) -> Result<TcpStream, String> {
     Err(last)
 }
 
-async fn connect(addr: SocketAddr, shown: &str) -> Result<TcpStream, String> {
+async fn connect(addr: SocketAddr, shown: &str) -> Result<TcpStream, DialError> {
     match TcpStream::connect(addr).await {
         Ok(stream) => {
             // Probes send one small request and wait for the answer.
             let _ = stream.set_nodelay(true);
             Ok(stream)
         }
-        Err(err) => Err(format!(
-            "dial tcp {shown}: connect: {}",
-            gofmt::os_error_text(&err)
-        )),
+        Err(err) => Err(DialError::Connect {
+            address: shown.to_string(),
+            reason: gofmt::os_error_text(&err),
+        }),
     }
 }
 

@@ -13,7 +13,7 @@ pub async fn probe_tcp(host: &str, port: u16, timeout: Duration) -> ProbeResult 
             drop(stream);
             ProbeResult::Success
         }
-        Ok(Err(message)) => ProbeResult::Failure(message),
+        Ok(Err(e)) => ProbeResult::Failure(e.to_string()),
         Err(_) => ProbeResult::Failure(timeout_text(host, port)),
     }
 }

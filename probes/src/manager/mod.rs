@@ -136,7 +136,7 @@ pub enum ProbeManagerError {
     NoRuntime,
     /// The metric families could not be registered (already registered?).
     #[error("registering prober metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
+    Metrics(prometheus::Error),
     /// The TLS client for HTTPS probes could not be built.
     #[error("building the TLS client for HTTPS probes: {0}")]
     Tls(#[from] rustls::Error),
@@ -259,7 +259,7 @@ impl ProbeManager {
         registry: &prometheus::Registry,
     ) -> Result<(ProbeManager, ProbeManagerOutputs), ProbeManagerError> {
         let runtime = Handle::try_current().map_err(|_| ProbeManagerError::NoRuntime)?;
-        let metrics = ProberMetrics::register(registry)?;
+        let metrics = ProberMetrics::register(registry).map_err(ProbeManagerError::Metrics)?;
         let prober = Prober::new(exec, &format!("kube-probe/{}", config.kube_version))?;
         let (updates_tx, updates) = mpsc::unbounded_channel();
         let (events_tx, events) = mpsc::channel(config.event_queue.max(1));

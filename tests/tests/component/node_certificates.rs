@@ -130,7 +130,10 @@ fn health_check(node: &InProcessNode) -> Result<(), String> {
             ProbeKind::Liveness,
             keelson::certificates::node::HEALTH_CHECK,
         )
-        .unwrap_or_else(|| Err("check not registered".into()))
+        .map_or_else(
+            || Err("check not registered".into()),
+            |r| r.map_err(|e| e.to_string()),
+        )
 }
 
 fn ready(n: &Node) -> Result<(), String> {

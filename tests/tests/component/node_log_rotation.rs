@@ -24,7 +24,7 @@ impl ContainerRunning for NotRunning {
     fn is_running<'a>(
         &'a self,
         _: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<bool, String>> {
+    ) -> futures::future::BoxFuture<'a, Result<bool, keelson_cri::CriError>> {
         Box::pin(async { Ok(false) })
     }
 }

@@ -31,7 +31,7 @@ pub struct Report {
 
 impl Report {
     /// Records an error on `path`.
-    pub fn error(&mut self, path: impl Into<String>, reason: impl Into<String>) {
+    pub fn error(&mut self, path: impl Into<String>, reason: impl std::fmt::Display) {
         self.errors.push(FieldError::new(path, reason));
     }
 }
@@ -301,12 +301,23 @@ pub fn short(v: &Value) -> String {
 
 /// Parses YAML text into a JSON value, as sigs.k8s.io/yaml converts YAML
 /// before Go's JSON decoder reads it.
-pub fn parse_yaml(text: &str) -> Result<Value, String> {
+pub fn parse_yaml(text: &str) -> Result<Value, YamlError> {
     if text.trim().is_empty() {
         return Ok(Value::Object(Map::new()));
     }
-    let v: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
-    serde_json::to_value(v).map_err(|e| e.to_string())
+    let v: serde_yaml::Value = serde_yaml::from_str(text)?;
+    Ok(serde_json::to_value(v)?)
+}
+
+/// Why a configuration file is not YAML that converts to JSON.
+#[derive(Debug, thiserror::Error)]
+pub enum YamlError {
+    /// Not YAML.
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml::Error),
+    /// YAML with no JSON form (e.g. a non-string map key).
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
 }
 
 #[cfg(test)]

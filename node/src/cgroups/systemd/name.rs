@@ -38,10 +38,15 @@ pub fn parent_unit(name: &CgroupName) -> String {
     unit_name(&name.parent())
 }
 
+/// A name that is no systemd slice (libcontainer's text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid slice name: {0}")]
+pub struct InvalidSlice(pub String);
+
 /// The cgroupfs path of a slice unit (libcontainer's `ExpandSlice`):
 /// `a-b-c.slice` → `/a.slice/a-b.slice/a-b-c.slice`.
-pub fn expand_slice(slice: &str) -> Result<String, String> {
-    let invalid = || format!("invalid slice name: {slice}");
+pub fn expand_slice(slice: &str) -> Result<String, InvalidSlice> {
+    let invalid = || InvalidSlice(slice.to_string());
     let base = slice.strip_suffix(SUFFIX).ok_or_else(invalid)?;
     if base.is_empty() || slice.contains('/') {
         return Err(invalid());

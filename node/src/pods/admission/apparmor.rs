@@ -25,10 +25,22 @@ pub const DEPRECATED_UNCONFINED: &str = "unconfined";
 /// `DeprecatedAppArmorBetaProfileNamePrefix`.
 pub const DEPRECATED_LOCALHOST_PREFIX: &str = "localhost/";
 
+/// Why a pod's AppArmor profiles cannot be enforced (kubelet's
+/// `appArmorAdmitHandler` texts, after `Cannot enforce AppArmor: `).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AppArmorError {
+    /// The host has no AppArmor.
+    #[error("AppArmor is not enabled on the host")]
+    HostDisabled,
+    /// A `Localhost` profile without a name (Go's `%q` of the profile).
+    #[error("invalid empty AppArmor profile name: {0}")]
+    EmptyLocalhostProfile(String),
+}
+
 /// Whether this host can enforce AppArmor (libcontainer's `IsEnabled`:
 /// securityfs has `apparmor` and the module says `Y`), read once at start
 /// as kubelet does; `Err` is kubelet's reason.
-pub fn validate_host(root: &Path) -> Result<(), String> {
+pub fn validate_host(root: &Path) -> Result<(), AppArmorError> {
     let securityfs = root.join("sys/kernel/security/apparmor");
     let enabled = root.join("sys/module/apparmor/parameters/enabled");
     let on =
@@ -36,7 +48,7 @@ pub fn validate_host(root: &Path) -> Result<(), String> {
     if on {
         Ok(())
     } else {
-        Err("AppArmor is not enabled on the host".to_string())
+        Err(AppArmorError::HostDisabled)
     }
 }
 
@@ -120,12 +132,12 @@ fn is_required(pod: &Pod) -> bool {
 /// The admit handler, with the host check done at start.
 #[derive(Debug, Clone)]
 pub struct AppArmorAdmission {
-    host: Result<(), String>,
+    host: Result<(), AppArmorError>,
 }
 
 impl AppArmorAdmission {
     /// With this host's AppArmor support (`validate_host`).
-    pub fn new(host: Result<(), String>) -> Self {
+    pub fn new(host: Result<(), AppArmorError>) -> Self {
         AppArmorAdmission { host }
     }
 
@@ -134,7 +146,7 @@ impl AppArmorAdmission {
         self.host.is_ok()
     }
 
-    fn validate(&self, pod: &Pod) -> Result<(), String> {
+    fn validate(&self, pod: &Pod) -> Result<(), AppArmorError> {
         if !is_required(pod) {
             return Ok(());
         }
@@ -152,10 +164,7 @@ impl AppArmorAdmission {
                     .as_deref()
                     .is_none_or(|n| n.trim().is_empty())
             {
-                return Err(format!(
-                    "invalid empty AppArmor profile name: {}",
-                    go_profile(&p)
-                ));
+                return Err(AppArmorError::EmptyLocalhostProfile(go_profile(&p)));
             }
         }
         Ok(())
@@ -214,7 +223,7 @@ mod tests {
 
     #[test]
     fn refused_where_the_host_has_no_apparmor() {
-        let adm = AppArmorAdmission::new(Err("AppArmor is not enabled on the host".into()));
+        let adm = AppArmorAdmission::new(Err(AppArmorError::HostDisabled));
         let confined = pod(serde_json::json!({
             "spec": {"containers": [{"name": "a", "securityContext": {"appArmorProfile": {"type": "RuntimeDefault"}}}]},
             "status": {"phase": "Pending"}

@@ -134,10 +134,36 @@ fn is_pattern_segment(s: &str) -> bool {
     }
 }
 
+/// Why a sysctl pattern or a pod's sysctl is refused (kubelet's
+/// `sysctl.NewAllowlist` and `patternAllowlist.validateSysctl` texts).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SysctlError {
+    /// `allowedUnsafeSysctls` entry that is no sysctl pattern.
+    #[error(
+        "sysctl {0:?} must have at most 253 characters and match regex \
+         ([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*([a-z0-9][-_a-z0-9]*)?[a-z0-9*]"
+    )]
+    InvalidPattern(String),
+    /// A pattern naming sysctls no namespace isolates.
+    #[error("the sysctls {0:?} are not known to be namespaced")]
+    NotNamespaced(String),
+    /// A namespaced sysctl in a pod sharing that namespace with the host.
+    #[error("{name:?} not allowed with host {} enabled", namespace.as_str())]
+    HostNamespace {
+        /// The sysctl, normalized.
+        name: String,
+        /// Its namespace.
+        namespace: SysctlNamespace,
+    },
+    /// A sysctl neither safe nor allowlisted.
+    #[error("{0:?} not allowlisted")]
+    NotAllowlisted(String),
+}
+
 /// `IsValidSysctlPattern` (at most 253 characters, segments separated by
 /// `.` or `/`, the last may end in `*`) plus `NewAllowlist`'s namespace
 /// check; the error is kubelet's text.
-pub fn check_pattern(pattern: &str) -> Result<(), String> {
+pub fn check_pattern(pattern: &str) -> Result<(), SysctlError> {
     let valid = pattern.len() <= 253 && {
         let parts: Vec<&str> = pattern.split(['.', '/']).collect();
         match parts.split_last() {
@@ -146,16 +172,11 @@ pub fn check_pattern(pattern: &str) -> Result<(), String> {
         }
     };
     if !valid {
-        return Err(format!(
-            "sysctl {pattern:?} must have at most 253 characters and match regex \
-             ([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*([a-z0-9][-_a-z0-9]*)?[a-z0-9*]"
-        ));
+        return Err(SysctlError::InvalidPattern(pattern.to_string()));
     }
     let (ns, name, _) = get_namespace(pattern);
     if ns.is_none() {
-        return Err(format!(
-            "the sysctls {name:?} are not known to be namespaced"
-        ));
+        return Err(SysctlError::NotNamespaced(name));
     }
     Ok(())
 }
@@ -219,7 +240,7 @@ impl SysctlAllowlist {
         list
     }
 
-    fn validate(&self, sysctl: &str, host_net: bool, host_ipc: bool) -> Result<(), String> {
+    fn validate(&self, sysctl: &str, host_net: bool, host_ipc: bool) -> Result<(), SysctlError> {
         let name = normalize_name(sysctl);
         let ns = self.names.get(&name).copied().or_else(|| {
             self.prefixes
@@ -228,16 +249,14 @@ impl SysctlAllowlist {
                 .map(|(_, ns)| *ns)
         });
         match ns {
-            Some(ns @ SysctlNamespace::Ipc) if host_ipc => Err(format!(
-                "{name:?} not allowed with host {} enabled",
-                ns.as_str()
-            )),
-            Some(ns @ SysctlNamespace::Net) if host_net => Err(format!(
-                "{name:?} not allowed with host {} enabled",
-                ns.as_str()
-            )),
+            Some(namespace @ SysctlNamespace::Ipc) if host_ipc => {
+                Err(SysctlError::HostNamespace { name, namespace })
+            }
+            Some(namespace @ SysctlNamespace::Net) if host_net => {
+                Err(SysctlError::HostNamespace { name, namespace })
+            }
             Some(_) => Ok(()),
-            None => Err(format!("{name:?} not allowlisted")),
+            None => Err(SysctlError::NotAllowlisted(name)),
         }
     }
 
@@ -329,7 +348,7 @@ mod tests {
         assert!(check_pattern("kernel.msg*").is_ok());
         assert_eq!(
             check_pattern("kernel.panic"),
-            Err("the sysctls \"kernel.panic\" are not known to be namespaced".into())
+            Err(SysctlError::NotNamespaced("kernel.panic".into()))
         );
         assert!(check_pattern("Net.Core").is_err());
         assert!(check_pattern("net..x").is_err());

@@ -57,7 +57,7 @@ fn admitter(src: Arc<FakeNode>, eviction: Option<AdmitFn>) -> Admitter {
         max_pods: 110,
         eviction,
         sysctls: SysctlAllowlist::new(Some((6, 1)), &[]),
-        apparmor: AppArmorAdmission::new(Err("AppArmor is not enabled on the host".into())),
+        apparmor: AppArmorAdmission::new(Err(apparmor::AppArmorError::HostDisabled)),
         rejections: prometheus::IntCounterVec::new(
             prometheus::Opts::new("kubelet_admission_rejections_total", "h"),
             &["reason"],

@@ -96,20 +96,34 @@ fn encode(pods: &BTreeMap<String, PodResources>) -> Vec<u8> {
 
 /// Reads kubelet's checkpoint (checksum verified) or keelson's earlier
 /// plain map.
-fn decode(bytes: &[u8]) -> Result<BTreeMap<String, PodResources>, String> {
+/// Why a checkpoint file is not used.
+#[derive(Debug, thiserror::Error)]
+enum CheckpointError {
+    /// The data does not match its checksum (a torn or edited file).
+    #[error("checksum {found} does not match the data's {want}")]
+    Checksum {
+        /// The checksum in the file.
+        found: u64,
+        /// The data's.
+        want: u64,
+    },
+    /// Not JSON of either format.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
+fn decode(bytes: &[u8]) -> Result<BTreeMap<String, PodResources>, CheckpointError> {
     if let Ok(file) = serde_json::from_slice::<FileFormat>(bytes) {
         let want = checksum(&file.data);
         if file.checksum != want {
-            return Err(format!(
-                "checksum {} does not match the data's {want}",
-                file.checksum
-            ));
+            return Err(CheckpointError::Checksum {
+                found: file.checksum,
+                want,
+            });
         }
-        return serde_json::from_str::<Entries>(&file.data)
-            .map(|e| e.entries)
-            .map_err(|e| e.to_string());
+        return Ok(serde_json::from_str::<Entries>(&file.data).map(|e| e.entries)?);
     }
-    serde_json::from_slice(bytes).map_err(|e| e.to_string())
+    Ok(serde_json::from_slice(bytes)?)
 }
 
 fn load(p: &Path) -> Option<BTreeMap<String, PodResources>> {

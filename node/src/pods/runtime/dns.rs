@@ -5,7 +5,7 @@
 //! appended, then the resolver limits.
 
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
 use keelson_cri::api;
@@ -72,6 +72,44 @@ pub fn parse_resolv_conf(text: &str) -> HostResolv {
     r
 }
 
+/// Why the resolver settings could not be read or a pod's host name not
+/// formed. Display texts are kubelet's (`pkg/kubelet/network/dns`,
+/// `GeneratePodHostNameAndDomain`).
+#[derive(Debug, thiserror::Error)]
+pub enum DnsError {
+    /// The host's resolver configuration could not be read.
+    #[error("reading {path}: {error}")]
+    ReadResolvConf {
+        /// `resolvConf`.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// `spec.hostnameOverride` is not a DNS subdomain.
+    #[error("pod HostnameOverride {0:?} is not a valid DNS subdomain")]
+    HostnameOverride(String),
+    /// `spec.hostname` is not a DNS label.
+    #[error("pod Hostname {0:?} is not a valid DNS label")]
+    Hostname(String),
+    /// `spec.subdomain` is not a DNS label.
+    #[error("pod Subdomain {0:?} is not a valid DNS label")]
+    Subdomain(String),
+    /// `setHostnameAsFQDN` with an FQDN over 64 characters.
+    #[error(
+        "failed to construct FQDN from pod hostname and cluster domain, FQDN {0} is too long (64 characters is the max, {len} characters requested)",
+        len = .0.len()
+    )]
+    FqdnTooLong(String),
+    /// Nothing is left of the host name once truncated.
+    #[error("hostname for pod {pod:?} was invalid: {hostname:?}")]
+    Truncated {
+        /// The pod's name.
+        pod: String,
+        /// The host name before truncation.
+        hostname: String,
+    },
+}
+
 impl DnsSettings {
     /// Reads `resolv_conf` (an empty path means "no host resolver").
     pub fn load(
@@ -79,12 +117,15 @@ impl DnsSettings {
         cluster_domain: &str,
         resolv_conf: &Path,
         node_ips: Vec<IpAddr>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, DnsError> {
         let host = if resolv_conf.as_os_str().is_empty() {
             None
         } else {
-            let text = std::fs::read_to_string(resolv_conf)
-                .map_err(|e| format!("reading {}: {e}", resolv_conf.display()))?;
+            let text =
+                std::fs::read_to_string(resolv_conf).map_err(|error| DnsError::ReadResolvConf {
+                    path: resolv_conf.to_path_buf(),
+                    error,
+                })?;
             Some(parse_resolv_conf(&text))
         };
         Ok(DnsSettings {
@@ -250,20 +291,18 @@ pub fn pod_dns(pod: &Pod, s: &DnsSettings) -> (api::DnsConfig, Vec<DnsWarning>) 
 /// v1.36 — as it is and without a domain; else the pod name or
 /// `spec.hostname`, at most 63 characters; the FQDN with
 /// `setHostnameAsFQDN`) and the pod's domain.
-pub fn pod_hostname(pod: &Pod, cluster_domain: &str) -> Result<(String, String), String> {
+pub fn pod_hostname(pod: &Pod, cluster_domain: &str) -> Result<(String, String), DnsError> {
     let spec = podutil::spec(pod);
     if let Some(h) = spec.hostname_override.as_deref() {
         if !crate::config::is_dns_subdomain(h) {
-            return Err(format!(
-                "pod HostnameOverride {h:?} is not a valid DNS subdomain"
-            ));
+            return Err(DnsError::HostnameOverride(h.to_string()));
         }
         return Ok((truncate_hostname(pod, h)?, String::new()));
     }
     let mut hostname = podutil::name(pod).to_string();
     if let Some(h) = spec.hostname.as_deref().filter(|h| !h.is_empty()) {
         if !is_dns1123_label(h) {
-            return Err(format!("pod Hostname {h:?} is not a valid DNS label"));
+            return Err(DnsError::Hostname(h.to_string()));
         }
         hostname = h.to_string();
     }
@@ -271,17 +310,14 @@ pub fn pod_hostname(pod: &Pod, cluster_domain: &str) -> Result<(String, String),
     let mut domain = String::new();
     if let Some(sub) = spec.subdomain.as_deref().filter(|s| !s.is_empty()) {
         if !is_dns1123_label(sub) {
-            return Err(format!("pod Subdomain {sub:?} is not a valid DNS label"));
+            return Err(DnsError::Subdomain(sub.to_string()));
         }
         domain = format!("{sub}.{}.svc.{cluster_domain}", podutil::namespace(pod));
     }
     if spec.set_hostname_as_fqdn == Some(true) && !domain.is_empty() {
         let fqdn = format!("{hostname}.{domain}");
         if fqdn.len() > 64 {
-            return Err(format!(
-                "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long (64 characters is the max, {} characters requested)",
-                fqdn.len()
-            ));
+            return Err(DnsError::FqdnTooLong(fqdn));
         }
         return Ok((fqdn, domain));
     }
@@ -290,7 +326,7 @@ pub fn pod_hostname(pod: &Pod, cluster_domain: &str) -> Result<(String, String),
 
 /// `truncatePodHostnameIfNeeded`: at most 63 characters, without a
 /// trailing `-` or `.`.
-fn truncate_hostname(pod: &Pod, hostname: &str) -> Result<String, String> {
+fn truncate_hostname(pod: &Pod, hostname: &str) -> Result<String, DnsError> {
     const MAX: usize = 63;
     if hostname.len() <= MAX {
         return Ok(hostname.to_string());
@@ -298,10 +334,10 @@ fn truncate_hostname(pod: &Pod, hostname: &str) -> Result<String, String> {
     // Validated as a DNS name: ASCII, so any byte is a character boundary.
     let truncated = hostname[..MAX].trim_end_matches(['-', '.']);
     if truncated.is_empty() {
-        return Err(format!(
-            "hostname for pod {:?} was invalid: {hostname:?}",
-            podutil::name(pod)
-        ));
+        return Err(DnsError::Truncated {
+            pod: podutil::name(pod).to_string(),
+            hostname: hostname.to_string(),
+        });
     }
     Ok(truncated.to_string())
 }
@@ -393,14 +429,14 @@ mod tests {
             "spec": {"hostname": "h", "subdomain": "s", "containers": []}}),
         );
         assert_eq!(
-            pod_hostname(&p, "cluster.local"),
-            Ok(("h".to_string(), "s.ns.svc.cluster.local".to_string()))
+            pod_hostname(&p, "cluster.local").ok(),
+            Some(("h".to_string(), "s.ns.svc.cluster.local".to_string()))
         );
         let long = "a".repeat(62) + "-b";
         let p = pod(
             serde_json::json!({"metadata": {"name": long, "namespace": "ns"}, "spec": {"containers": []}}),
         );
-        assert_eq!(pod_hostname(&p, "c").map(|h| h.0.len()), Ok(62));
+        assert_eq!(pod_hostname(&p, "c").ok().map(|h| h.0.len()), Some(62));
         // hostnameOverride wins over hostname, subdomain and setHostnameAsFQDN,
         // with no domain.
         let p = pod(
@@ -409,15 +445,15 @@ mod tests {
                      "setHostnameAsFQDN": true, "containers": []}}),
         );
         assert_eq!(
-            pod_hostname(&p, "cluster.local"),
-            Ok(("db.example".to_string(), String::new()))
+            pod_hostname(&p, "cluster.local").ok(),
+            Some(("db.example".to_string(), String::new()))
         );
         let p = pod(
             serde_json::json!({"metadata": {"name": "web-0", "namespace": "ns"},
             "spec": {"hostnameOverride": "Not_Valid", "containers": []}}),
         );
         assert_eq!(
-            pod_hostname(&p, "c"),
+            pod_hostname(&p, "c").map_err(|e| e.to_string()),
             Err("pod HostnameOverride \"Not_Valid\" is not a valid DNS subdomain".to_string())
         );
     }

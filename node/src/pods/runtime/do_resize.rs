@@ -14,7 +14,7 @@ use super::manager::RuntimeManager;
 use super::resize::{
     ContainerUpdate, ResizeActions, Resource, container_for_update, effective_limits,
 };
-use crate::cgroups::ResourceConfig;
+use crate::cgroups::{CgroupError, ResourceConfig};
 use crate::pod::podutil;
 
 /// The memory of a cgroup setting, unlimited as `i64::MAX`.
@@ -22,6 +22,40 @@ fn memory_of(r: &ResourceConfig) -> i64 {
     match r.memory {
         Some(m) if m > 0 && m < (i64::MAX / 4096) * 4096 => m,
         _ => i64::MAX,
+    }
+}
+
+/// Why an in-place resize failed: the `ResizePodInPlaceError` message, in
+/// kubelet's words (`doPodResizeAction`, `validateMemoryResizeAction`).
+#[derive(Debug, thiserror::Error)]
+pub enum ResizeError {
+    /// UpdateContainerResources failed.
+    #[error("container {container:?} updateContainerResources failed: {error}")]
+    UpdateContainer {
+        /// `<runtime>://<id>`.
+        container: String,
+        /// The CRI error as Go's gRPC client prints it.
+        error: String,
+    },
+    /// The sandbox's stats could not be read to check a memory decrease.
+    #[error("unable to read memory usage for pod {0:?}")]
+    MemoryUsage(String),
+    /// A memory limit would go below what is in use.
+    #[error("cannot decrease memory limits: {}", list(.0))]
+    MemoryBelowUsage(Vec<String>),
+    /// The pod cgroup could not be read.
+    #[error("unable to get pod cgroup memory config for pod {0:?}")]
+    ReadPodCgroup(String),
+    /// The pod cgroup could not be written.
+    #[error("failed to set pod cgroup config: {0}")]
+    SetPodCgroup(CgroupError),
+}
+
+/// One reason as it is, several as Go prints a slice.
+fn list(reasons: &[String]) -> String {
+    match reasons {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
     }
 }
 
@@ -52,7 +86,7 @@ impl RuntimeManager {
         pod: &Pod,
         c: &Container,
         id: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), ResizeError> {
         let linux = container_resources(
             pod,
             c,
@@ -66,12 +100,9 @@ impl RuntimeManager {
                 self.cri.update_container_resources(id, Some(linux)),
             )
             .await
-            .map_err(|e| {
-                format!(
-                    "container {:?} updateContainerResources failed: {}",
-                    format!("{}://{id}", self.settings.runtime_name),
-                    super::errors::grpc_text(&e)
-                )
+            .map_err(|e| ResizeError::UpdateContainer {
+                container: format!("{}://{id}", self.settings.runtime_name),
+                error: super::errors::grpc_text(&e),
             })?;
         self.set_actuated_container(pod, c);
         Ok(())
@@ -86,7 +117,7 @@ impl RuntimeManager {
         current: &ResourceConfig,
         desired: &ResourceConfig,
         resize: &ResizeActions,
-    ) -> Result<(), String> {
+    ) -> Result<(), ResizeError> {
         let pod_decreasing = desired
             .memory
             .is_some_and(|d| current.memory.is_none() || d < memory_of(current));
@@ -103,12 +134,11 @@ impl RuntimeManager {
         if !pod_decreasing && decreasing.is_empty() {
             return Ok(());
         }
-        let stats = self.cri.pod_sandbox_stats(sandbox_id).await.map_err(|_| {
-            format!(
-                "unable to read memory usage for pod {:?}",
-                podutil::format_pod(pod)
-            )
-        })?;
+        let stats = self
+            .cri
+            .pod_sandbox_stats(sandbox_id)
+            .await
+            .map_err(|_| ResizeError::MemoryUsage(podutil::format_pod(pod)))?;
         let linux = stats.linux.unwrap_or_default();
         let pod_usage = linux
             .memory
@@ -146,13 +176,10 @@ impl RuntimeManager {
                 Some(_) => {}
             }
         }
-        match errs.len() {
-            0 => Ok(()),
-            1 => Err(format!("cannot decrease memory limits: {}", errs[0])),
-            _ => Err(format!(
-                "cannot decrease memory limits: [{}]",
-                errs.join(", ")
-            )),
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(ResizeError::MemoryBelowUsage(errs))
         }
     }
 
@@ -163,7 +190,7 @@ impl RuntimeManager {
         pod: &Pod,
         updates: &[ContainerUpdate],
         r: Resource,
-    ) -> Result<(), String> {
+    ) -> Result<(), ResizeError> {
         for u in updates {
             let Some(c) = podutil::container_spec(pod, &u.name) else {
                 continue;
@@ -181,7 +208,7 @@ impl RuntimeManager {
         pod: &Pod,
         sandbox_id: &str,
         resize: &ResizeActions,
-    ) -> Result<(), String> {
+    ) -> Result<(), ResizeError> {
         let cg = &self.cgroups;
         let name = cg.name_of(pod);
         let desired = cg.resources_of(pod);
@@ -191,10 +218,7 @@ impl RuntimeManager {
         if let Some(fs) = &fs {
             let read = fs.read(&name).map_err(|e| {
                 tracing::warn!(pod = %podutil::key(pod), error = %e, "unable to read the pod cgroup");
-                format!(
-                    "unable to get pod cgroup memory config for pod {:?}",
-                    podutil::format_pod(pod)
-                )
+                ResizeError::ReadPodCgroup(podutil::format_pod(pod))
             })?;
             current.memory = read.memory.or(current.memory);
             current.cpu_shares = read.cpu_shares.or(current.cpu_shares);
@@ -205,7 +229,7 @@ impl RuntimeManager {
             self.validate_memory_resize(pod, sandbox_id, &current, &desired, resize)
                 .await?;
         }
-        let set_pod_cgroup = |r: Resource, limit: bool| -> Result<(), String> {
+        let set_pod_cgroup = |r: Resource, limit: bool| -> Result<(), ResizeError> {
             let Some(fs) = &fs else { return Ok(()) };
             let mut rc = ResourceConfig::default();
             match (r, limit) {
@@ -217,8 +241,7 @@ impl RuntimeManager {
                 (Resource::Memory, true) => rc.memory = desired.memory,
                 (Resource::Memory, false) => return Ok(()),
             }
-            fs.update(&name, &rc)
-                .map_err(|e| format!("failed to set pod cgroup config: {e}"))
+            fs.update(&name, &rc).map_err(ResizeError::SetPodCgroup)
         };
         let all = resize.update_pod_resources || resize.update_pod_level;
         if !resize.memory.is_empty() || all {

@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
-use crate::downward::{self, PodRuntime};
-use crate::pods::deps::EnvSources;
+use crate::downward::{self, DownwardError, PodRuntime};
+use crate::pods::deps::{EnvSourceError, EnvSources};
 use keelson_common::expansion::expand_known;
 
 /// Inputs of an environment.
@@ -72,18 +72,33 @@ impl Ordered {
     }
 }
 
-/// Builds the environment; the error text becomes a
-/// `CreateContainerConfigError` message.
-pub async fn make_environment(inp: &EnvInputs<'_>) -> Result<Environment, String> {
+/// Why a container's environment could not be built; the text becomes a
+/// `CreateContainerConfigError` message (kubelet's words).
+#[derive(Debug, thiserror::Error)]
+pub enum EnvironmentError {
+    /// The Services for the service variables were never listed.
+    #[error("services have not yet been read at least once, cannot construct envvars")]
+    ServicesNotRead,
+    /// A ConfigMap or Secret lookup failed.
+    #[error(transparent)]
+    Source(#[from] EnvSourceError),
+    /// A downward API value could not be computed.
+    #[error(transparent)]
+    Downward(#[from] DownwardError),
+    /// `valueFrom.fileKeyRef`, which keelson does not read.
+    #[error("keelson does not support fileKeyRef environment variables (EnvFiles): {0}")]
+    FileKeyRef(String),
+}
+
+/// Builds the environment.
+pub async fn make_environment(inp: &EnvInputs<'_>) -> Result<Environment, EnvironmentError> {
     let is_static = crate::pod::podutil::is_static(inp.pod);
     let empty = BTreeMap::new();
     let service_env = match inp.service_env {
         Some(s) => s,
         None if is_static => &empty,
         None => {
-            return Err(
-                "services have not yet been read at least once, cannot construct envvars".into(),
-            );
+            return Err(EnvironmentError::ServicesNotRead);
         }
     };
     let ns = crate::pod::podutil::namespace(inp.pod);
@@ -118,11 +133,9 @@ pub async fn make_environment(inp: &EnvInputs<'_>) -> Result<Environment, String
                         pod_ips: inp.pod_ips,
                         host_ips: inp.host_ips,
                     },
-                )
-                .map_err(|e| e.to_string())?
+                )?
             } else if let Some(r) = &from.resource_field_ref {
-                downward::container_resource(inp.pod, Some(inp.container), r, inp.allocatable)
-                    .map_err(|e| e.to_string())?
+                downward::container_resource(inp.pod, Some(inp.container), r, inp.allocatable)?
             } else if let Some(c) = &from.config_map_key_ref {
                 match inp.sources.config_map_key(ns, c).await? {
                     Some(v) => v,
@@ -136,10 +149,7 @@ pub async fn make_environment(inp: &EnvInputs<'_>) -> Result<Environment, String
             } else if from.file_key_ref.is_some() {
                 // EnvFiles (beta, on in v1.36): kubelet reads the value from
                 // a file an init container wrote into an emptyDir.
-                return Err(format!(
-                    "keelson does not support fileKeyRef environment variables (EnvFiles): {}",
-                    var.name
-                ));
+                return Err(EnvironmentError::FileKeyRef(var.name.clone()));
             } else {
                 String::new()
             }
@@ -185,7 +195,7 @@ pub fn expand_command_and_args(c: &Container, env: &Environment) -> (Vec<String>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pods::deps::{EnvFromVars, EnvSources};
+    use crate::pods::deps::{EnvFromVars, EnvSourceError, EnvSources};
     use futures::future::BoxFuture;
     use k8s_openapi::api::core::v1::{
         ConfigMapKeySelector, EnvFromSource, Secret, SecretKeySelector,
@@ -197,15 +207,17 @@ mod tests {
             &'a self,
             _: &'a str,
             sel: &'a ConfigMapKeySelector,
-        ) -> BoxFuture<'a, Result<Option<String>, String>> {
+        ) -> BoxFuture<'a, Result<Option<String>, EnvSourceError>> {
             Box::pin(async move {
                 match sel.key.as_str() {
                     "k" => Ok(Some("from-cm".into())),
                     _ if sel.optional == Some(true) => Ok(None),
-                    _ => Err(format!(
-                        "couldn't find key {} in ConfigMap ns/{}",
-                        sel.key, sel.name
-                    )),
+                    _ => Err(EnvSourceError::MissingKey {
+                        kind: "ConfigMap",
+                        key: sel.key.clone(),
+                        namespace: "ns".into(),
+                        name: sel.name.clone(),
+                    }),
                 }
             })
         }
@@ -213,14 +225,14 @@ mod tests {
             &'a self,
             _: &'a str,
             _: &'a SecretKeySelector,
-        ) -> BoxFuture<'a, Result<Option<String>, String>> {
+        ) -> BoxFuture<'a, Result<Option<String>, EnvSourceError>> {
             Box::pin(async { Ok(Some("s3cr3t".into())) })
         }
         fn env_from<'a>(
             &'a self,
             _: &'a str,
             _: &'a EnvFromSource,
-        ) -> BoxFuture<'a, Result<EnvFromVars, String>> {
+        ) -> BoxFuture<'a, Result<EnvFromVars, EnvSourceError>> {
             Box::pin(async {
                 Ok(EnvFromVars {
                     vars: vec![
@@ -235,7 +247,7 @@ mod tests {
             &'a self,
             _: &'a str,
             _: &'a str,
-        ) -> BoxFuture<'a, Result<Option<Secret>, String>> {
+        ) -> BoxFuture<'a, Result<Option<Secret>, EnvSourceError>> {
             Box::pin(async { Ok(None) })
         }
     }
@@ -308,7 +320,10 @@ mod tests {
             sources: &Fixed,
             allocatable: &alloc,
         };
-        let err = make_environment(&inputs).await.expect_err("not synced");
+        let err = make_environment(&inputs)
+            .await
+            .expect_err("not synced")
+            .to_string();
         assert!(err.contains("services have not yet been read"), "{err}");
     }
 
@@ -333,7 +348,7 @@ mod tests {
         };
         let err = make_environment(&inputs).await.expect_err("refused");
         assert_eq!(
-            err,
+            err.to_string(),
             "keelson does not support fileKeyRef environment variables (EnvFiles): TOKEN"
         );
     }

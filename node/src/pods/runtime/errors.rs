@@ -51,11 +51,11 @@ pub struct StepError {
 }
 
 impl StepError {
-    /// Builds one.
-    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+    /// Builds one; `message` is a text or a typed error's Display.
+    pub fn new(reason: &'static str, message: impl fmt::Display) -> Self {
         StepError {
             reason,
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 }
@@ -67,6 +67,11 @@ impl fmt::Display for StepError {
 }
 
 impl std::error::Error for StepError {}
+
+/// A failed CRI call, shown as Go's gRPC client prints it ([`grpc_text`]).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", grpc_text(.0))]
+pub struct GrpcError(pub CriError);
 
 /// A CRI error as Go's gRPC client prints it
 /// (`rpc error: code = NotFound desc = ...`), which is what kubelet puts in

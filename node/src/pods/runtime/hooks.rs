@@ -11,6 +11,45 @@ use keelson_probes::{HttpGetSpec, HttpProber, HttpRequest, ProbeResult, resolve_
 use super::errors::grpc_text;
 use crate::pod::podutil;
 
+/// Why a lifecycle hook failed, in kubelet's words (`HandlerRunner.Run`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookError {
+    /// The exec hook could not run or exited non-zero.
+    #[error(
+        "Exec lifecycle hook ({}) for Container {container:?} in Pod {pod:?} failed - error: {error}, message: {output:?}",
+        go_slice(command)
+    )]
+    Exec {
+        /// The hook's command.
+        command: Vec<String>,
+        /// The container.
+        container: String,
+        /// The pod as kubelet formats it.
+        pod: String,
+        /// What went wrong.
+        error: String,
+        /// stdout and stderr of the command.
+        output: String,
+    },
+    /// The HTTP hook got no answer.
+    #[error(
+        "HTTP lifecycle hook ({path}) for Container {container:?} in Pod {pod:?} failed - error: {error}"
+    )]
+    Http {
+        /// `httpGet.path`.
+        path: String,
+        /// The container.
+        container: String,
+        /// The pod as kubelet formats it.
+        pod: String,
+        /// What went wrong.
+        error: String,
+    },
+    /// A handler with no action keelson knows.
+    #[error("cannot run handler: invalid handler: {0}")]
+    InvalidHandler(String),
+}
+
 /// Runs lifecycle hooks.
 #[derive(Clone)]
 pub struct HookRunner {
@@ -50,10 +89,17 @@ impl HookRunner {
         container_id: &str,
         handler: &LifecycleHandler,
         pod_ip: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), HookError> {
         let pod_name = podutil::format_pod(pod);
         if let Some(exec) = &handler.exec {
             let cmd = exec.command.clone().unwrap_or_default();
+            let fail = |error: String, output: String| HookError::Exec {
+                command: cmd.clone(),
+                container: container.name.clone(),
+                pod: pod_name.clone(),
+                error,
+                output,
+            };
             return match self
                 .cri
                 .exec_sync(container_id, cmd.clone(), Duration::ZERO)
@@ -69,21 +115,9 @@ impl HookRunner {
                         r.exit_code,
                         String::from_utf8_lossy(&r.stderr)
                     );
-                    Err(format!(
-                        "Exec lifecycle hook ({}) for Container {:?} in Pod {:?} failed - error: {err}, message: {:?}",
-                        go_slice(&cmd),
-                        container.name,
-                        pod_name,
-                        output
-                    ))
+                    Err(fail(err, output))
                 }
-                Err(e) => Err(format!(
-                    "Exec lifecycle hook ({}) for Container {:?} in Pod {:?} failed - error: {}, message: \"\"",
-                    go_slice(&cmd),
-                    container.name,
-                    pod_name,
-                    grpc_text(&e)
-                )),
+                Err(e) => Err(fail(grpc_text(&e), String::new())),
             };
         }
         if let Some(get) = &handler.http_get {
@@ -102,18 +136,17 @@ impl HookRunner {
                     .map(|h| (h.name.clone(), h.value.clone()))
                     .collect(),
             };
-            let fail = |e: String| {
-                format!(
-                    "HTTP lifecycle hook ({}) for Container {:?} in Pod {:?} failed - error: {e}",
-                    get.path.as_deref().unwrap_or_default(),
-                    container.name,
-                    pod_name
-                )
+            let fail = |e: &dyn std::fmt::Display| HookError::Http {
+                path: get.path.clone().unwrap_or_default(),
+                container: container.name.clone(),
+                pod: pod_name.clone(),
+                error: e.to_string(),
             };
             let Some(prober) = &self.http else {
-                return Err(fail("no HTTP client".into()));
+                return Err(fail(&"no HTTP client"));
             };
-            let request = HttpRequest::new(&spec, pod_ip, &self.user_agent).map_err(fail)?;
+            let request =
+                HttpRequest::new(&spec, pod_ip, &self.user_agent).map_err(|e| fail(&e))?;
             // Lifecycle hooks have no timeout of their own: the caller bounds
             // them (preStop by the grace period).
             return match prober.probe(&request, Duration::from_secs(3600)).await {
@@ -122,7 +155,7 @@ impl HookRunner {
                 ProbeResult::Failure(m) if m.starts_with("HTTP probe failed with statuscode") => {
                     Ok(())
                 }
-                ProbeResult::Failure(m) | ProbeResult::Unknown(m) => Err(fail(m)),
+                ProbeResult::Failure(m) | ProbeResult::Unknown(m) => Err(fail(&m)),
             };
         }
         if let Some(sleep) = &handler.sleep {
@@ -136,9 +169,8 @@ impl HookRunner {
             // Deprecated and ignored by kubelet for hooks.
             return Ok(());
         }
-        Err(format!(
-            "cannot run handler: invalid handler: {}",
-            serde_json::to_string(handler).unwrap_or_default()
+        Err(HookError::InvalidHandler(
+            serde_json::to_string(handler).unwrap_or_default(),
         ))
     }
 }

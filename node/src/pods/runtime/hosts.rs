@@ -57,6 +57,27 @@ pub fn host_network_content(node_hosts: &str, aliases: &[HostAlias]) -> String {
     s
 }
 
+/// Why the pod's hosts file could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum HostsFileError {
+    /// The pod directory could not be created.
+    #[error("creating {}: {error}", dir.display())]
+    CreateDir {
+        /// The pod directory.
+        dir: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The file could not be written.
+    #[error("writing {}: {error}", path.display())]
+    Write {
+        /// `<pod_dir>/etc-hosts`.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+}
+
 /// Writes `<pod_dir>/etc-hosts` and returns the mount for it.
 pub fn ensure_hosts_file(
     pod_dir: &Path,
@@ -64,7 +85,7 @@ pub fn ensure_hosts_file(
     pod_ips: &[String],
     hostname: &str,
     domain: &str,
-) -> Result<api::Mount, String> {
+) -> Result<api::Mount, HostsFileError> {
     let aliases = podutil::spec(pod).host_aliases.clone().unwrap_or_default();
     let content = if podutil::is_host_network(pod) {
         let node = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
@@ -72,9 +93,14 @@ pub fn ensure_hosts_file(
     } else {
         managed_content(pod_ips, hostname, domain, &aliases)
     };
-    std::fs::create_dir_all(pod_dir).map_err(|e| format!("creating {}: {e}", pod_dir.display()))?;
+    std::fs::create_dir_all(pod_dir).map_err(|error| HostsFileError::CreateDir {
+        dir: pod_dir.to_path_buf(),
+        error,
+    })?;
     let path: PathBuf = pod_dir.join("etc-hosts");
-    std::fs::write(&path, content).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    if let Err(error) = std::fs::write(&path, content) {
+        return Err(HostsFileError::Write { path, error });
+    }
     use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644));
     Ok(api::Mount {

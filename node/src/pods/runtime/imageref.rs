@@ -2,9 +2,24 @@
 //! distribution's `ParseNormalizedNamed`): refused when malformed, `:latest`
 //! added when neither a tag nor a digest is given.
 
-/// Returns the image with `:latest` appended when it has no tag or digest,
-/// or the parse error's text.
-pub fn apply_default_tag(image: &str) -> Result<String, String> {
+/// Why an image reference does not parse. Display texts are distribution's
+/// (`reference.ErrReferenceInvalidFormat`, `ErrNameContainsUppercase`,
+/// `ErrNameTooLong`), which kubelet puts in the `InvalidImageName` message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReferenceError {
+    /// Not a reference at all (bad tag, digest, domain or path).
+    #[error("invalid reference format")]
+    InvalidFormat,
+    /// A repository path component with upper-case letters.
+    #[error("invalid reference format: repository name ({0}) must be lowercase")]
+    Uppercase(String),
+    /// A repository name longer than 255 characters.
+    #[error("invalid reference format: repository name must not be more than 255 characters")]
+    TooLong,
+}
+
+/// Returns the image with `:latest` appended when it has no tag or digest.
+pub fn apply_default_tag(image: &str) -> Result<String, ReferenceError> {
     let parsed = parse(image)?;
     if parsed.tag.is_none() && parsed.digest.is_none() {
         Ok(format!("{image}:latest"))
@@ -18,14 +33,13 @@ struct Parsed<'a> {
     digest: Option<&'a str>,
 }
 
-fn parse(image: &str) -> Result<Parsed<'_>, String> {
-    const INVALID: &str = "invalid reference format";
+fn parse(image: &str) -> Result<Parsed<'_>, ReferenceError> {
     if image.is_empty() {
-        return Err(INVALID.into());
+        return Err(ReferenceError::InvalidFormat);
     }
     let (rest, digest) = match image.split_once('@') {
         Some((r, d)) => {
-            let (algo, hex) = d.split_once(':').ok_or(INVALID)?;
+            let (algo, hex) = d.split_once(':').ok_or(ReferenceError::InvalidFormat)?;
             if algo.is_empty()
                 || !algo
                     .chars()
@@ -33,7 +47,7 @@ fn parse(image: &str) -> Result<Parsed<'_>, String> {
                 || hex.len() < 32
                 || !hex.chars().all(|c| c.is_ascii_hexdigit())
             {
-                return Err("invalid reference format".into());
+                return Err(ReferenceError::InvalidFormat);
             }
             (r, Some(d))
         }
@@ -54,7 +68,7 @@ fn parse(image: &str) -> Result<Parsed<'_>, String> {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
         {
-            return Err(INVALID.into());
+            return Err(ReferenceError::InvalidFormat);
         }
     }
     let mut components: Vec<&str> = name.split('/').collect();
@@ -62,28 +76,24 @@ fn parse(image: &str) -> Result<Parsed<'_>, String> {
         let first = components[0];
         if first.contains('.') || first.contains(':') || first == "localhost" {
             if !valid_domain(first) {
-                return Err(INVALID.into());
+                return Err(ReferenceError::InvalidFormat);
             }
             components.remove(0);
         }
     }
     if components.is_empty() {
-        return Err(INVALID.into());
+        return Err(ReferenceError::InvalidFormat);
     }
     for c in &components {
         if c.chars().any(|ch| ch.is_ascii_uppercase()) {
-            return Err(format!(
-                "invalid reference format: repository name ({name}) must be lowercase"
-            ));
+            return Err(ReferenceError::Uppercase(name.to_string()));
         }
         if !valid_path_component(c) {
-            return Err(INVALID.into());
+            return Err(ReferenceError::InvalidFormat);
         }
     }
     if name.len() > 255 {
-        return Err(
-            "invalid reference format: repository name must not be more than 255 characters".into(),
-        );
+        return Err(ReferenceError::TooLong);
     }
     Ok(Parsed { tag, digest })
 }
@@ -175,10 +185,11 @@ mod tests {
             apply_default_tag("keelson.local/busybox:1").as_deref(),
             Ok("keelson.local/busybox:1")
         );
-        assert!(
+        assert_eq!(
             apply_default_tag("Busybox")
                 .expect_err("an error")
-                .contains("must be lowercase")
+                .to_string(),
+            "invalid reference format: repository name (Busybox) must be lowercase"
         );
         for bad in ["", "a b", "busybox:", "a//b", "-x", "x:-1"] {
             assert!(apply_default_tag(bad).is_err(), "{bad:?}");

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio_util::sync::CancellationToken;
 
 use super::actions::KillReason;
-use super::errors::{KILL_CONTAINER_ERROR, KILL_POD_SANDBOX_ERROR, StepError, grpc_text};
+use super::errors::{GrpcError, KILL_CONTAINER_ERROR, KILL_POD_SANDBOX_ERROR, StepError};
 use super::manager::RuntimeManager;
 use super::status::RuntimePodStatus;
 use super::sync::{PodSyncResult, SyncAction};
@@ -114,6 +114,32 @@ impl TerminationOrdering {
     }
 }
 
+/// Why a container or pod could not be stopped (the `KillContainerError` /
+/// `KillPodSandboxError` message and the `FailedKillPod` event).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KillError {
+    /// The container is in neither the pod's spec nor its labels.
+    #[error(
+        "failed to get containerSpec {name:?} (id={container:?}) in pod {pod:?} when killing container for reason {message:?}"
+    )]
+    NoContainerSpec {
+        /// The container's name.
+        name: String,
+        /// `<runtime>://<id>`.
+        container: String,
+        /// The pod as kubelet formats it.
+        pod: String,
+        /// Why it was being killed.
+        message: String,
+    },
+    /// StopContainer failed.
+    #[error(transparent)]
+    StopContainer(GrpcError),
+    /// StopPodSandbox failed.
+    #[error(transparent)]
+    StopSandbox(GrpcError),
+}
+
 impl RuntimeManager {
     /// kubelet's `killContainer`. `pod` may be a pod restored from the
     /// container's labels (a pod deleted while keelson was down).
@@ -127,7 +153,7 @@ impl RuntimeManager {
         reason: KillReason,
         grace_override: Option<i64>,
         ordering: Option<&TerminationOrdering>,
-    ) -> Result<(), String> {
+    ) -> Result<(), KillError> {
         // kubelet's `GetContainerSpec` visits ephemeral containers too:
         // they stop with the pod like the others.
         let ephemeral;
@@ -139,11 +165,12 @@ impl RuntimeManager {
             }
         };
         let Some(spec) = spec else {
-            return Err(format!(
-                "failed to get containerSpec {name:?} (id={:?}) in pod {:?} when killing container for reason {message:?}",
-                format!("{}://{container_id}", self.settings.runtime_name),
-                podutil::format_pod(pod)
-            ));
+            return Err(KillError::NoContainerSpec {
+                name: name.to_string(),
+                container: format!("{}://{container_id}", self.settings.runtime_name),
+                pod: podutil::format_pod(pod),
+                message: message.to_string(),
+            });
         };
         let mut grace = termination_grace_period(pod, spec, reason);
         let message = if message.is_empty() {
@@ -189,7 +216,7 @@ impl RuntimeManager {
         {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(grpc_text(&e)),
+            Err(e) => return Err(KillError::StopContainer(GrpcError(e))),
         }
         if let Some(o) = ordering {
             o.container_terminated(name);
@@ -250,7 +277,7 @@ impl RuntimeManager {
         running: &RuntimePodStatus,
         grace_override: Option<i64>,
         result: &mut PodSyncResult,
-    ) -> Result<(), String> {
+    ) -> Result<(), KillError> {
         let containers: Vec<_> = running.running().cloned().collect();
         let restored;
         let pod_ref: &Pod = match pod {
@@ -289,7 +316,9 @@ impl RuntimeManager {
             result.steps.push(super::sync::StepResult {
                 action: SyncAction::KillContainer,
                 target: name,
-                error: r.err().map(|e| StepError::new(KILL_CONTAINER_ERROR, e)),
+                error: r
+                    .err()
+                    .map(|e| StepError::new(KILL_CONTAINER_ERROR, e.to_string())),
             });
         }
         let mut sandbox_error = None;
@@ -300,7 +329,7 @@ impl RuntimeManager {
                 .await
                 && !e.is_not_found()
             {
-                sandbox_error = Some(grpc_text(&e));
+                sandbox_error = Some(KillError::StopSandbox(GrpcError(e)));
             }
         }
         result.steps.push(super::sync::StepResult {
@@ -308,7 +337,7 @@ impl RuntimeManager {
             target: running.uid.clone(),
             error: sandbox_error
                 .clone()
-                .map(|e| StepError::new(KILL_POD_SANDBOX_ERROR, e)),
+                .map(|e| StepError::new(KILL_POD_SANDBOX_ERROR, e.to_string())),
         });
         match first_error.or(sandbox_error) {
             Some(e) => {

@@ -28,6 +28,80 @@ const TMP_SUFFIX: &str = ".tmp";
 /// kubelet's `writeRecordWhileMatchingLimit`.
 const WRITE_WHILE_MATCHING_LIMIT: usize = 100;
 
+/// Why a pull-record setting, image name or record file was refused or
+/// could not be written. Display texts are kubelet's
+/// (`pkg/kubelet/images/pullmanager`); a wrapped cause is part of the text.
+#[derive(Debug, thiserror::Error)]
+pub enum PullRecordError {
+    /// `imagePullCredentialsVerificationPolicy` names no policy.
+    #[error(
+        "option {0:?} specified for imagePullCredentialsVerificationPolicy. Valid options are \"NeverVerify\", \"NeverVerifyPreloadedImages\", \"NeverVerifyAllowlistedImages\" or \"AlwaysVerify\""
+    )]
+    UnknownPolicy(String),
+    /// An allowlist pattern with surrounding spaces.
+    #[error("leading/trailing spaces are not allowed: {0}")]
+    PatternSpaces(String),
+    /// An empty allowlist pattern.
+    #[error("the supplied pattern is too short: {0}")]
+    PatternTooShort(String),
+    /// A `*` anywhere but a trailing `/*`.
+    #[error("not a valid wildcard pattern, only patterns ending with '/*' are allowed: {0}")]
+    PatternWildcard(String),
+    /// A bare `/*`.
+    #[error("at least registry hostname is required")]
+    PatternNoRegistry,
+    /// A pattern that is not an image name.
+    #[error("failed to parse as an image name: {0}")]
+    PatternName(Box<PullRecordError>),
+    /// A pattern with a tag or digest.
+    #[error("neither tag nor digest is accepted in an image reference: {0}")]
+    PatternTagged(String),
+    /// An image that is not a reference.
+    #[error("invalid reference format: {0:?}")]
+    InvalidReference(String),
+    /// A digest without its algorithm.
+    #[error("invalid digest {digest:?} in {image:?}")]
+    InvalidDigest {
+        /// The digest as written.
+        digest: String,
+        /// The image.
+        image: String,
+    },
+    /// The image of a record to write is not a reference.
+    #[error("invalid image name {image:?}: {error}")]
+    ImageName {
+        /// The image.
+        image: String,
+        /// Why.
+        error: Box<PullRecordError>,
+    },
+    /// A record could not be encoded.
+    #[error("{0}")]
+    Encode(serde_json::Error),
+    /// A pulled record could not be read.
+    #[error("{path}: {error}")]
+    ReadPulled {
+        /// The record file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A pulled record is not JSON of its kind.
+    #[error("failed to decode ImagePulledRecord {path}: {error}")]
+    DecodePulled {
+        /// The record file.
+        path: PathBuf,
+        /// Why.
+        error: serde_json::Error,
+    },
+    /// The pull intent could not be written.
+    #[error("failed to record image pull intent: {0}")]
+    WriteIntent(std::io::Error),
+    /// The pulled record could not be written.
+    #[error("failed to write ImagePulledRecord: {0}")]
+    WritePulled(std::io::Error),
+}
+
 /// `imagePullCredentialsVerificationPolicy`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VerificationPolicy {
@@ -44,7 +118,7 @@ pub enum VerificationPolicy {
 impl VerificationPolicy {
     /// The policy named in the configuration; the allowlist is used by
     /// `NeverVerifyAllowlistedImages` only.
-    pub fn parse(name: &str, allowlist: &[String]) -> Result<Self, String> {
+    pub fn parse(name: &str, allowlist: &[String]) -> Result<Self, PullRecordError> {
         Ok(match name {
             "NeverVerify" => Self::NeverVerify,
             "NeverVerifyPreloadedImages" => Self::NeverVerifyPreloadedImages,
@@ -52,11 +126,7 @@ impl VerificationPolicy {
                 Self::NeverVerifyAllowlistedImages(Allowlist::new(allowlist)?)
             }
             "AlwaysVerify" => Self::AlwaysVerify,
-            other => {
-                return Err(format!(
-                    "option {other:?} specified for imagePullCredentialsVerificationPolicy. Valid options are \"NeverVerify\", \"NeverVerifyPreloadedImages\", \"NeverVerifyAllowlistedImages\" or \"AlwaysVerify\""
-                ));
-            }
+            other => return Err(PullRecordError::UnknownPolicy(other.to_string())),
         })
     }
 
@@ -81,36 +151,32 @@ pub struct Allowlist {
 
 impl Allowlist {
     /// Validates the patterns as kubelet's `getAllowlistImagePattern`.
-    pub fn new(patterns: &[String]) -> Result<Self, String> {
+    pub fn new(patterns: &[String]) -> Result<Self, PullRecordError> {
         let mut list = Allowlist::default();
         for p in patterns {
             if p.trim() != p {
-                return Err(format!("leading/trailing spaces are not allowed: {p}"));
+                return Err(PullRecordError::PatternSpaces(p.clone()));
             }
             let (trimmed, wildcard) = match p.strip_suffix("/*") {
                 Some(t) => (format!("{t}/"), true),
                 None => (p.clone(), false),
             };
             if trimmed.is_empty() {
-                return Err(format!("the supplied pattern is too short: {p}"));
+                return Err(PullRecordError::PatternTooShort(p.clone()));
             }
             if trimmed.contains('*') {
-                return Err(format!(
-                    "not a valid wildcard pattern, only patterns ending with '/*' are allowed: {p}"
-                ));
+                return Err(PullRecordError::PatternWildcard(p.clone()));
             }
             if wildcard {
                 if trimmed.len() == 1 {
-                    return Err("at least registry hostname is required".to_string());
+                    return Err(PullRecordError::PatternNoRegistry);
                 }
                 list.prefixes.push(trimmed);
             } else {
                 let name = trim_tag_digest(&trimmed)
-                    .map_err(|e| format!("failed to parse as an image name: {e}"))?;
+                    .map_err(|e| PullRecordError::PatternName(Box::new(e)))?;
                 if name != trimmed {
-                    return Err(format!(
-                        "neither tag nor digest is accepted in an image reference: {p}"
-                    ));
+                    return Err(PullRecordError::PatternTagged(p.clone()));
                 }
                 list.names.insert(name);
             }
@@ -127,9 +193,9 @@ impl Allowlist {
 /// kubelet's `trimImageTagDigest`: the image as written without its tag
 /// and digest (`docker.io/library/busybox:1` → `docker.io/library/busybox`,
 /// `busybox` stays `busybox`).
-pub fn trim_tag_digest(image: &str) -> Result<String, String> {
+pub fn trim_tag_digest(image: &str) -> Result<String, PullRecordError> {
     if image.is_empty() || image.chars().any(|c| c.is_whitespace() || c.is_uppercase()) {
-        return Err(format!("invalid reference format: {image:?}"));
+        return Err(PullRecordError::InvalidReference(image.to_string()));
     }
     let (named, digest) = match image.split_once('@') {
         Some((n, d)) => (n, Some(d)),
@@ -138,7 +204,10 @@ pub fn trim_tag_digest(image: &str) -> Result<String, String> {
     if let Some(d) = digest
         && !d.contains(':')
     {
-        return Err(format!("invalid digest {d:?} in {image:?}"));
+        return Err(PullRecordError::InvalidDigest {
+            digest: d.to_string(),
+            image: image.to_string(),
+        });
     }
     // A tag follows the last ':' after the last '/'.
     let name = match named.rfind(':') {
@@ -146,7 +215,7 @@ pub fn trim_tag_digest(image: &str) -> Result<String, String> {
         _ => named,
     };
     if name.is_empty() || name.ends_with('/') {
-        return Err(format!("invalid reference format: {image:?}"));
+        return Err(PullRecordError::InvalidReference(image.to_string()));
     }
     Ok(name.to_string())
 }
@@ -436,16 +505,16 @@ impl PullManager {
     }
 
     /// `RecordPullIntent`: a pull of `image` starts.
-    pub fn record_pull_intent(&self, image: &str) -> Result<(), String> {
+    pub fn record_pull_intent(&self, image: &str) -> Result<(), PullRecordError> {
         let mut intents = self.lock();
         let intent = PullIntent {
             api_version: API_VERSION.to_string(),
             kind: "ImagePullIntent".to_string(),
             image: image.to_string(),
         };
-        let bytes = serde_json::to_vec(&intent).map_err(|e| e.to_string())?;
+        let bytes = serde_json::to_vec(&intent).map_err(PullRecordError::Encode)?;
         write_atomic(&self.pulling, &file_name(image), &bytes)
-            .map_err(|e| format!("failed to record image pull intent: {e}"))?;
+            .map_err(PullRecordError::WriteIntent)?;
         *intents.entry(image.to_string()).or_default() += 1;
         Ok(())
     }
@@ -481,15 +550,15 @@ impl PullManager {
         }
     }
 
-    fn read_pulled(&self, image_ref: &str) -> Result<Option<PulledRecord>, String> {
+    fn read_pulled(&self, image_ref: &str) -> Result<Option<PulledRecord>, PullRecordError> {
         let path = self.pulled.join(file_name(image_ref));
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("{}: {e}", path.display())),
+            Err(error) => return Err(PullRecordError::ReadPulled { path, error }),
         };
         let rec: PulledRecord = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("failed to decode ImagePulledRecord {}: {e}", path.display()))?;
+            .map_err(|error| PullRecordError::DecodePulled { path, error })?;
         Ok((rec.image_ref == image_ref).then_some(rec))
     }
 
@@ -501,9 +570,11 @@ impl PullManager {
         image: &str,
         image_ref: &str,
         credentials: Option<&PullCredentials>,
-    ) -> Result<(), String> {
-        let name =
-            trim_tag_digest(image).map_err(|e| format!("invalid image name {image:?}: {e}"))?;
+    ) -> Result<(), PullRecordError> {
+        let name = trim_tag_digest(image).map_err(|e| PullRecordError::ImageName {
+            image: image.to_string(),
+            error: Box::new(e),
+        })?;
         let existing = self.read_pulled(image_ref).unwrap_or_else(|e| {
             tracing::info!(image, error = %e, "failed to retrieve an ImagePulledRecord");
             None
@@ -528,9 +599,9 @@ impl PullManager {
                 r
             }
         };
-        let bytes = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
+        let bytes = serde_json::to_vec(&record).map_err(PullRecordError::Encode)?;
         write_atomic(&self.pulled, &file_name(image_ref), &bytes)
-            .map_err(|e| format!("failed to write ImagePulledRecord: {e}"))
+            .map_err(PullRecordError::WritePulled)
     }
 
     /// `MustAttemptImagePull`: whether a pod holding `pod_secrets` (the

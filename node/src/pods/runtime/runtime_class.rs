@@ -12,19 +12,28 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 
+/// `runtimeClassName` names a RuntimeClass that does not exist (the
+/// lister's NotFound text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("runtimeclass.node.k8s.io {0:?} not found")]
+pub struct RuntimeClassNotFound(pub String);
+
 /// Resolves `runtimeClassName` to a CRI runtime handler.
 pub trait RuntimeClasses: Send + Sync {
     /// `LookupRuntimeHandler`.
-    fn lookup_handler(&self, name: Option<&str>) -> Result<String, String>;
+    fn lookup_handler(&self, name: Option<&str>) -> Result<String, RuntimeClassNotFound>;
 }
 
 /// The handler of a RuntimeClass found (or not) in a cache.
-pub fn handler_of(name: Option<&str>, class: Option<&RuntimeClass>) -> Result<String, String> {
+pub fn handler_of(
+    name: Option<&str>,
+    class: Option<&RuntimeClass>,
+) -> Result<String, RuntimeClassNotFound> {
     match name.filter(|n| !n.is_empty()) {
         None => Ok(String::new()),
         Some(n) => class
             .map(|c| c.handler.clone())
-            .ok_or_else(|| format!("runtimeclass.node.k8s.io {n:?} not found")),
+            .ok_or_else(|| RuntimeClassNotFound(n.to_string())),
     }
 }
 
@@ -68,7 +77,7 @@ impl ApiRuntimeClasses {
 }
 
 impl RuntimeClasses for ApiRuntimeClasses {
-    fn lookup_handler(&self, name: Option<&str>) -> Result<String, String> {
+    fn lookup_handler(&self, name: Option<&str>) -> Result<String, RuntimeClassNotFound> {
         let class = name
             .filter(|n| !n.is_empty())
             .and_then(|n| self.store.get(&ObjectRef::new(n)));
@@ -91,7 +100,11 @@ mod tests {
         assert_eq!(handler_of(Some("gvisor"), Some(&rc)), Ok("runsc".into()));
         assert_eq!(
             handler_of(Some("kata"), None),
-            Err("runtimeclass.node.k8s.io \"kata\" not found".into())
+            Err(RuntimeClassNotFound("kata".into()))
+        );
+        assert_eq!(
+            RuntimeClassNotFound("kata".into()).to_string(),
+            "runtimeclass.node.k8s.io \"kata\" not found"
         );
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use keelson_cri::api;
 
-use super::dns::{DnsSettings, DnsWarning, pod_dns, pod_hostname};
+use super::dns::{DnsError, DnsSettings, DnsWarning, pod_dns, pod_hostname};
 use super::linux_resources::{CpuQuota, sandbox_resources};
 use super::security::sandbox_security_context;
 use crate::pod::labels::{new_pod_annotations, new_pod_labels};
@@ -82,6 +82,27 @@ pub struct SandboxInputs<'a> {
     pub host: &'a super::linux_host::LinuxHost,
 }
 
+/// Why a pod gets no sandbox (the message of `FailedCreatePodSandBox`,
+/// `ConfigPodSandboxError` or `FailedPrepareDynamicResources`).
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The host name could not be formed.
+    #[error(transparent)]
+    Hostname(#[from] DnsError),
+    /// `spec.hostUsers: false`.
+    #[error(
+        "can't set `spec.hostUsers: false`, keelson does not support user namespaces \
+         (it allocates no user namespace ID mappings)"
+    )]
+    UserNamespace,
+    /// `resourceClaims` (DRA).
+    #[error(
+        "keelson does not support dynamic resource allocation (the pod has resourceClaims); \
+         it prepares no DRA claims"
+    )]
+    DynamicResources,
+}
+
 /// What keelson answers for a pod asking for its own user namespace.
 ///
 /// kubelet allocates a range of host IDs per pod (its `UsernsManager`) and
@@ -90,13 +111,9 @@ pub struct SandboxInputs<'a> {
 /// (`GetOrCreateUserNamespaceMappings`: "can't set `spec.hostUsers: false`,
 /// ..."). keelson allocates no ID mappings, so it refuses every such pod
 /// the same way rather than running it in the host's user namespace.
-pub fn check_user_namespace(pod: &Pod) -> Result<(), String> {
+pub fn check_user_namespace(pod: &Pod) -> Result<(), SandboxError> {
     if podutil::spec(pod).host_users == Some(false) {
-        return Err(
-            "can't set `spec.hostUsers: false`, keelson does not support user namespaces \
-             (it allocates no user namespace ID mappings)"
-                .to_string(),
-        );
+        return Err(SandboxError::UserNamespace);
     }
     Ok(())
 }
@@ -107,7 +124,7 @@ pub fn check_user_namespace(pod: &Pod) -> Result<(), String> {
 /// keelson talks to no DRA driver, so a pod with `resourceClaims` (or a
 /// container's `resources.claims`) gets that refusal and never runs
 /// without its devices.
-pub fn check_dynamic_resources(pod: &Pod) -> Result<(), String> {
+pub fn check_dynamic_resources(pod: &Pod) -> Result<(), SandboxError> {
     let spec = podutil::spec(pod);
     let container_claims = spec
         .containers
@@ -120,11 +137,7 @@ pub fn check_dynamic_resources(pod: &Pod) -> Result<(), String> {
                 .is_some_and(|c| !c.is_empty())
         });
     if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) || container_claims {
-        return Err(
-            "keelson does not support dynamic resource allocation (the pod has resourceClaims); \
-             it prepares no DRA claims"
-                .to_string(),
-        );
+        return Err(SandboxError::DynamicResources);
     }
     Ok(())
 }
@@ -135,7 +148,7 @@ pub fn generate_sandbox_config(
     pod: &Pod,
     attempt: u32,
     inp: &SandboxInputs<'_>,
-) -> Result<(api::PodSandboxConfig, Vec<DnsWarning>), String> {
+) -> Result<(api::PodSandboxConfig, Vec<DnsWarning>), SandboxError> {
     let (dns, warnings) = pod_dns(pod, inp.dns);
     let hostname = if podutil::is_host_network(pod) {
         String::new()
@@ -279,6 +292,7 @@ mod tests {
         assert!(
             check_dynamic_resources(&claims)
                 .expect_err("refused")
+                .to_string()
                 .contains("does not support dynamic resource allocation")
         );
         let container_only = pod(serde_json::json!({
@@ -310,7 +324,8 @@ mod tests {
             host: &host,
         };
         let err = generate_sandbox_config(&pod(serde_json::json!(false)), 0, &inputs)
-            .expect_err("hostUsers: false is refused");
+            .expect_err("hostUsers: false is refused")
+            .to_string();
         assert!(
             err.starts_with(
                 "can't set `spec.hostUsers: false`, keelson does not support user namespaces"

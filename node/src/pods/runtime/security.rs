@@ -307,13 +307,49 @@ pub fn container_apparmor(pod: &Pod, c: &Container) -> (Option<api::SecurityProf
     )
 }
 
+/// Why `runAsNonRoot` refuses a container (kubelet's `verifyRunAsNonRoot`
+/// texts; the message of `CreateContainerConfigError`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NonRootError {
+    /// `runAsUser: 0`.
+    #[error("container's runAsUser breaks non-root policy (pod: {pod:?}, container: {container})")]
+    RunAsUserRoot {
+        /// The pod as kubelet formats it.
+        pod: String,
+        /// The container.
+        container: String,
+    },
+    /// The image runs as uid 0 (or names no user).
+    #[error(
+        "container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {container})"
+    )]
+    ImageRoot {
+        /// The pod as kubelet formats it.
+        pod: String,
+        /// The container.
+        container: String,
+    },
+    /// The image's user is a name, which cannot be checked.
+    #[error(
+        "container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root (pod: {pod:?}, container: {container})"
+    )]
+    NonNumericUser {
+        /// The image's user.
+        user: String,
+        /// The pod as kubelet formats it.
+        pod: String,
+        /// The container.
+        container: String,
+    },
+}
+
 /// kubelet's `verifyRunAsNonRoot` against the image's user.
 pub fn verify_run_as_non_root(
     pod: &Pod,
     c: &Container,
     image_uid: Option<i64>,
     image_username: &str,
-) -> Result<(), String> {
+) -> Result<(), NonRootError> {
     let psc = podutil::spec(pod).security_context.as_ref();
     let csc = c.security_context.as_ref();
     let non_root = csc
@@ -329,27 +365,28 @@ pub fn verify_run_as_non_root(
         .or_else(|| psc.and_then(|s| s.run_as_user));
     if let Some(uid) = run_as_user {
         if uid == 0 {
-            return Err(format!(
-                "container's runAsUser breaks non-root policy (pod: {pod_name:?}, container: {})",
-                c.name
-            ));
+            return Err(NonRootError::RunAsUserRoot {
+                pod: pod_name,
+                container: c.name.clone(),
+            });
         }
         return Ok(());
     }
     match image_uid {
-        Some(0) => Err(format!(
-            "container has runAsNonRoot and image will run as root (pod: {pod_name:?}, container: {})",
-            c.name
-        )),
+        Some(0) => Err(NonRootError::ImageRoot {
+            pod: pod_name,
+            container: c.name.clone(),
+        }),
         Some(_) => Ok(()),
-        None if !image_username.is_empty() => Err(format!(
-            "container has runAsNonRoot and image has non-numeric user ({image_username}), cannot verify user is non-root (pod: {pod_name:?}, container: {})",
-            c.name
-        )),
-        None => Err(format!(
-            "container has runAsNonRoot and image will run as root (pod: {pod_name:?}, container: {})",
-            c.name
-        )),
+        None if !image_username.is_empty() => Err(NonRootError::NonNumericUser {
+            user: image_username.to_string(),
+            pod: pod_name,
+            container: c.name.clone(),
+        }),
+        None => Err(NonRootError::ImageRoot {
+            pod: pod_name,
+            container: c.name.clone(),
+        }),
     }
 }
 
@@ -406,12 +443,14 @@ mod tests {
         assert!(
             verify_run_as_non_root(&pod, c, Some(0), "")
                 .expect_err("an error")
+                .to_string()
                 .contains("will run as root")
         );
         assert!(verify_run_as_non_root(&pod, c, Some(65534), "").is_ok());
         assert!(
             verify_run_as_non_root(&pod, c, None, "nobody")
                 .expect_err("an error")
+                .to_string()
                 .contains("non-numeric")
         );
     }

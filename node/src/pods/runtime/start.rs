@@ -11,17 +11,17 @@ use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use keelson_cri::api;
 
 use super::actions::KillReason;
-use super::dns::pod_hostname;
-use super::env::{EnvInputs, expand_command_and_args, make_environment};
+use super::dns::{DnsError, pod_hostname};
+use super::env::{EnvInputs, EnvironmentError, expand_command_and_args, make_environment};
 use super::errors::{
     CREATE_CONTAINER_CONFIG_ERROR, CREATE_CONTAINER_ERROR, POST_START_HOOK_ERROR,
     RUN_CONTAINER_ERROR, StepError, cri_message,
 };
-use super::hosts::ensure_hosts_file;
+use super::hosts::{HostsFileError, ensure_hosts_file};
 use super::linux_resources::container_resources;
 use super::manager::RuntimeManager;
 use super::sandbox::container_logs_dir;
-use super::security::{container_security_context, verify_run_as_non_root};
+use super::security::{NonRootError, container_security_context, verify_run_as_non_root};
 use super::status::RuntimePodStatus;
 use super::sync::legacy_log_name;
 use crate::pod::labels::{new_container_annotations, new_container_labels};
@@ -70,6 +70,47 @@ pub fn target_process_namespace(
         ns.target_id = id.to_string();
     }
     sc
+}
+
+/// Why a container's config could not be generated: the
+/// `CreateContainerConfigError` message, in kubelet's words
+/// (`generateContainerConfig`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ContainerConfigError {
+    /// The device plugins could not prepare the container's devices.
+    #[error(transparent)]
+    Devices(#[from] crate::devices::DeviceError),
+    /// The environment could not be built.
+    #[error(transparent)]
+    Environment(#[from] EnvironmentError),
+    /// The image's user could not be read.
+    #[error("failed to get image status {image}: {error}")]
+    ImageStatus {
+        /// The image reference.
+        image: String,
+        /// Why.
+        error: keelson_cri::CriError,
+    },
+    /// `runAsNonRoot` refuses the image's user.
+    #[error(transparent)]
+    NonRoot(#[from] NonRootError),
+    /// The container's log directory could not be created.
+    #[error("create container log directory for container {container} failed: {error}")]
+    LogDir {
+        /// The container.
+        container: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The volumes' mounts could not be made.
+    #[error(transparent)]
+    Mounts(#[from] crate::pods::deps::PodVolumesError),
+    /// The host name for /etc/hosts could not be formed.
+    #[error(transparent)]
+    Hostname(#[from] DnsError),
+    /// /etc/hosts could not be written.
+    #[error(transparent)]
+    HostsFile(#[from] HostsFileError),
 }
 
 impl RuntimeManager {
@@ -279,7 +320,7 @@ impl RuntimeManager {
         pod_ips: &[String],
         image_ref: &str,
         ns_target: Option<&str>,
-    ) -> Result<api::ContainerConfig, String> {
+    ) -> Result<api::ContainerConfig, ContainerConfigError> {
         // The container manager's `GetResources`: the device plugins'
         // devices, mounts, environment and annotations for this container
         // (`GetDeviceRunContainerOptions`, which calls PreStartContainer).
@@ -327,17 +368,22 @@ impl RuntimeManager {
         {
             Ok(Some(img)) => (img.uid.map(|u| u.value), img.username),
             Ok(None) => (None, String::new()),
-            Err(e) => return Err(format!("failed to get image status {image_ref}: {e}")),
+            Err(error) => {
+                return Err(ContainerConfigError::ImageStatus {
+                    image: image_ref.to_string(),
+                    error,
+                });
+            }
         };
         verify_run_as_non_root(pod, c, image_uid, &image_username)?;
 
         let (command, args) = expand_command_and_args(c, &env);
         let log_dir = container_logs_dir(&self.settings.pod_logs_root, pod, &c.name);
-        tokio::fs::create_dir_all(&log_dir).await.map_err(|e| {
-            format!(
-                "create container log directory for container {} failed: {e}",
-                c.name
-            )
+        tokio::fs::create_dir_all(&log_dir).await.map_err(|error| {
+            ContainerConfigError::LogDir {
+                container: c.name.clone(),
+                error,
+            }
         })?;
 
         let env_pairs: Vec<(String, String)> = env.vars.clone();

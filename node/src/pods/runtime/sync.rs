@@ -12,7 +12,8 @@ use keelson_cri::api;
 
 use super::actions::{ProbeResults, compute_pod_actions_with};
 use super::errors::{
-    CONFIG_POD_SANDBOX_ERROR, CRASH_LOOP_BACK_OFF, CREATE_POD_SANDBOX_ERROR, StepError, grpc_text,
+    CONFIG_POD_SANDBOX_ERROR, CRASH_LOOP_BACK_OFF, CREATE_POD_SANDBOX_ERROR, GrpcError, StepError,
+    grpc_text,
 };
 use super::manager::RuntimeManager;
 use super::sandbox::{
@@ -468,8 +469,9 @@ impl RuntimeManager {
             result.push(
                 SyncAction::ResizePodInPlace,
                 &podutil::format_pod(pod),
-                r.err()
-                    .map(|e| StepError::new(super::errors::RESIZE_POD_IN_PLACE_ERROR, e)),
+                r.err().map(|e| {
+                    StepError::new(super::errors::RESIZE_POD_IN_PLACE_ERROR, e.to_string())
+                }),
             );
         }
         for &idx in &actions.containers_to_start {
@@ -580,7 +582,7 @@ impl RuntimeManager {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(pod = %podutil::key(pod), error = %e, "failed to generate sandbox config");
-                failed_event(&e);
+                failed_event(&e.to_string());
                 return Err(fail(format!(
                     "Failed to generate sandbox config for pod {}: {e}",
                     gofmt::quote(&podutil::format_pod(pod))
@@ -612,7 +614,7 @@ impl RuntimeManager {
         let handler = match self.runtime_classes.lookup_handler(runtime_class) {
             Ok(h) => h,
             Err(e) => {
-                failed_event(&e);
+                failed_event(&e.to_string());
                 return Err(fail(format!(
                     "Failed to create sandbox for pod {}: {e}",
                     gofmt::quote(&podutil::format_pod(pod))
@@ -754,7 +756,7 @@ impl RuntimeManager {
     }
 
     /// Removes a container and its legacy log symlink.
-    pub async fn remove_container(&self, id: &str) -> Result<(), String> {
+    pub async fn remove_container(&self, id: &str) -> Result<(), GrpcError> {
         if let Some(dir) = &self.settings.legacy_log_dir
             && let Ok(resp) = self.cri.container_status(id, false).await
             && let Some(s) = resp.status
@@ -772,7 +774,7 @@ impl RuntimeManager {
         self.metrics
             .runtime_op("remove_container", self.cri.remove_container(id))
             .await
-            .map_err(|e| grpc_text(&e))
+            .map_err(GrpcError)
     }
 }
 

@@ -26,17 +26,28 @@ pub struct Manifest {
     pub pod: Pod,
 }
 
+/// Why a static pod manifest was not read as a pod.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// Not YAML, or not a Pod's fields.
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml::Error),
+    /// Another kind of object.
+    #[error("kind is {0:?}, expected \"Pod\"")]
+    NotAPod(String),
+}
+
 /// Parses one manifest (YAML, of which JSON is a subset).
-pub fn parse_manifest(text: &str) -> Result<Pod, String> {
-    let value: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+pub fn parse_manifest(text: &str) -> Result<Pod, ManifestError> {
+    let value: serde_yaml::Value = serde_yaml::from_str(text)?;
     let kind = value
         .get("kind")
         .and_then(|k| k.as_str())
         .unwrap_or_default();
     if kind != "Pod" {
-        return Err(format!("kind is {kind:?}, expected \"Pod\""));
+        return Err(ManifestError::NotAPod(kind.to_string()));
     }
-    serde_yaml::from_value::<Pod>(value).map_err(|e| e.to_string())
+    Ok(serde_yaml::from_value::<Pod>(value)?)
 }
 
 /// The stable UID of a manifest: a hash of its content, the node and the file.

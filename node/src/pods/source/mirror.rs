@@ -12,6 +12,34 @@ use tokio::sync::Mutex;
 
 use crate::pod::podutil::{self, CONFIG_MIRROR_ANNOTATION};
 
+/// Why a mirror pod could not be created or deleted (kubelet's
+/// `basicMirrorClient` texts).
+#[derive(Debug, thiserror::Error)]
+pub enum MirrorError {
+    /// The Node could not be read.
+    #[error("failed to get node info: {0}")]
+    GetNode(kube::Error),
+    /// A mirror pod of another version of the static pod is in the way.
+    #[error("mirror pod {0} already exists and differs")]
+    Differs(String),
+    /// The API refused the mirror pod.
+    #[error("failed creating a mirror pod for {pod}: {error}")]
+    Create {
+        /// `namespace/name`.
+        pod: String,
+        /// Why.
+        error: kube::Error,
+    },
+    /// The API refused the deletion.
+    #[error("failed deleting mirror pod {pod}: {error}")]
+    Delete {
+        /// `namespace/name`.
+        pod: String,
+        /// Why.
+        error: kube::Error,
+    },
+}
+
 /// Creates and deletes mirror pods.
 #[derive(Clone)]
 pub struct MirrorClient {
@@ -46,16 +74,14 @@ impl MirrorClient {
         }
     }
 
-    async fn node(&self) -> Result<Node, String> {
+    async fn node(&self) -> Result<Node, MirrorError> {
         let api: Api<Node> = Api::all(self.client.clone());
-        api.get(&self.node_name)
-            .await
-            .map_err(|e| format!("failed to get node info: {e}"))
+        api.get(&self.node_name).await.map_err(MirrorError::GetNode)
     }
 
     /// `CreateMirrorPod`: none is created while the Node is missing or
     /// being deleted.
-    pub async fn create(&self, static_pod: &Pod) -> Result<(), String> {
+    pub async fn create(&self, static_pod: &Pod) -> Result<(), MirrorError> {
         let node = self.node().await?;
         if node.metadata.deletion_timestamp.is_some() {
             tracing::info!(node = %self.node_name, "no need to create a mirror pod, since node has been removed from the cluster");
@@ -91,16 +117,13 @@ impl MirrorClient {
                 if existing.is_some_and(|e| podutil::mirror_hash(&e) == Some(hash.as_str())) {
                     Ok(())
                 } else {
-                    Err(format!(
-                        "mirror pod {} already exists and differs",
-                        podutil::key(static_pod)
-                    ))
+                    Err(MirrorError::Differs(podutil::key(static_pod)))
                 }
             }
-            Err(e) => Err(format!(
-                "failed creating a mirror pod for {}: {e}",
-                podutil::key(static_pod)
-            )),
+            Err(error) => Err(MirrorError::Create {
+                pod: podutil::key(static_pod),
+                error,
+            }),
         }
     }
 
@@ -110,7 +133,7 @@ impl MirrorClient {
         namespace: &str,
         name: &str,
         uid: Option<&str>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, MirrorError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let dp = DeleteParams {
             grace_period_seconds: Some(0),
@@ -123,9 +146,10 @@ impl MirrorClient {
         match api.delete(name, &dp).await {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-            Err(e) => Err(format!(
-                "failed deleting mirror pod {namespace}/{name}: {e}"
-            )),
+            Err(error) => Err(MirrorError::Delete {
+                pod: format!("{namespace}/{name}"),
+                error,
+            }),
         }
     }
 }

@@ -116,10 +116,25 @@ fn is_terminated(s: &k8s_openapi::api::core::v1::ContainerStatus) -> bool {
     s.state.as_ref().is_some_and(|st| st.terminated.is_some())
 }
 
+/// Why a status was not written: kubelet's `checkContainerStateTransition`
+/// refusal, or the API call that failed (logged, retried by the next sync).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StatusError {
+    /// A container that will not restart would leave the terminated state.
+    #[error("terminated container {0} attempted illegal transition to non-terminated state")]
+    IllegalTransition(String),
+    /// Reading or patching the pod failed.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// Deleting the finished pod failed.
+    #[error("deleting pod: {0}")]
+    Delete(kube::Error),
+}
+
 /// `checkContainerStateTransition`: a container that will not restart
 /// (by the pod's policy, or its own rules and policy) cannot leave the
 /// terminated state.
-fn check_transition(old: &PodStatus, new: &PodStatus, pod: &Pod) -> Result<(), String> {
+fn check_transition(old: &PodStatus, new: &PodStatus, pod: &Pod) -> Result<(), StatusError> {
     let policy = podutil::restart_policy(pod);
     if policy == "Always" {
         return Ok(());
@@ -132,7 +147,7 @@ fn check_transition(old: &PodStatus, new: &PodStatus, pod: &Pod) -> Result<(), S
     let check = |olds: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>,
                  news: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>,
                  init: bool|
-     -> Result<(), String> {
+     -> Result<(), StatusError> {
         for o in olds.into_iter().flatten() {
             if !is_terminated(o) {
                 continue;
@@ -168,10 +183,7 @@ fn check_transition(old: &PodStatus, new: &PodStatus, pod: &Pod) -> Result<(), S
             }
             for n in news.into_iter().flatten() {
                 if n.name == o.name && !is_terminated(n) {
-                    return Err(format!(
-                        "terminated container {} attempted illegal transition to non-terminated state",
-                        n.name
-                    ));
+                    return Err(StatusError::IllegalTransition(n.name.clone()));
                 }
             }
         }
@@ -543,7 +555,7 @@ impl StatusManager {
         }
     }
 
-    async fn sync_pod(&self, uid: &str, v: &Versioned) -> Result<(), String> {
+    async fn sync_pod(&self, uid: &str, v: &Versioned) -> Result<(), StatusError> {
         let api: Api<Pod> = Api::namespaced(self.shared.client.clone(), &v.namespace);
         let pod = match self.shared.targets.api_pod(uid) {
             Some(p) => p,
@@ -553,7 +565,7 @@ impl StatusManager {
                     tracing::debug!(pod = %v.name, "pod does not exist on the server; status not written");
                     return Ok(());
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             },
         };
         let api_uid = podutil::uid(&pod).to_string();
@@ -596,7 +608,7 @@ impl StatusManager {
                         tracing::debug!(pod = %podutil::key(&pod), "pod gone while writing status");
                         return Ok(());
                     }
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err(e.into()),
                 }
             }
         }
@@ -619,7 +631,7 @@ impl StatusManager {
                     self.remove(uid);
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => self.remove(uid),
-                Err(e) => return Err(format!("deleting pod: {e}")),
+                Err(e) => return Err(StatusError::Delete(e)),
             }
         }
         Ok(())

@@ -23,7 +23,7 @@ use tokio_rustls::TlsConnector;
 pub use request::{HttpRequest, canonical_header_key};
 pub use url::ProbeUrl;
 
-use super::dial::{dial, timeout_text};
+use super::dial::{DialError, dial, timeout_text};
 use crate::result::ProbeResult;
 use keelson_common::gofmt;
 
@@ -58,11 +58,64 @@ struct Progress {
     phase: Phase,
 }
 
+/// Why an HTTP probe or hook got no answer; the texts are Go's HTTP
+/// client's (they follow `Get "<url>": ` in the probe's message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum HttpError {
+    /// The connection did not open.
+    #[error(transparent)]
+    Dial(#[from] DialError),
+    /// The host is no TLS server name.
+    #[error("tls: invalid server name {host:?}: {reason}")]
+    ServerName {
+        /// The host.
+        host: String,
+        /// Why.
+        reason: String,
+    },
+    /// The TLS handshake failed (the text as Go's `crypto/tls` gives it).
+    #[error("{0}")]
+    Handshake(String),
+    /// Sending the request or reading the answer's head failed (hyper's
+    /// text with its causes).
+    #[error("{0}")]
+    Exchange(String),
+    /// The body ended early.
+    #[error("unexpected EOF")]
+    UnexpectedEof,
+    /// Reading the body failed.
+    #[error("{0}")]
+    Body(String),
+    /// A header name the transport refuses.
+    #[error("net/http: invalid header field name {}", gofmt::quote(.0))]
+    HeaderName(String),
+    /// A header value the transport refuses.
+    #[error("net/http: invalid header field value for {}", gofmt::quote(.0))]
+    HeaderValue(String),
+    /// The request target does not parse.
+    #[error("parse {}: {reason}", gofmt::quote(url))]
+    Target {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The `Host` header is not a header value.
+    #[error("http: invalid Host header")]
+    Host,
+    /// The request could not be built.
+    #[error("{0}")]
+    Request(String),
+    /// A redirect's `Location` does not parse.
+    #[error("failed to parse Location header {}", gofmt::quote(.0))]
+    Location(String),
+}
+
 /// One response, body already read (capped).
 struct Response {
     status: u16,
     location: Option<String>,
-    body: Result<Bytes, String>,
+    body: Result<Bytes, HttpError>,
 }
 
 impl HttpProber {
@@ -109,30 +162,30 @@ impl HttpProber {
             progress.url = url.clone();
             progress.phase = Phase::Dial;
             // Error texts name the URL as Go does (`Get "<url>": ...`); built only on error.
-            let failed = |url: &ProbeUrl, message: String| {
+            let failed = |url: &ProbeUrl, message: &dyn std::fmt::Display| {
                 ProbeResult::Failure(format!("Get {}: {message}", gofmt::quote(&url.to_string())))
             };
             if url.scheme != "http" && url.scheme != "https" {
                 return failed(
                     &url,
-                    format!("unsupported protocol scheme {}", gofmt::quote(&url.scheme)),
+                    &format!("unsupported protocol scheme {}", gofmt::quote(&url.scheme)),
                 );
             }
             let host = host_override.clone().unwrap_or_else(|| url.authority());
             let wire = match request.build(&url, &host, referer.clone()) {
                 Ok(wire) => wire,
-                Err(message) => return failed(&url, message),
+                Err(e) => return failed(&url, &e),
             };
             let response = match self.round_trip(&url, wire, progress).await {
                 Ok(response) => response,
-                Err(message) => return failed(&url, message),
+                Err(e) => return failed(&url, &e),
             };
             let location = response.location.as_deref().filter(|l| !l.is_empty());
             let redirect = matches!(response.status, 301 | 302 | 303 | 307 | 308);
             if let (true, Some(location)) = (redirect, location) {
                 let (next, absolute) = match url.resolve(location) {
                     Ok(next) => next,
-                    Err(message) => return failed(&url, message),
+                    Err(e) => return failed(&url, &e),
                 };
                 if next.host == first_host {
                     if redirects >= MAX_REDIRECTS {
@@ -170,7 +223,7 @@ impl HttpProber {
         url: &ProbeUrl,
         wire: http::Request<http_body_util::Empty<Bytes>>,
         progress: &mut Progress,
-    ) -> Result<Response, String> {
+    ) -> Result<Response, HttpError> {
         let tcp = dial(&url.host, url.port).await?;
         progress.phase = Phase::Headers;
         if url.scheme == "https" {
@@ -179,7 +232,7 @@ impl HttpProber {
                 .tls
                 .connect(name, tcp)
                 .await
-                .map_err(|e| tls_error_text(&e))?;
+                .map_err(|e| HttpError::Handshake(tls_error_text(&e)))?;
             exchange(TokioIo::new(stream), wire, progress).await
         } else {
             exchange(TokioIo::new(tcp), wire, progress).await
@@ -193,7 +246,7 @@ async fn exchange<T>(
     io: T,
     wire: http::Request<http_body_util::Empty<Bytes>>,
     progress: &mut Progress,
-) -> Result<Response, String>
+) -> Result<Response, HttpError>
 where
     T: Read + Write + Unpin + Send + 'static,
 {
@@ -201,13 +254,13 @@ where
         .title_case_headers(true)
         .handshake::<_, http_body_util::Empty<Bytes>>(io)
         .await
-        .map_err(|e| hyper_error_text(&e))?;
+        .map_err(|e| HttpError::Exchange(hyper_error_text(&e)))?;
     let mut conn = pin!(conn);
     let talk = async {
         let response = sender
             .send_request(wire)
             .await
-            .map_err(|e| hyper_error_text(&e))?;
+            .map_err(|e| HttpError::Exchange(hyper_error_text(&e)))?;
         progress.phase = Phase::Body;
         let status = response.status().as_u16();
         let location = response
@@ -232,7 +285,7 @@ where
 
 /// Reads at most `cap` bytes of `body`; the rest is never read (the
 /// connection is closed), as upstream.
-async fn read_capped(mut body: Incoming, cap: usize) -> Result<Bytes, String> {
+async fn read_capped(mut body: Incoming, cap: usize) -> Result<Bytes, HttpError> {
     let mut buf = BytesMut::new();
     while buf.len() < cap {
         match body.frame().await {
@@ -245,9 +298,9 @@ async fn read_capped(mut body: Incoming, cap: usize) -> Result<Bytes, String> {
             }
             Some(Err(err)) => {
                 return Err(if err.is_incomplete_message() {
-                    "unexpected EOF".to_string()
+                    HttpError::UnexpectedEof
                 } else {
-                    err.to_string()
+                    HttpError::Body(err.to_string())
                 });
             }
         }
@@ -260,7 +313,7 @@ fn classify(response: Response) -> ProbeResult {
     let body = match response.body {
         Ok(body) => body,
         // Upstream: the body could not be read, the probe errored.
-        Err(message) => return ProbeResult::Unknown(message),
+        Err(e) => return ProbeResult::Unknown(e.to_string()),
     };
     match response.status {
         200..=299 => ProbeResult::Success,

@@ -8,9 +8,10 @@ use http::header::{CONNECTION, HOST, REFERER, USER_AGENT};
 use http::{HeaderName, HeaderValue, Request, Uri};
 use http_body_util::Empty;
 
+use super::HttpError;
 use super::url::ProbeUrl;
+use crate::port::PortError;
 use crate::spec::HttpGetSpec;
-use keelson_common::gofmt;
 
 /// A prepared `httpGet` probe request.
 #[derive(Debug, Clone)]
@@ -22,7 +23,7 @@ pub struct HttpRequest {
     /// Headers to send besides `Host` and `Connection`, in Go's order
     /// (`User-Agent` first, then sorted by name), or the error Go's transport
     /// reports for an invalid header.
-    pub(crate) headers: Result<Vec<(HeaderName, HeaderValue)>, String>,
+    pub(crate) headers: Result<Vec<(HeaderName, HeaderValue)>, HttpError>,
     /// Whether the probe sets its own `Referer`.
     pub(crate) explicit_referer: Option<HeaderValue>,
 }
@@ -30,7 +31,11 @@ pub struct HttpRequest {
 impl HttpRequest {
     /// Prepares the request of `spec` for a pod whose IP is `pod_ip`. Fails
     /// (a probe error, as upstream) only when the port could not be resolved.
-    pub fn new(spec: &HttpGetSpec, pod_ip: &str, user_agent: &str) -> Result<HttpRequest, String> {
+    pub fn new(
+        spec: &HttpGetSpec,
+        pod_ip: &str,
+        user_agent: &str,
+    ) -> Result<HttpRequest, PortError> {
         let port = spec.port.clone()?;
         let host = spec.host.as_deref().unwrap_or(pod_ip);
         let url = ProbeUrl::for_probe(&spec.scheme, host, port, &spec.path);
@@ -83,14 +88,13 @@ impl HttpRequest {
                 ) {
                     continue;
                 }
-                let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                    format!("net/http: invalid header field name {}", gofmt::quote(name))
-                })?;
+                let header = HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| HttpError::HeaderName(name.clone()))?;
                 for value in &values[at] {
                     out.push((header.clone(), header_value(name, value)?));
                 }
             }
-            Ok(out)
+            Ok::<_, HttpError>(out)
         })();
         let explicit_referer = match &headers {
             Ok(list) => list
@@ -119,17 +123,19 @@ impl HttpRequest {
         url: &ProbeUrl,
         host: &str,
         referer: Option<HeaderValue>,
-    ) -> Result<Request<Empty<bytes::Bytes>>, String> {
+    ) -> Result<Request<Empty<bytes::Bytes>>, HttpError> {
         let headers = self.headers.as_ref().map_err(Clone::clone)?;
         let uri: Uri = url
             .request_target()
             .parse()
-            .map_err(|e| format!("parse {}: {e}", gofmt::quote(&url.to_string())))?;
-        let host =
-            HeaderValue::from_str(host).map_err(|_| "http: invalid Host header".to_string())?;
+            .map_err(|e: http::uri::InvalidUri| HttpError::Target {
+                url: url.to_string(),
+                reason: e.to_string(),
+            })?;
+        let host = HeaderValue::from_str(host).map_err(|_| HttpError::Host)?;
         let mut request = Request::get(uri)
             .body(Empty::new())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| HttpError::Request(e.to_string()))?;
         let map = request.headers_mut();
         map.insert(HOST, host);
         for (name, value) in headers {
@@ -160,13 +166,8 @@ impl HttpRequest {
     }
 }
 
-fn header_value(name: &str, value: &str) -> Result<HeaderValue, String> {
-    HeaderValue::from_str(value).map_err(|_| {
-        format!(
-            "net/http: invalid header field value for {}",
-            gofmt::quote(name)
-        )
-    })
+fn header_value(name: &str, value: &str) -> Result<HeaderValue, HttpError> {
+    HeaderValue::from_str(value).map_err(|_| HttpError::HeaderValue(name.to_string()))
 }
 
 /// Go's `textproto.CanonicalMIMEHeaderKey`: `x-forwarded-for` becomes
@@ -276,13 +277,13 @@ mod tests {
         let r = HttpRequest::new(&spec(&[("bad name", "x")]), "10.1.2.3", "ua")
             .expect("should succeed");
         assert_eq!(
-            r.headers.expect_err("should fail"),
+            r.headers.expect_err("should fail").to_string(),
             "net/http: invalid header field name \"bad name\""
         );
         let r =
             HttpRequest::new(&spec(&[("X-Ok", "a\nb")]), "10.1.2.3", "ua").expect("should succeed");
         assert_eq!(
-            r.headers.expect_err("should fail"),
+            r.headers.expect_err("should fail").to_string(),
             "net/http: invalid header field value for \"X-Ok\""
         );
     }
@@ -290,9 +291,11 @@ mod tests {
     #[test]
     fn unresolved_port_is_a_probe_error() {
         let mut s = spec(&[]);
-        s.port = Err("invalid port number: 0".into());
+        s.port = Err(PortError::InvalidNumber(0));
         assert_eq!(
-            HttpRequest::new(&s, "10.1.2.3", "ua").expect_err("should fail"),
+            HttpRequest::new(&s, "10.1.2.3", "ua")
+                .expect_err("should fail")
+                .to_string(),
             "invalid port number: 0"
         );
     }

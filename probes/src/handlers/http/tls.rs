@@ -66,7 +66,9 @@ impl ServerCertVerifier for SkipChainVerification {
 }
 
 /// The name to present for SNI: an IP literal sends none, as in Go.
-pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
-    ServerName::try_from(host.to_string())
-        .map_err(|e| format!("tls: invalid server name {host:?}: {e}"))
+pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, super::HttpError> {
+    ServerName::try_from(host.to_string()).map_err(|e| super::HttpError::ServerName {
+        host: host.to_string(),
+        reason: e.to_string(),
+    })
 }

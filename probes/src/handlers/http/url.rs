@@ -60,18 +60,16 @@ impl ProbeUrl {
     /// Resolves a `Location` header value against this URL (RFC 3986
     /// reference resolution). Returns the new URL and whether the reference
     /// was absolute (had a scheme).
-    pub fn resolve(&self, location: &str) -> Result<(ProbeUrl, bool), String> {
+    pub(crate) fn resolve(&self, location: &str) -> Result<(ProbeUrl, bool), super::HttpError> {
         let (reference, _) = location.split_once('#').unwrap_or((location, ""));
         if let Some((scheme, rest)) = split_scheme(reference) {
-            let url = parse_network_path(&scheme.to_ascii_lowercase(), rest).ok_or_else(|| {
-                format!("failed to parse Location header {}", gofmt::quote(location))
-            })?;
+            let url = parse_network_path(&scheme.to_ascii_lowercase(), rest)
+                .ok_or_else(|| super::HttpError::Location(location.to_string()))?;
             return Ok((url, true));
         }
         if reference.starts_with("//") {
-            let url = parse_network_path(&self.scheme, reference).ok_or_else(|| {
-                format!("failed to parse Location header {}", gofmt::quote(location))
-            })?;
+            let url = parse_network_path(&self.scheme, reference)
+                .ok_or_else(|| super::HttpError::Location(location.to_string()))?;
             return Ok((url, false));
         }
         let (path, query) = split_reference(reference);
