@@ -24,6 +24,7 @@ use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::call::{CallError, bounded};
 use super::capacity::parse_list;
 use super::conditions::NodeEvent;
 use super::handle::{NodeStatusHandle, PressureSource};
@@ -206,29 +207,6 @@ fn api_err(e: &kube::Error) -> String {
 
 fn is_already_exists(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409 && (s.reason == "AlreadyExists" || s.reason.is_empty()))
-}
-
-/// Why a bounded call (CRI or API) failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum CallError {
-    /// The call failed (its error and causes, as one line).
-    #[error("{0}")]
-    Failed(String),
-    /// No answer within the limit.
-    #[error("request timed out after {0:?}")]
-    TimedOut(Duration),
-}
-
-async fn bounded<T, E, F>(limit: Duration, fut: F) -> Result<T, CallError>
-where
-    F: std::future::Future<Output = Result<T, E>>,
-    E: std::error::Error + 'static,
-{
-    match tokio::time::timeout(limit, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(CallError::Failed(error_chain(&e))),
-        Err(_) => Err(CallError::TimedOut(limit)),
-    }
 }
 
 fn ready_status(node: &Node) -> Option<String> {

@@ -12,6 +12,7 @@
 //! [`metrics`], [`format`] (quantity text).
 
 pub mod addresses;
+pub(crate) mod call;
 pub mod capacity;
 pub mod conditions;
 pub mod features;

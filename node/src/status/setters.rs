@@ -73,7 +73,7 @@ pub struct Observed {
     /// Runtime version from this round's Version call.
     pub runtime_version: Option<String>,
     /// Images, sorted largest first; `Err` when listing failed.
-    pub images: Result<Vec<keelson_cri::api::Image>, super::manager::CallError>,
+    pub images: Result<Vec<keelson_cri::api::Image>, super::call::CallError>,
     /// Host interface addresses, when listable.
     pub interface_addresses: Option<Vec<std::net::IpAddr>>,
     /// Default-route source address.
@@ -380,7 +380,7 @@ mod tests {
         let mut obs = observed(110);
         obs.runtime_errors = vec!["container runtime is down".into()];
         obs.network_errors = vec!["container runtime network not ready: <nil>".into()];
-        obs.images = Err(super::super::manager::CallError::Failed(
+        obs.images = Err(super::super::call::CallError::Failed(
             "CRI ListImages: runtime unavailable".into(),
         ));
         let out = apply(&mut node, &setter_config(), &obs);

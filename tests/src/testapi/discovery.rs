@@ -147,7 +147,8 @@ mod tests {
                 "events.k8s.io",
                 "networking.k8s.io",
                 "node.k8s.io",
-                "rbac.authorization.k8s.io"
+                "rbac.authorization.k8s.io",
+                "storage.k8s.io"
             ]
         );
     }

@@ -74,6 +74,11 @@ async fn concurrent_reader_never_sees_a_partial_update() {
                             note(format!("torn {key}: {}…", &t[..20.min(t.len())]))
                         }
                         Ok(_) => {}
+                        // The path went through `..data` to the version
+                        // that was just replaced and removed (kubelet's
+                        // atomic writer removes the old version right
+                        // after the swap): a reader retries, as below.
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                         Err(e) => note(format!("reading {key}: {e}")),
                     }
                 }
