@@ -5,7 +5,8 @@
 //! code (and for a 4xx its body; a 403 names the verb and subresources
 //! checked through the real kube-apiserver's SubjectAccessReview). The
 //! same table ([`MATRIX`]) must come out of kubelet v1.36 and keelson:
-//! the kubelet run is what proves the table.
+//! the kubelet run is what proves the table. A second case does it again
+//! on a node with anonymous authentication on ([`MATRIX_ANONYMOUS`]).
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -16,17 +17,24 @@ use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use keelson_tests::node_api::{Credentials, request_on};
-use keelson_tests::upstream::{Agents, Case, Env};
+use keelson_tests::upstream::{Agents, Case, ClusterNode, Env, KeelsonFiles, NodeSpec, ProxyAgent};
 use kube::Api;
 use kube::api::PostParams;
 
 use crate::support::namespace;
 
-pub const CASES: &[Case] = &[Case {
-    name: "node_api_authz_matrix",
-    agents: &Agents::ALL,
-    run: |env, agents| Box::pin(node_api_authz_matrix(env, agents)),
-}];
+pub const CASES: &[Case] = &[
+    Case {
+        name: "node_api_authz_matrix",
+        agents: &Agents::ALL,
+        run: |env, agents| Box::pin(node_api_authz_matrix(env, agents)),
+    },
+    Case {
+        name: "node_api_authz_matrix_anonymous",
+        agents: &Agents::ALL,
+        run: |env, agents| Box::pin(node_api_authz_matrix_anonymous(env, agents)),
+    },
+];
 
 /// Requests: method and path (`NS` is the case's namespace).
 const REQUESTS: &[(&str, &str)] = &[
@@ -315,6 +323,80 @@ sa:all GET /debug/pprof/ -> 404 404: Page Not Found
 sa:all GET /debug/flags/v -> 406 unsupported http method
 "#;
 
+/// What kubelet v1.36 answers with anonymous authentication on (the
+/// identities of [`node_api_authz_matrix_anonymous`]).
+const MATRIX_ANONYMOUS: &str = r#"
+anonymous GET /pods -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[pods proxy])
+anonymous DELETE /pods -> 403 Forbidden (user=system:anonymous, verb=delete, resource=nodes, subresource(s)=[pods proxy])
+anonymous GET /runningpods/ -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[pods proxy])
+anonymous GET /healthz -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[healthz proxy])
+anonymous GET /healthz/syncloop -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[healthz proxy])
+anonymous GET /configz -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[configz proxy])
+anonymous PUT /configz -> 403 Forbidden (user=system:anonymous, verb=update, resource=nodes, subresource(s)=[configz proxy])
+anonymous GET /stats/summary -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[stats])
+anonymous POST /stats/summary -> 403 Forbidden (user=system:anonymous, verb=create, resource=nodes, subresource(s)=[stats])
+anonymous GET /metrics -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[metrics])
+anonymous PATCH /metrics -> 403 Forbidden (user=system:anonymous, verb=patch, resource=nodes, subresource(s)=[metrics])
+anonymous GET /metrics/cadvisor -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[metrics])
+anonymous GET /metrics/resource -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[metrics])
+anonymous GET /metrics/probes -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[metrics])
+anonymous GET /logs/ -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[log])
+anonymous GET /containerLogs/NS/absent/c -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[proxy])
+anonymous POST /exec/NS/absent/c?command=true&output=1 -> 403 Forbidden (user=system:anonymous, verb=create, resource=nodes, subresource(s)=[proxy])
+anonymous POST /run/NS/absent/c?cmd=true -> 403 Forbidden (user=system:anonymous, verb=create, resource=nodes, subresource(s)=[proxy])
+anonymous GET /attach/NS/absent/c?output=1 -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[proxy])
+anonymous GET /portForward/NS/absent -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[proxy])
+anonymous POST /checkpoint/NS/absent/c -> 403 Forbidden (user=system:anonymous, verb=create, resource=nodes, subresource(s)=[checkpoint])
+anonymous GET /spec/ -> 404 404 page not found
+anonymous GET /statusz -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[statusz])
+anonymous GET /flagz -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[configz])
+anonymous GET /no/such/path -> 404 404 page not found
+anonymous GET /healthz/nonexistent -> 404 404 page not found
+anonymous GET /metrics/nonexistent -> 404 404 page not found
+anonymous GET /metrics/slis -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[metrics])
+anonymous GET /stats/nonexistent -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[stats])
+anonymous GET /pods/nonexistent -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[pods proxy])
+anonymous GET /debug/pprof/ -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[proxy])
+anonymous GET /debug/flags/v -> 403 Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[proxy])
+unknown-token GET /pods -> 401 Unauthorized
+unknown-token DELETE /pods -> 401 Unauthorized
+unknown-token GET /runningpods/ -> 401 Unauthorized
+unknown-token GET /healthz -> 401 Unauthorized
+unknown-token GET /healthz/syncloop -> 401 Unauthorized
+unknown-token GET /configz -> 401 Unauthorized
+unknown-token PUT /configz -> 401 Unauthorized
+unknown-token GET /stats/summary -> 401 Unauthorized
+unknown-token POST /stats/summary -> 401 Unauthorized
+unknown-token GET /metrics -> 401 Unauthorized
+unknown-token PATCH /metrics -> 401 Unauthorized
+unknown-token GET /metrics/cadvisor -> 401 Unauthorized
+unknown-token GET /metrics/resource -> 401 Unauthorized
+unknown-token GET /metrics/probes -> 401 Unauthorized
+unknown-token GET /logs/ -> 401 Unauthorized
+unknown-token GET /containerLogs/NS/absent/c -> 401 Unauthorized
+unknown-token POST /exec/NS/absent/c?command=true&output=1 -> 401 Unauthorized
+unknown-token POST /run/NS/absent/c?cmd=true -> 401 Unauthorized
+unknown-token GET /attach/NS/absent/c?output=1 -> 401 Unauthorized
+unknown-token GET /portForward/NS/absent -> 401 Unauthorized
+unknown-token POST /checkpoint/NS/absent/c -> 401 Unauthorized
+unknown-token GET /spec/ -> 404 404 page not found
+unknown-token GET /statusz -> 401 Unauthorized
+unknown-token GET /flagz -> 401 Unauthorized
+unknown-token GET /no/such/path -> 404 404 page not found
+unknown-token GET /healthz/nonexistent -> 404 404 page not found
+unknown-token GET /metrics/nonexistent -> 404 404 page not found
+unknown-token GET /metrics/slis -> 401 Unauthorized
+unknown-token GET /stats/nonexistent -> 401 Unauthorized
+unknown-token GET /pods/nonexistent -> 401 Unauthorized
+unknown-token GET /debug/pprof/ -> 401 Unauthorized
+unknown-token GET /debug/flags/v -> 401 Unauthorized
+"#;
+
+/// Cells of [`MATRIX_ANONYMOUS`] where keelson answers otherwise: none
+/// (the paths keelson does not serve are refused before they are looked
+/// up, as kubelet's are).
+const KEELSON_DIFFERS_ANONYMOUS: &[(&str, &str, &str)] = &[];
+
 /// Cells where keelson answers otherwise, with its answer and why: paths
 /// kubelet serves and keelson does not (yet). Checked on keelson's run, so
 /// the list stays true.
@@ -392,11 +474,57 @@ async fn node_api_authz_matrix(env: Arc<Env>, agents: Agents) -> anyhow::Result<
     }
     // RBAC changes reach the API server's authorizer at once; the node's
     // SubjectAccessReview cache only keeps answers it got.
+    let table = answers(&node, &ns, &identities).await?;
+    compare(MATRIX, KEELSON_DIFFERS, agents, &table)
+}
+
+/// The node API of a node whose KubeletConfiguration (read by kubelet and,
+/// as the same file, by keelson) turns anonymous authentication on: a
+/// request without credentials is `system:anonymous` in the group
+/// `system:unauthenticated` and goes to the SubjectAccessReview like any
+/// other user (kubelet's `BuildAuthn` in pkg/kubelet/server/auth.go puts
+/// the anonymous authenticator after the failing ones only: a token the
+/// API server does not know still gets 401).
+async fn node_api_authz_matrix_anonymous(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
+    let spec = NodeSpec {
+        proxy: ProxyAgent::None,
+        keelson_files: KeelsonFiles::Upstream,
+        kubelet: Some(Arc::new(|m| {
+            let anonymous =
+                serde_yaml::Mapping::from_iter([("enabled".into(), serde_yaml::Value::Bool(true))]);
+            if let Some(serde_yaml::Value::Mapping(authn)) = m.get_mut("authentication") {
+                authn.insert("anonymous".into(), serde_yaml::Value::Mapping(anonymous));
+            }
+        })),
+        ..NodeSpec::of(agents)
+    };
+    let node = env
+        .start_node(&format!("authz-anon-{}", agents.name()), spec)
+        .await?;
+    node.wait_ready(&env.admin).await?;
+    let ns = namespace(&env.admin, "authza").await?;
+    let identities = vec![
+        ("anonymous".to_string(), Credentials::None),
+        (
+            "unknown-token".to_string(),
+            Credentials::Token("not-a-token".into()),
+        ),
+    ];
+    let table = answers(&node, &ns, &identities).await?;
+    compare(MATRIX_ANONYMOUS, KEELSON_DIFFERS_ANONYMOUS, agents, &table)
+}
+
+/// Every request of [`REQUESTS`] as each identity, one line per answer.
+async fn answers(
+    node: &ClusterNode,
+    ns: &str,
+    identities: &[(String, Credentials)],
+) -> anyhow::Result<String> {
     let addr = std::net::SocketAddr::new(node.ip.into(), 10250);
     let mut table = String::new();
-    for (who, creds) in &identities {
+    for (who, creds) in identities {
         for (method, path) in REQUESTS {
-            let real = path.replace("NS", &ns);
+            let real = path.replace("NS", ns);
             let conn = node
                 .containerd()
                 .netns()
@@ -408,7 +536,7 @@ async fn node_api_authz_matrix(env: Arc<Env>, agents: Agents) -> anyhow::Result<
             let shown = if code >= 400 {
                 body.trim_end()
                     .replace(&format!("system:serviceaccount:{ns}:"), "U:")
-                    .replace(&ns, "NS")
+                    .replace(ns, "NS")
             } else {
                 String::new()
             };
@@ -419,9 +547,20 @@ async fn node_api_authz_matrix(env: Arc<Env>, agents: Agents) -> anyhow::Result<
             )?;
         }
     }
-    let mut want = MATRIX.trim().to_string();
+    Ok(table)
+}
+
+/// `table` against kubelet's `matrix`, with keelson's listed differences
+/// on keelson's run.
+fn compare(
+    matrix: &str,
+    differs: &[(&str, &str, &str)],
+    agents: Agents,
+    table: &str,
+) -> anyhow::Result<()> {
+    let mut want = matrix.trim().to_string();
     if agents == Agents::Keelson {
-        for (kubelet, keelson, _why) in KEELSON_DIFFERS {
+        for (kubelet, keelson, _why) in differs {
             want = want.replace(kubelet, keelson);
         }
     }
