@@ -66,7 +66,7 @@ use status::{Host, NodeStatusHandle, PressureSource, RealHost, RuntimeState};
 pub enum NodeError {
     /// The CRI endpoint is malformed.
     #[error("node.containerRuntimeEndpoint: {0}")]
-    Runtime(#[source] CriError),
+    Runtime(CriError),
     /// The node API could not start (kubelet exits in this case too).
     #[error(transparent)]
     Server(#[from] server::ServerError),
@@ -81,22 +81,20 @@ pub enum NodeError {
     Devices(#[from] devices::RegistrationError),
     /// A gRPC socket under the root dir (plugin registry, pod resources)
     /// could not be served.
-    #[error("serving {path}: {source}")]
+    #[error("serving {path}: {error}")]
     Socket {
         /// The directory or socket.
         path: String,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        /// The I/O error (in the text, not a source: said once).
+        error: std::io::Error,
     },
     /// The root dir could not be created.
-    #[error("creating node.rootDir {path}: {source}")]
+    #[error("creating node.rootDir {path}: {error}")]
     RootDir {
         /// The directory.
         path: String,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        /// The I/O error (in the text, not a source: said once).
+        error: std::io::Error,
     },
 }
 
@@ -208,9 +206,9 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
     let cfg = ctx.config.clone();
     let n = &*cfg;
     preflight::check(n.fail_swap_on, n.fail_cgroup_v1)?;
-    std::fs::create_dir_all(&n.root_dir).map_err(|source| NodeError::RootDir {
+    std::fs::create_dir_all(&n.root_dir).map_err(|error| NodeError::RootDir {
         path: n.root_dir.display().to_string(),
-        source,
+        error,
     })?;
     let cri = RuntimeClient::new_lazy(
         &n.container_runtime_endpoint,
@@ -292,14 +290,14 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
             keelson_cri::kubelet_api::pluginregistration::CSI_PLUGIN.to_string(),
             std::sync::Arc::new(csi::handler::CsiPluginHandler::new(csi.clone())),
         );
-        plugins::start(&n.root_dir, handlers, shutdown.clone()).map_err(|source| {
+        plugins::start(&n.root_dir, handlers, shutdown.clone()).map_err(|error| {
             NodeError::Socket {
                 path: n
                     .root_dir
                     .join(plugins::REGISTRY_DIR_NAME)
                     .display()
                     .to_string(),
-                source,
+                error,
             }
         })?;
     }
@@ -431,13 +429,13 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
         device_manager,
         shutdown.clone(),
     )
-    .map_err(|source| NodeError::Socket {
+    .map_err(|error| NodeError::Socket {
         path: n
             .root_dir
             .join(podresources::DIR_NAME)
             .display()
             .to_string(),
-        source,
+        error,
     })?;
     // Pods (and their volumes): started as a task so a runtime that is not
     // up yet does not hold the rest of the node role.
@@ -574,4 +572,40 @@ pub async fn run_pod_consumers(services: &NodeServices, pods: pods::PodsHandle) 
     }
     ctx.shutdown.cancelled().await;
     drain(&mut tasks).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NodeError;
+
+    /// The error and every source, as `anyhow`'s `{:#}` prints them.
+    fn printed(e: &(dyn std::error::Error + 'static)) -> String {
+        let mut out = e.to_string();
+        let mut cur = e.source();
+        while let Some(s) = cur {
+            out.push_str(&format!(": {s}"));
+            cur = s.source();
+        }
+        out
+    }
+
+    #[test]
+    fn io_causes_are_said_once() {
+        let e = NodeError::RootDir {
+            path: "/var/lib/kubelet".into(),
+            error: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert_eq!(
+            printed(&e),
+            "creating node.rootDir /var/lib/kubelet: permission denied"
+        );
+        let e = NodeError::Socket {
+            path: "/var/lib/kubelet/plugins_registry".into(),
+            error: std::io::Error::other("address in use"),
+        };
+        assert_eq!(
+            printed(&e),
+            "serving /var/lib/kubelet/plugins_registry: address in use"
+        );
+    }
 }

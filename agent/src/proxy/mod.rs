@@ -54,16 +54,23 @@ pub enum ProxyError {
     },
     /// The metrics could not be registered.
     #[error("registering proxy metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
+    Metrics(prometheus::Error),
     /// `healthzBindAddress` could not be served.
-    #[error("proxy.healthzBindAddress {address}: {source}")]
+    #[error("proxy.healthzBindAddress {address}: {error}")]
     Healthz {
         /// The address.
         address: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
+        /// Why (in the text, not a source: said once).
+        error: std::io::Error,
     },
+}
+
+/// The registry's error stays in the text and is not a source, so a
+/// printed chain says it once.
+impl From<prometheus::Error> for ProxyError {
+    fn from(e: prometheus::Error) -> Self {
+        ProxyError::Metrics(e)
+    }
 }
 
 pub(crate) fn nftables_config(
@@ -326,9 +333,9 @@ pub async fn run(ctx: RoleContext) -> Result<(), ProxyError> {
     } else {
         let listener = tokio::net::TcpListener::bind(&cfg.healthz_bind_address)
             .await
-            .map_err(|source| ProxyError::Healthz {
+            .map_err(|error| ProxyError::Healthz {
                 address: cfg.healthz_bind_address.clone(),
-                source,
+                error,
             })?;
         Some(handle.health().serve(listener))
     };

@@ -31,7 +31,7 @@ pub const STREAM_REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 pub enum SessionError {
     /// The connection failed or ended.
     #[error("SPDY connection: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// A frame was malformed.
     #[error(transparent)]
     Frame(#[from] FrameError),
@@ -44,6 +44,14 @@ pub enum SessionError {
     /// The server did not answer a new stream in time.
     #[error("timed out waiting for the server to accept SPDY stream {0}")]
     Timeout(u32),
+}
+
+/// The I/O error stays in the text and is not a source, so a printed
+/// chain says it once.
+impl From<std::io::Error> for SessionError {
+    fn from(e: std::io::Error) -> Self {
+        SessionError::Io(e)
+    }
 }
 
 struct StreamSlot {
@@ -378,6 +386,18 @@ where
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_io_error_is_said_once_in_the_printed_chain() {
+        let e = SessionError::from(std::io::Error::other("broken pipe"));
+        let mut chain = e.to_string();
+        let mut cur = std::error::Error::source(&e);
+        while let Some(s) = cur {
+            chain.push_str(&format!(": {s}"));
+            cur = s.source();
+        }
+        assert_eq!(chain, "SPDY connection: broken pipe");
+    }
 
     /// A minimal server end on the other side of a duplex pipe: frames
     /// in, frames out.
