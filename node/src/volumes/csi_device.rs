@@ -372,7 +372,11 @@ impl VolumeManager {
         let found = blocking(move || Ok(persistent_on_disk(&layout)))
             .await
             .unwrap_or_default();
+        let mut seen = std::collections::BTreeSet::new();
         for d in found {
+            if !seen.insert((d.driver.clone(), d.volume_handle.clone())) {
+                continue;
+            }
             let attachable = match &self.inner.csi {
                 Some(csi) => match csi.lister().get(&d.driver).await {
                     Ok(driver) => attach_required(driver.as_deref()),
