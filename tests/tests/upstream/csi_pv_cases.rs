@@ -8,9 +8,11 @@
 //! `volumesAttached`), reported in `volumesInUse`, staged once under
 //! `plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount` and
 //! published into the pod; the data a pod wrote is there for the pod that
-//! replaces it and across an agent restart (the pod keeps running); after
-//! scaling to 0 the volume is unpublished, unstaged, leaves `volumesInUse`
-//! and is detached (its VolumeAttachment goes).
+//! replaces it and across an agent restart (the pod keeps running); a pod
+//! deleted while the agent is down has its volume unpublished and unstaged
+//! after the restart (found on disk); after scaling to 0 the volume is
+//! unpublished, unstaged, leaves `volumesInUse` and is detached (its
+//! VolumeAttachment goes), both times.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -178,6 +180,69 @@ fn mounted(path: &Path) -> bool {
     let want = path.to_string_lossy();
     text.lines()
         .any(|l| l.split(' ').nth(4) == Some(want.as_ref()))
+}
+
+async fn scale(sets: &Api<StatefulSet>, replicas: i32) -> anyhow::Result<()> {
+    sets.patch(
+        "data",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// What must be true of a volume no pod on the node uses any more.
+struct Released<'a> {
+    nodes: &'a Api<Node>,
+    node: &'a str,
+    vas: &'a Api<VolumeAttachment>,
+    va_name: &'a str,
+    unique: &'a str,
+    device: &'a Path,
+}
+
+impl Released<'_> {
+    /// Waits until the pod's volume directory `vol_dir` is gone
+    /// (unpublished), the device is unstaged, the volume is out of the
+    /// Node's volumesInUse and volumesAttached and its VolumeAttachment is
+    /// gone (detached).
+    async fn wait(&self, vol_dir: &Path, what: &str) -> anyhow::Result<()> {
+        let unique = self.unique.to_string();
+        wait_for(
+            &format!("{what} unpublished, unstaged, not in use and detached"),
+            Duration::from_secs(180),
+            Duration::from_millis(500),
+            || async {
+                if vol_dir.exists() {
+                    return Err(format!("{} is still there", vol_dir.display()));
+                }
+                let device = self.device;
+                if device.exists() || device.with_file_name("vol_data.json").exists() {
+                    return Err(format!("{} is still there", device.display()));
+                }
+                let n = self.nodes.get(self.node).await.map_err(|e| e.to_string())?;
+                if in_use(&n).contains(&unique) {
+                    return Err(format!("volumesInUse {:?}", in_use(&n)));
+                }
+                if attached(&n).contains(&unique) {
+                    return Err(format!("volumesAttached {:?}", attached(&n)));
+                }
+                if self
+                    .vas
+                    .get_opt(self.va_name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_some()
+                {
+                    return Err(format!("VolumeAttachment {} still there", self.va_name));
+                }
+                Ok(())
+            },
+        )
+        .await?;
+        Ok(())
+    }
 }
 
 async fn csi_persistent_statefulset(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
@@ -391,43 +456,47 @@ async fn scenario(env: &Env, node: &ClusterNode, driver: &HostPathDriver) -> any
         driver.files_named("stamp")
     );
 
-    // Scaled to 0: unpublished, unstaged, out of volumesInUse, detached.
-    sets.patch(
-        "data",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"spec": {"replicas": 0}})),
-    )
-    .await?;
-    wait_for(
-        "the volume unpublished, unstaged, not in use and detached",
-        Duration::from_secs(180),
-        Duration::from_millis(500),
-        || async {
-            if vol_dir(&second_uid).exists() {
-                return Err("the pod's volume directory is still there".to_string());
-            }
-            if device.exists() || device.with_file_name("vol_data.json").exists() {
-                return Err(format!("{} is still there", device.display()));
-            }
-            let n = nodes.get(&node.name).await.map_err(|e| e.to_string())?;
-            if in_use(&n).contains(&unique) {
-                return Err(format!("volumesInUse {:?}", in_use(&n)));
-            }
-            if attached(&n).contains(&unique) {
-                return Err(format!("volumesAttached {:?}", attached(&n)));
-            }
-            if vas
-                .get_opt(&va_name)
-                .await
-                .map_err(|e| e.to_string())?
-                .is_some()
-            {
-                return Err(format!("VolumeAttachment {va_name} still there"));
-            }
-            Ok(())
+    // The pod goes while the agent is down (scaled to 0, force-deleted):
+    // after the restart its volume is found on disk, unpublished and
+    // unstaged, leaves volumesInUse and is detached.
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
+    node.stop_node_agent();
+    scale(&sets, 0).await?;
+    pods.delete(
+        "data-0",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
         },
     )
     .await?;
+    node.restart_node_agent()?;
+    let released = Released {
+        nodes: &nodes,
+        node: &node.name,
+        vas: &vas,
+        va_name: &va_name,
+        unique: &unique,
+        device: &device,
+    };
+    released
+        .wait(&vol_dir(&second_uid), "the orphaned pod's volume")
+        .await?;
+
+    // Back to one replica: the data is there; scaled to 0 with the agent
+    // up: unpublished, unstaged, out of volumesInUse, detached.
+    scale(&sets, 1).await?;
+    let third = running_pod(c, &ns, Some(&second_uid)).await?;
+    let third_uid = third.metadata.uid.clone().unwrap_or_default();
+    let stamp = stamp_of(c, &ns).await?;
+    ensure!(
+        stamp == first_uid,
+        "the pod after the scale-up found stamp {stamp:?}, not the first pod's {first_uid}"
+    );
+    scale(&sets, 0).await?;
+    released
+        .wait(&vol_dir(&third_uid), "the scaled-down pod's volume")
+        .await?;
     // The data stays with the claim (the driver still holds it).
     ensure!(
         driver.files_named("stamp").len() == 1,
