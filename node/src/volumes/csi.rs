@@ -12,10 +12,14 @@
 //!   `serviceAccountTokenInSecrets`); `fsGroup` goes to the driver when it
 //!   has `VOLUME_MOUNT_GROUP`, else keelson applies it as `fsGroupPolicy`
 //!   says (`fsGroupChangePolicy: OnRootMismatch` honoured);
+//! - CSI PersistentVolumes: the same publish (`publish_csi`) with the PV's
+//!   parameters and the staging path, after the attachment
+//!   (`csi_attach.rs`) and the staging (`csi_device.rs`);
 //! - teardown: `NodeUnpublishVolume` for every directory of the plugin
 //!   (from its `vol_data.json`, so it also works for pods of an earlier
 //!   keelson process), then the mount directory, `vol_data.json` and the
-//!   volume directory are removed when nothing is mounted there.
+//!   volume directory are removed when nothing is mounted there; a
+//!   PersistentVolume's device is then unstaged when no pod uses it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -3,7 +3,9 @@
 //! projected (configMap, secret, downwardAPI and service account token
 //! sources) and hostPath — and the PersistentVolumes behind
 //! `persistentVolumeClaim` and generic `ephemeral` volumes whose source
-//! keelson mounts itself (hostPath, local; [`claims`] resolves them), set
+//! keelson mounts (hostPath, local, and csi through the node's CSI drivers,
+//! attached, staged and published as kubelet does; [`claims`] resolves
+//! them), set
 //! up before a pod's containers start, kept current while it runs, and
 //! cleaned up after.
 //!
