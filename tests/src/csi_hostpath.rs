@@ -5,6 +5,10 @@
 //! `<driver>-reg.sock` into the agent's `<root>/plugins_registry` and
 //! answers the agent's GetInfo with the driver's socket.
 //!
+//! For PersistentVolumes, `csi-provisioner` and `csi-attacher` (the
+//! driver's controller sidecars) run beside it too, against the cluster
+//! ([`HostPathDriver::start_controllers`]).
+//!
 //! Both run in the host's mount namespace, as the DaemonSet's privileged
 //! containers do with `Bidirectional` propagation: the driver's bind
 //! mounts (from its state directory onto the pod's volume directory) must
@@ -42,10 +46,27 @@ pub fn binaries() -> Result<(PathBuf, PathBuf), String> {
     Ok((plugin, registrar))
 }
 
-/// The driver and its registrar; both stopped on drop (the registrar
-/// first, which removes its registration socket: the agent deregisters the
+/// `csi-provisioner` and `csi-attacher` in `KEELSON_UPSTREAM_BIN`, if there.
+pub fn controller_binaries() -> Result<(PathBuf, PathBuf), String> {
+    let (plugin, _) = binaries()?;
+    let dir = plugin.parent().map(Path::to_path_buf).unwrap_or_default();
+    let provisioner = dir.join("csi-provisioner");
+    let attacher = dir.join("csi-attacher");
+    for b in [&provisioner, &attacher] {
+        if !b.is_file() {
+            return Err(format!("{} is missing", b.display()));
+        }
+    }
+    Ok((provisioner, attacher))
+}
+
+/// The driver and its registrar (and its controller sidecars when
+/// started); all stopped on drop (the sidecars and the registrar first,
+/// which removes its registration socket: the agent deregisters the
 /// driver).
 pub struct HostPathDriver {
+    name: String,
+    controllers: Vec<Daemon>,
     registrar: Option<Daemon>,
     plugin: Option<Daemon>,
     state_dir: PathBuf,
@@ -70,6 +91,27 @@ impl HostPathDriver {
         dir: &Path,
         registry_dir: &Path,
     ) -> Result<HostPathDriver, String> {
+        HostPathDriver::start_as(
+            DRIVER,
+            plugin_bin,
+            registrar_bin,
+            node_id,
+            dir,
+            registry_dir,
+        )
+    }
+
+    /// [`HostPathDriver::start`] under the driver name `name` (cases that
+    /// run beside each other with cluster-wide sidecars each have their
+    /// own driver).
+    pub fn start_as(
+        name: &str,
+        plugin_bin: &Path,
+        registrar_bin: &Path,
+        node_id: &str,
+        dir: &Path,
+        registry_dir: &Path,
+    ) -> Result<HostPathDriver, String> {
         // A unix socket path has at most 107 bytes: a short directory.
         let socket_dir = tempfile::Builder::new()
             .prefix("keelson-csi-")
@@ -81,7 +123,7 @@ impl HostPathDriver {
         let mut cmd = Command::new(plugin_bin);
         cmd.arg(format!("--endpoint=unix://{}", socket.display()))
             .arg(format!("--nodeid={node_id}"))
-            .arg(format!("--drivername={DRIVER}"))
+            .arg(format!("--drivername={name}"))
             .arg(format!("--statedir={}", state_dir.display()))
             .arg("--v=5");
         let plugin = Daemon::spawn("hostpathplugin", cmd, &dir.join("hostpathplugin.log"))
@@ -101,11 +143,45 @@ impl HostPathDriver {
         )
         .map_err(|e| e.to_string())?;
         Ok(HostPathDriver {
+            name: name.to_string(),
+            controllers: Vec::new(),
             registrar: Some(registrar),
             plugin: Some(plugin),
             state_dir,
             socket_dir,
         })
+    }
+
+    /// The driver's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Starts `csi-provisioner` and `csi-attacher` on the driver's socket
+    /// with `kubeconfig` (logs in `dir`), as the driver's deployment runs
+    /// them: the provisioner creates PersistentVolumes for the driver's
+    /// StorageClasses, the attacher marks its VolumeAttachments attached.
+    pub fn start_controllers(
+        &mut self,
+        provisioner_bin: &Path,
+        attacher_bin: &Path,
+        kubeconfig: &Path,
+        dir: &Path,
+    ) -> Result<(), String> {
+        let socket = self.socket();
+        for (name, bin) in [
+            ("csi-provisioner", provisioner_bin),
+            ("csi-attacher", attacher_bin),
+        ] {
+            let mut cmd = Command::new(bin);
+            cmd.arg(format!("--csi-address={}", socket.display()))
+                .arg(format!("--kubeconfig={}", kubeconfig.display()))
+                .arg("--v=5");
+            let d = Daemon::spawn(name, cmd, &dir.join(format!("{name}.log")))
+                .map_err(|e| e.to_string())?;
+            self.controllers.push(d);
+        }
+        Ok(())
     }
 
     /// Where the driver keeps its volumes.
@@ -123,6 +199,7 @@ impl HostPathDriver {
         [&self.plugin, &self.registrar]
             .iter()
             .filter_map(|d| d.as_ref())
+            .chain(self.controllers.iter())
             .map(|d| format!("--- {}\n{}", d.name(), d.log_tail(lines)))
             .collect::<Vec<_>>()
             .join("\n")
@@ -155,6 +232,9 @@ impl HostPathDriver {
 
 impl Drop for HostPathDriver {
     fn drop(&mut self) {
+        for mut c in self.controllers.drain(..) {
+            c.stop();
+        }
         self.stop_registrar();
         if let Some(mut p) = self.plugin.take() {
             p.stop();

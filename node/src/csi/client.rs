@@ -259,9 +259,6 @@ impl CsiClient {
         .await
     }
 
-    // Staging and volume stats serve PersistentVolume-backed CSI volumes,
-    // which are not wired yet (docs/volumes.md).
-    #[allow(dead_code)]
     /// `NodeStageVolume` to `staging_path` (the volume's globalmount).
     pub(crate) async fn node_stage_volume(
         &self,
@@ -286,9 +283,6 @@ impl CsiClient {
         .await
     }
 
-    // Staging and volume stats serve PersistentVolume-backed CSI volumes,
-    // which are not wired yet (docs/volumes.md).
-    #[allow(dead_code)]
     /// `NodeUnstageVolume`.
     pub(crate) async fn node_unstage_volume(
         &self,

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Node;
 use tokio::sync::watch;
 
 use super::setters::PressureFlags;
+use super::volumes_in_use::VolumesInUse;
 use keelson_common::quantity::Quantity;
 
 /// Reports node pressure (implemented by the eviction manager).
@@ -34,6 +35,7 @@ struct Inner {
     capacity: RwLock<BTreeMap<String, Quantity>>,
     node: RwLock<Option<Node>>,
     registered: watch::Sender<bool>,
+    volumes_in_use: VolumesInUse,
 }
 
 /// Read side of the node status manager; cheap to clone.
@@ -56,6 +58,7 @@ impl Default for NodeStatusHandle {
                 capacity: RwLock::new(BTreeMap::new()),
                 node: RwLock::new(None),
                 registered: watch::channel(false).0,
+                volumes_in_use: VolumesInUse::default(),
             }),
         }
     }
@@ -90,6 +93,12 @@ impl NodeStatusHandle {
     /// The Node as last read or computed (`None` before the first sync).
     pub fn node(&self) -> Option<Node> {
         self.inner.node.read().ok().and_then(|n| n.clone())
+    }
+
+    /// The node's volumes in use (written by the volume manager, reported
+    /// by the status manager).
+    pub fn volumes_in_use(&self) -> &VolumesInUse {
+        &self.inner.volumes_in_use
     }
 
     /// Whether the Node is registered.

@@ -284,6 +284,7 @@ impl NodeStatusManager {
             supplemental_groups_policy: None,
             pressure: self.deps.pressure.pressure(),
             devices: self.deps.devices.as_ref().map(|d| d.capacity()),
+            volumes_in_use: self.handle.volumes_in_use().to_report(),
         }
     }
 
@@ -343,6 +344,7 @@ impl NodeStatusManager {
             supplemental_groups_policy: self.deps.runtime.supplemental_groups_policy(),
             pressure: self.deps.pressure.pressure(),
             devices: self.deps.devices.as_ref().map(|d| d.capacity()),
+            volumes_in_use: self.handle.volumes_in_use().to_report(),
         }
     }
 
@@ -492,6 +494,15 @@ impl NodeStatusManager {
             return Ok(SyncOutcome::Unchanged);
         }
         let updated = self.patch_node_status(&original, &node).await?;
+        // kubelet_node_status.go: the volume manager learns which volumes
+        // the API server now lists as in use.
+        self.handle.volumes_in_use().mark_reported(
+            &updated
+                .status
+                .as_ref()
+                .and_then(|s| s.volumes_in_use.clone())
+                .unwrap_or_default(),
+        );
         self.record(&events);
         self.publish(&updated);
         Ok(SyncOutcome::Written)

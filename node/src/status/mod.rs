@@ -9,7 +9,8 @@
 //! [`images`], [`addresses`], [`setters`] (all of them in kubelet's order),
 //! [`registration`], [`patch`] (the strategic merge patch and the change
 //! test), [`manager`] (the loop), [`handle`] (what other parts read),
-//! [`metrics`], [`format`] (quantity text).
+//! [`metrics`], [`format`] (quantity text), [`volumes_in_use`] (what the
+//! volume manager reports in `volumesInUse`).
 
 pub mod addresses;
 pub(crate) mod call;
@@ -28,6 +29,7 @@ pub mod registration;
 pub mod runtime;
 pub mod setters;
 pub mod shutting_down;
+pub mod volumes_in_use;
 
 pub use handle::{NoPressure, NodeStatusHandle, PressureSource};
 pub use host::{Host, RealHost};
@@ -36,3 +38,4 @@ pub use metrics::StatusMetrics;
 pub use runtime::RuntimeState;
 pub use setters::PressureFlags;
 pub use shutting_down::ShuttingDown;
+pub use volumes_in_use::VolumesInUse;

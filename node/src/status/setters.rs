@@ -94,6 +94,9 @@ pub struct Observed {
     pub pressure: PressureFlags,
     /// The device plugins' resources.
     pub devices: Option<crate::devices::DeviceCapacity>,
+    /// `volumesInUse` from the volume manager; `None` until it synced
+    /// (the Node's list stays as it is).
+    pub volumes_in_use: Option<Vec<String>>,
 }
 
 /// What applying the setters produced besides the changed Node.
@@ -215,6 +218,12 @@ pub fn apply(node: &mut Node, cfg: &SetterConfig, obs: &Observed) -> SetterOutco
         });
     }
 
+    // VolumesInUse (setters.go `VolumesInUse`: only once the volume
+    // manager's reconciler synced; an empty list is no list).
+    if let Some(v) = &obs.volumes_in_use {
+        status.volumes_in_use = if v.is_empty() { None } else { Some(v.clone()) };
+    }
+
     // Conditions: MemoryPressure, DiskPressure, PIDPressure, Ready.
     let capacity_now = status.capacity.clone().unwrap_or_default();
     let conditions = status.conditions.get_or_insert_with(Vec::new);
@@ -307,6 +316,7 @@ mod tests {
             supplemental_groups_policy: None,
             pressure: PressureFlags::default(),
             devices: None,
+            volumes_in_use: None,
         }
     }
 

@@ -201,9 +201,9 @@ pub enum ClaimError {
 }
 
 /// The source of a bound PersistentVolume: the seam where PV types plug
-/// in. keelson mounts `HostPath` and `Local` itself; `Csi` is resolved here
-/// and handed to the plugin layer, which refuses it until the CSI volume
-/// plugin exists; every other source is `Other` with its API field name.
+/// in. keelson mounts `HostPath` and `Local` itself and `Csi` through the
+/// node's CSI drivers; every other source is `Other` with its API field
+/// name (refused by the plugin layer).
 #[derive(Debug, Clone, PartialEq)]
 pub enum PvSource {
     /// `spec.hostPath`.

@@ -12,10 +12,14 @@
 //!   `serviceAccountTokenInSecrets`); `fsGroup` goes to the driver when it
 //!   has `VOLUME_MOUNT_GROUP`, else keelson applies it as `fsGroupPolicy`
 //!   says (`fsGroupChangePolicy: OnRootMismatch` honoured);
+//! - CSI PersistentVolumes: the same publish (`publish_csi`) with the PV's
+//!   parameters and the staging path, after the attachment
+//!   (`csi_attach.rs`) and the staging (`csi_device.rs`);
 //! - teardown: `NodeUnpublishVolume` for every directory of the plugin
 //!   (from its `vol_data.json`, so it also works for pods of an earlier
 //!   keelson process), then the mount directory, `vol_data.json` and the
-//!   volume directory are removed when nothing is mounted there.
+//!   volume directory are removed when nothing is mounted there; a
+//!   PersistentVolume's device is then unstaged when no pod uses it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -27,7 +31,8 @@ use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::Api;
 use sha2::{Digest, Sha256};
 
-use super::mounter::Mounter;
+use super::csi_attach::attachment_name;
+use super::csi_data::{key, load_vol_data, remove_mount_dir, save_vol_data};
 use super::ownership::{fs_group_from, set_volume_ownership};
 use super::plugins::{Plugin, blocking};
 use super::{Mounted, VolumeManager, ns_of, uid_of};
@@ -36,8 +41,7 @@ use crate::csi::client::{Access, VolumeRequest, access_mode};
 
 /// `<pod>/volumes/kubernetes.io~csi`.
 pub const CSI_DIR: &str = "kubernetes.io~csi";
-/// The file beside the mount directory with what teardown needs.
-pub const VOL_DATA_FILE: &str = "vol_data.json";
+pub use super::csi_data::VOL_DATA_FILE;
 
 /// `csi.storage.k8s.io/ephemeral` and the other pod info keys
 /// (`getPodInfoAttrs`).
@@ -65,13 +69,6 @@ fn pod_info(pod: &Pod, ephemeral: bool) -> HashMap<String, String> {
 /// `makeVolumeHandle`: `csi-<sha256(podUID + volume name)>`.
 pub fn ephemeral_volume_handle(pod_uid: &str, volume: &str) -> String {
     let digest = Sha256::digest(format!("{pod_uid}{volume}").as_bytes());
-    format!("csi-{}", hex::encode(digest))
-}
-
-/// `getAttachmentName`: `csi-<sha256(volumeHandle + driver + node)>`, the
-/// VolumeAttachment's name.
-pub fn attachment_name(volume_handle: &str, driver: &str, node: &str) -> String {
-    let digest = Sha256::digest(format!("{volume_handle}{driver}{node}").as_bytes());
     format!("csi-{}", hex::encode(digest))
 }
 
@@ -142,64 +139,38 @@ fn root_matches(dir: &Path, gid: u32, read_only: bool) -> bool {
     mode & want == want && mode & 0o2000 != 0
 }
 
-/// What teardown reads back (`vol_data.json`, kubelet's keys).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct VolData {
-    volume_handle: String,
-    driver: String,
-}
-
-fn load_vol_data(dir: &Path) -> Result<VolData, String> {
-    let path = dir.join(VOL_DATA_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        format!(
-            "{PLUGIN_NAME}: failed to open volume data file [{}]: {e}",
-            path.display()
-        )
-    })?;
-    let map: BTreeMap<String, String> = serde_json::from_str(&text).map_err(|e| {
-        format!(
-            "{PLUGIN_NAME}: failed to parse volume data file [{}]: {e}",
-            path.display()
-        )
-    })?;
-    Ok(VolData {
-        volume_handle: map.get("volumeHandle").cloned().unwrap_or_default(),
-        driver: map.get("driverName").cloned().unwrap_or_default(),
-    })
-}
-
-/// `removeMountDir`: when `mount_dir` is no mount point, it, the
-/// `vol_data.json` beside it and their directory go.
-fn remove_mount_dir(mounter: &dyn Mounter, mount_dir: &Path) -> Result<(), String> {
-    let mounted = mounter
-        .mount_points()
-        .map_err(|e| e.to_string())?
-        .iter()
-        .any(|m| m.path == mount_dir);
-    if mounted {
-        return Ok(());
-    }
-    let rm = |p: &Path, dir: bool| {
-        let r = if dir {
-            std::fs::remove_dir(p)
-        } else {
-            std::fs::remove_file(p)
-        };
-        match r {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!(
-                "{PLUGIN_NAME}: failed to remove [{}]: {e}",
-                p.display()
-            )),
-            _ => Ok(()),
-        }
-    };
-    rm(mount_dir, true)?;
-    if let Some(vol_dir) = mount_dir.parent() {
-        rm(&vol_dir.join(VOL_DATA_FILE), false)?;
-        rm(vol_dir, true)?;
-    }
-    Ok(())
+/// What `SetUpAt` publishes: an inline volume's or a PersistentVolume's
+/// parameters.
+#[derive(Debug, Clone)]
+pub(super) struct PublishSpec {
+    /// The CSI driver.
+    pub(super) driver: String,
+    /// `Ephemeral` (inline) or `Persistent`.
+    pub(super) lifecycle: &'static str,
+    /// The volume's directory name: the pod volume's name (inline) or the
+    /// PV's name.
+    pub(super) spec_name: String,
+    /// `volume_id`.
+    pub(super) handle: String,
+    /// `readonly`.
+    pub(super) read_only: bool,
+    /// `fsType`.
+    pub(super) fs_type: String,
+    /// The volume's attributes.
+    pub(super) attributes: HashMap<String, String>,
+    /// `nodePublishSecretRef` as (namespace, name).
+    pub(super) secret_ref: Option<(String, String)>,
+    /// The API access mode (the PV's first; inline volumes ReadWriteOnce).
+    pub(super) access_mode: String,
+    /// fsGroup may apply: an inline volume, or a PV whose access modes
+    /// include ReadWriteOnce (`supportsFSGroup`).
+    pub(super) read_write_once: bool,
+    /// The PV's `mountOptions`.
+    pub(super) mount_options: Vec<String>,
+    /// The staging path (`globalmount`) when the driver stages.
+    pub(super) staging: Option<PathBuf>,
+    /// The VolumeAttachment's `attachmentMetadata`.
+    pub(super) publish_context: HashMap<String, String>,
 }
 
 impl VolumeManager {
@@ -209,56 +180,75 @@ impl VolumeManager {
         pod: &Pod,
         vol: &Volume,
     ) -> Result<Mounted, String> {
+        let src = vol.csi.clone().unwrap_or_default();
+        let uid = uid_of(pod).to_string();
+        let spec = PublishSpec {
+            driver: src.driver.clone(),
+            lifecycle: "Ephemeral",
+            spec_name: vol.name.clone(),
+            handle: ephemeral_volume_handle(&uid, &vol.name),
+            read_only: src.read_only == Some(true),
+            fs_type: src.fs_type.clone().unwrap_or_default(),
+            attributes: src
+                .volume_attributes
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+            secret_ref: src
+                .node_publish_secret_ref
+                .as_ref()
+                .map(|r| (ns_of(pod).to_string(), r.name.clone())),
+            access_mode: "ReadWriteOnce".to_string(),
+            read_write_once: true,
+            mount_options: Vec::new(),
+            staging: None,
+            publish_context: HashMap::new(),
+        };
+        self.publish_csi(pod, spec).await
+    }
+
+    /// `SetUpAt` for both lifecycles: the checks against the CSIDriver,
+    /// `vol_data.json`, `NodePublishVolume`, then fsGroup when keelson
+    /// applies it.
+    pub(super) async fn publish_csi(
+        &self,
+        pod: &Pod,
+        spec: PublishSpec,
+    ) -> Result<Mounted, String> {
         let Some(csi) = self.inner.csi.clone() else {
             return Err(format!("{PLUGIN_NAME}: CSI is not enabled on this node"));
         };
-        let src = vol.csi.clone().unwrap_or_default();
-        let driver_name = src.driver.clone();
+        let driver_name = spec.driver.clone();
         let client = csi
             .client(&driver_name)
             .map_err(|e| format!("{PLUGIN_NAME}: mounter.SetUpAt failed to get CSI client: {e}"))?;
         let driver = csi.lister().get(&driver_name).await.map_err(|e| {
             format!("{PLUGIN_NAME}: mounter.SetupAt failed to check volume lifecycle mode: {e}")
         })?;
-        check_lifecycle(driver.as_deref(), &driver_name, "Ephemeral").map_err(|e| {
+        check_lifecycle(driver.as_deref(), &driver_name, spec.lifecycle).map_err(|e| {
             format!("{PLUGIN_NAME}: mounter.SetupAt failed to check volume lifecycle mode: {e}")
         })?;
         let policy = fs_group_policy(driver.as_deref()).map_err(|e| {
             format!("{PLUGIN_NAME}: mounter.SetupAt failed to check fsGroup policy: {e}")
         })?;
         let uid = uid_of(pod).to_string();
-        let ns = ns_of(pod).to_string();
-        let read_only = src.read_only == Some(true);
-        let fs_type = src.fs_type.clone().unwrap_or_default();
-        let handle = ephemeral_volume_handle(&uid, &vol.name);
-        let vol_dir = self.inner.layout.volume_dir(&uid, CSI_DIR, &vol.name);
+        let read_only = spec.read_only;
+        let fs_type = spec.fs_type.clone();
+        let handle = spec.handle.clone();
+        let vol_dir = self.inner.layout.volume_dir(&uid, CSI_DIR, &spec.spec_name);
         let mount_dir = vol_dir.join("mount");
 
         let mut secrets = HashMap::new();
-        if let Some(r) = &src.node_publish_secret_ref {
-            let name = r.name.clone();
-            let api: Api<Secret> = Api::namespaced(csi.api_client(), &ns);
-            let secret = api.get(&name).await.map_err(|e| {
-                format!(
-                    "fetching NodePublishSecretRef {ns}/{name} failed: {PLUGIN_NAME}: failed to find the secret {name} in the namespace {ns} with error: {}",
-                    super::tokens::api_message(&e)
-                )
-            })?;
-            for (k, v) in secret.data.unwrap_or_default() {
-                secrets.insert(k, String::from_utf8_lossy(&v.0).into_owned());
-            }
+        if let Some((ns, name)) = &spec.secret_ref {
+            secrets = self.csi_secret(ns, name, "NodePublishSecretRef").await?;
         }
-        let mut attrs: HashMap<String, String> = src
-            .volume_attributes
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
+        let mut attrs = spec.attributes.clone();
         if driver
             .as_ref()
             .is_some_and(|d| d.spec.pod_info_on_mount == Some(true))
         {
-            attrs.extend(pod_info(pod, true));
+            attrs.extend(pod_info(pod, spec.lifecycle == "Ephemeral"));
         }
         if let Some(d) = &driver {
             let (tokens, in_secrets) = self.csi_token_attrs(pod, d).await.map_err(|e| {
@@ -282,43 +272,33 @@ impl VolumeManager {
 
         // The volume's directory and what teardown needs, then publish.
         let data: BTreeMap<&str, String> = [
-            ("specVolID", vol.name.clone()),
-            ("volumeHandle", handle.clone()),
-            ("driverName", driver_name.clone()),
-            ("nodeName", csi.node_name().to_string()),
-            ("volumeLifecycleMode", "Ephemeral".to_string()),
+            (key::SPEC_VOL_ID, spec.spec_name.clone()),
+            (key::VOLUME_HANDLE, handle.clone()),
+            (key::DRIVER_NAME, driver_name.clone()),
+            (key::NODE_NAME, csi.node_name().to_string()),
+            (key::LIFECYCLE_MODE, spec.lifecycle.to_string()),
             (
-                "attachmentID",
+                key::ATTACHMENT_ID,
                 attachment_name(&handle, &driver_name, csi.node_name()),
             ),
         ]
         .into();
-        let json = serde_json::to_string(&data).map_err(|e| e.to_string())?;
         let dir = vol_dir.clone();
-        blocking(move || {
-            std::fs::create_dir_all(&dir).map_err(|e| {
-                format!("{PLUGIN_NAME}: mounter.SetUpAt failed to create dir {:?}:  {e}", dir.display().to_string())
-            })?;
-            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750));
-            std::fs::write(dir.join(VOL_DATA_FILE), json + "\n").map_err(|e| {
-                format!("{PLUGIN_NAME}: mounter.SetUpAt failed to save volume info data: {PLUGIN_NAME}: failed to save volume data file {}: {e}", dir.join(VOL_DATA_FILE).display())
-            })
-        })
-        .await?;
+        blocking(move || save_vol_data(&dir, &data)).await?;
         let request = VolumeRequest {
             volume_id: handle,
-            publish_context: HashMap::new(),
+            publish_context: spec.publish_context.clone(),
             volume_context: attrs,
             secrets,
-            access_mode: access_mode("ReadWriteOnce", caps.single_node_multi_writer),
+            access_mode: access_mode(&spec.access_mode, caps.single_node_multi_writer),
             access: Access::Mount {
                 fs_type: fs_type.clone(),
-                flags: Vec::new(),
+                flags: spec.mount_options.clone(),
                 mount_group,
             },
         };
         if let Err(e) = client
-            .node_publish_volume(&request, None, &mount_dir, read_only)
+            .node_publish_volume(&request, spec.staging.as_deref(), &mount_dir, read_only)
             .await
         {
             if e.is_final() {
@@ -332,6 +312,7 @@ impl VolumeManager {
         }
         if mount_group.is_none()
             && let Some(gid) = fs_group
+            && spec.read_write_once
             && applies_fs_group(&policy, &fs_type, read_only)
         {
             let on_root_mismatch = pod
@@ -357,6 +338,31 @@ impl VolumeManager {
             read_only,
             selinux_labeled: false,
         })
+    }
+
+    /// `getCredentialsFromSecret` for the secret reference `what`.
+    pub(super) async fn csi_secret(
+        &self,
+        ns: &str,
+        name: &str,
+        what: &str,
+    ) -> Result<HashMap<String, String>, String> {
+        let Some(csi) = self.inner.csi.clone() else {
+            return Err(format!("{PLUGIN_NAME}: CSI is not enabled on this node"));
+        };
+        let api: Api<Secret> = Api::namespaced(csi.api_client(), ns);
+        let secret = api.get(name).await.map_err(|e| {
+            format!(
+                "fetching {what} {ns}/{name} failed: {PLUGIN_NAME}: failed to find the secret {name} in the namespace {ns} with error: {}",
+                super::tokens::api_message(&e)
+            )
+        })?;
+        Ok(secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+            .collect())
     }
 
     /// `podServiceAccountTokenAttrs`: a token per `tokenRequests` entry,
@@ -470,7 +476,7 @@ impl VolumeManager {
             Err(_) if !is_mounted => None,
             Err(e) => return Err(e),
         };
-        if let Some(d) = data {
+        if let Some(d) = &data {
             let Some(csi) = self.inner.csi.clone() else {
                 return Err(format!("{PLUGIN_NAME}: CSI is not enabled on this node"));
             };
@@ -490,7 +496,15 @@ impl VolumeManager {
                     "{PLUGIN_NAME}: Unmounter.TearDownAt failed to clean mount dir [{}]: {e}",
                     mount_dir.display()
                 )
-            })
+            })?;
+        // A PersistentVolume's device goes once no pod uses it.
+        match data {
+            Some(d) if d.is_persistent() => self
+                .unmount_device_if_unused(&d)
+                .await
+                .map_err(|e| format!("UnmountDevice failed: {e}")),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -581,26 +595,5 @@ mod tests {
         assert_eq!(info["csi.storage.k8s.io/pod.uid"], "u");
         assert_eq!(info["csi.storage.k8s.io/serviceAccount.name"], "sa");
         assert_eq!(info["csi.storage.k8s.io/ephemeral"], "true");
-    }
-
-    #[test]
-    fn vol_data_round_trip_and_removal() {
-        let tmp = tempfile::tempdir().unwrap();
-        let vol = tmp.path().join("v");
-        std::fs::create_dir_all(vol.join("mount")).unwrap();
-        std::fs::write(
-            vol.join(VOL_DATA_FILE),
-            r#"{"driverName":"d","specVolID":"v","volumeHandle":"h"}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            load_vol_data(&vol).unwrap(),
-            VolData {
-                volume_handle: "h".into(),
-                driver: "d".into()
-            }
-        );
-        remove_mount_dir(&super::super::mounter::LinuxMounter, &vol.join("mount")).unwrap();
-        assert!(!vol.exists());
     }
 }

@@ -367,7 +367,7 @@ mod tests {
         c.put_volume(pv(json!({"nfs": {"server": "s", "path": "/e"}})));
         let err = vm.setup_pod(&pod()).await.unwrap_err().to_string();
         assert!(
-            err.ends_with("MountVolume.SetUp failed for volume \"pv1\" : keelson cannot set up nfs persistent volumes (supported: hostPath, local)"),
+            err.ends_with("MountVolume.SetUp failed for volume \"pv1\" : keelson cannot set up nfs persistent volumes (supported: hostPath, local, csi)"),
             "{err}"
         );
 

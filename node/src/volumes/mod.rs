@@ -3,7 +3,9 @@
 //! projected (configMap, secret, downwardAPI and service account token
 //! sources) and hostPath — and the PersistentVolumes behind
 //! `persistentVolumeClaim` and generic `ephemeral` volumes whose source
-//! keelson mounts itself (hostPath, local; [`claims`] resolves them), set
+//! keelson mounts (hostPath, local, and csi through the node's CSI drivers,
+//! attached, staged and published as kubelet does; [`claims`] resolves
+//! them), set
 //! up before a pod's containers start, kept current while it runs, and
 //! cleaned up after.
 //!
@@ -24,6 +26,9 @@
 pub mod atomic_writer;
 pub mod claims;
 pub mod csi;
+mod csi_attach;
+mod csi_data;
+mod csi_device;
 pub mod emptydir;
 pub mod env;
 pub mod expand;
@@ -169,6 +174,10 @@ struct Inner {
     metrics: metrics::VolumeMetrics,
     /// Registered CSI drivers and CSIDrivers (none: csi volumes fail).
     csi: Option<crate::csi::Csi>,
+    /// `node.status.volumesInUse` (shared with the node status manager).
+    in_use: crate::status::VolumesInUse,
+    /// CSI devices: per-device locks, staged by this process.
+    devices: csi_device::Devices,
 }
 
 /// The volume manager; cheap to clone.
@@ -210,6 +219,7 @@ pub struct VolumeManagerBuilder {
     registry: Option<prometheus::Registry>,
     idle_limit: Option<Duration>,
     csi: Option<crate::csi::Csi>,
+    in_use: crate::status::VolumesInUse,
 }
 
 impl VolumeManagerBuilder {
@@ -229,6 +239,13 @@ impl VolumeManagerBuilder {
     /// Sets up CSI volumes through `csi`'s registered drivers.
     pub fn csi(mut self, csi: crate::csi::Csi) -> Self {
         self.csi = Some(csi);
+        self
+    }
+
+    /// Reports volumes in use through `in_use` (the node status
+    /// manager's; a private one by default).
+    pub fn volumes_in_use(mut self, in_use: crate::status::VolumesInUse) -> Self {
+        self.in_use = in_use;
         self
     }
 
@@ -292,10 +309,16 @@ impl VolumeManagerBuilder {
             pods: Mutex::new(HashMap::new()),
             metrics: metrics::VolumeMetrics::new(self.registry.as_ref()),
             csi: self.csi,
+            in_use: self.in_use,
+            devices: csi_device::Devices::default(),
         };
         let vm = VolumeManager {
             inner: Arc::new(inner),
         };
+        {
+            let vm = vm.clone();
+            tokio::spawn(async move { vm.reconstruct_csi().await });
+        }
         tokio::spawn(reconciler::run(vm.clone(), rx, shutdown));
         vm
     }
@@ -341,6 +364,7 @@ impl VolumeManager {
         .allocatable(allocatable)
         .registry(services.ctx.registry.clone())
         .csi(services.csi.clone())
+        .volumes_in_use(services.status.volumes_in_use().clone())
         .start(services.ctx.shutdown.clone())
     }
 
@@ -358,6 +382,7 @@ impl VolumeManager {
             registry: None,
             idle_limit: None,
             csi: None,
+            in_use: crate::status::VolumesInUse::default(),
         }
     }
 
@@ -556,6 +581,38 @@ impl VolumeManager {
                 }
                 continue;
             }
+            // A CSI PersistentVolume is attached first (kubelet's
+            // VerifyControllerAttachedVolume and WaitForAttach): retried
+            // with the same backoff, without an event (kubelet logs these).
+            let mut publish_context = None;
+            if plugin == Plugin::Csi
+                && let Some(claims::PvSource::Csi(src)) = bound.as_ref().map(|b| &b.source)
+            {
+                match self.wait_for_csi_attach(uid_of(&pod), src).await {
+                    Ok(ctx) => publish_context = Some(ctx),
+                    Err(e) => {
+                        tracing::info!(pod = %pod_name(&pod), volume = %name, reason = %e, "waiting for the volume to be attached");
+                        let msg =
+                            format!("MountVolume.WaitForAttach for volume {spec_name:?} : {e}");
+                        let delay = st
+                            .failures
+                            .get(&name)
+                            .map(|f| (f.delay * 2).min(BACKOFF_MAX))
+                            .unwrap_or(BACKOFF_INITIAL);
+                        st.failures.insert(
+                            name.clone(),
+                            Failure {
+                                message: msg.clone(),
+                                retry_at: Instant::now() + delay,
+                                delay,
+                            },
+                        );
+                        unmounted.push(name);
+                        messages.push(msg);
+                        continue;
+                    }
+                }
+            }
             let started = Instant::now();
             let mut prefix = "MountVolume.SetUp failed";
             let result = match (plugin, bound.as_ref()) {
@@ -577,7 +634,10 @@ impl VolumeManager {
                         &pod,
                         vol,
                         plugin,
-                        bound.as_ref(),
+                        bound.as_ref().map(|b| plugins::Claimed {
+                            bound: b,
+                            publish_context: publish_context.unwrap_or_default(),
+                        }),
                         was_mounted,
                         &mut st.warned,
                     )

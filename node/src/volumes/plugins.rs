@@ -30,7 +30,8 @@ pub enum Plugin {
     HostPath,
     /// A `local` PersistentVolume.
     LocalVolume,
-    /// An inline `csi` volume (ephemeral lifecycle).
+    /// A `csi` volume: inline (ephemeral lifecycle) or a CSI
+    /// PersistentVolume (persistent lifecycle).
     Csi,
 }
 
@@ -72,9 +73,10 @@ impl Plugin {
         let plugin = match &bound.source {
             PvSource::HostPath(_) => Plugin::HostPath,
             PvSource::Local(_) => Plugin::LocalVolume,
+            PvSource::Csi(_) => Plugin::Csi,
             other => {
                 return Err(format!(
-                    "keelson cannot set up {} persistent volumes (supported: hostPath, local)",
+                    "keelson cannot set up {} persistent volumes (supported: hostPath, local, csi)",
                     other.kind()
                 ));
             }
@@ -183,20 +185,31 @@ struct AtomicTarget {
     medium: Medium,
 }
 
+/// A claim-backed volume's PV and, for an attached CSI volume, the
+/// VolumeAttachment's publish context.
+pub(super) struct Claimed<'a> {
+    pub(super) bound: &'a BoundVolume,
+    pub(super) publish_context: std::collections::HashMap<String, String>,
+}
+
 impl VolumeManager {
     pub(super) async fn setup_volume(
         &self,
         pod: &Pod,
         vol: &Volume,
         plugin: Plugin,
-        bound: Option<&BoundVolume>,
+        claimed: Option<Claimed<'_>>,
         was_mounted: bool,
         warned: &mut BTreeSet<String>,
     ) -> Result<Mounted, String> {
         let ns = ns_of(pod);
+        let bound = claimed.as_ref().map(|c| c.bound);
         match plugin {
             Plugin::EmptyDir => self.setup_empty_dir(pod, vol).await,
-            Plugin::Csi => self.setup_inline_csi(pod, vol).await,
+            Plugin::Csi => match claimed {
+                Some(c) => self.setup_pv_csi(pod, c.bound, c.publish_context).await,
+                None => self.setup_inline_csi(pod, vol).await,
+            },
             Plugin::HostPath => {
                 // The same checks for a hostPath PV as for an inline
                 // hostPath (pkg/volume/hostpath/host_path.go serves both);

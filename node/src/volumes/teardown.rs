@@ -42,6 +42,9 @@ impl VolumeManager {
             (Err(a), Err(b)) => Err(format!("{a}; {b}")),
         };
         self.inner.tokens.delete_service_account_token(uid);
+        // The pod wants no volume any more; attached ones stay in use
+        // until their device is unmounted.
+        self.inner.in_use.remove_pod(uid);
         if let Some(st) = guard.as_mut() {
             st.mounted.clear();
             st.failures.clear();
@@ -126,6 +129,11 @@ impl VolumeManager {
                     errors.push(format!("orphaned pod {uid:?} found, but {e}"));
                 }
             }
+        }
+        // CSI devices no pod uses any more (an unstage that failed in a
+        // pod's teardown is retried here).
+        if let Err(e) = self.unmount_unused_devices().await {
+            tracing::warn!(error = %e, "unmounting unused CSI devices failed");
         }
         if errors.is_empty() {
             Ok(removed)

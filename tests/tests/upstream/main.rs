@@ -9,6 +9,7 @@
 mod authz_matrix_cases;
 mod config_cases;
 mod csi_cases;
+mod csi_pv_cases;
 mod device_cases;
 mod diagnose_cases;
 mod migrate_cases;
@@ -41,6 +42,7 @@ fn main() -> std::process::ExitCode {
         shutdown_cases::CASES,
         volume_cases::CASES,
         csi_cases::CASES,
+        csi_pv_cases::CASES,
     ]
     .concat();
     runner::main(&cases)
