@@ -40,6 +40,60 @@ pub fn quote(s: &str) -> String {
     out
 }
 
+/// A Go string of arbitrary bytes as the API server shows it. kubelet
+/// sends the bytes a container wrote (exec probe output in an event,
+/// termination messages) as they are, over protobuf; the API server's
+/// JSON encoder (`encoding/json`, which decodes with
+/// `utf8.DecodeRuneInString`) writes each byte that is not part of valid
+/// UTF-8 as one U+FFFD. `String::from_utf8_lossy` differs where a
+/// multi-byte character was cut: it writes one U+FFFD for the cut
+/// sequence, Go one per byte left of it.
+pub fn api_text(mut bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    loop {
+        match std::str::from_utf8(bytes) {
+            Ok(s) => {
+                out.push_str(s);
+                return out;
+            }
+            Err(e) => {
+                let (valid, rest) = bytes.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                out.push(char::REPLACEMENT_CHARACTER);
+                bytes = rest.get(1..).unwrap_or_default();
+            }
+        }
+    }
+}
+
+/// Cuts `s`, a text made by [`api_text`], as kubelet's `s[:max]` cuts the
+/// bytes it stands for (`normalizeStatus` in
+/// `pkg/kubelet/status/status_manager.go`): a U+FFFD counts as the one
+/// invalid byte it replaced, a character cut in the middle leaves one
+/// U+FFFD per byte kept. (A U+FFFD that the container wrote as such, 3
+/// bytes, is counted as one: the only case where this keeps more than
+/// kubelet.)
+pub fn cut_api_text(s: &mut String, max: usize) {
+    let mut used = 0;
+    let mut cut = None;
+    for (i, c) in s.char_indices() {
+        let cost = if c == char::REPLACEMENT_CHARACTER {
+            1
+        } else {
+            c.len_utf8()
+        };
+        if used + cost > max {
+            cut = Some((i, max - used));
+            break;
+        }
+        used += cost;
+    }
+    if let Some((at, partial)) = cut {
+        s.truncate(at);
+        s.extend(std::iter::repeat_n(char::REPLACEMENT_CHARACTER, partial));
+    }
+}
+
 /// Go's `unicode.IsPrint` for the characters that matter in labels and
 /// annotations: the ASCII space is printable, every other space, control
 /// and format character is not.
@@ -123,6 +177,13 @@ pub fn os_error_text(err: &io::Error) -> String {
     }
 }
 
+/// The text of Go's `*fs.PathError` for an OS error: `<op> <path>: <errno
+/// text>`, e.g. `mkdir /var/log/pods/x: file name too long` (what
+/// `os.MkdirAll` returns when the last directory cannot be made).
+pub fn path_error_text(op: &str, path: &std::path::Path, err: &io::Error) -> String {
+    format!("{op} {}: {}", path.display(), os_error_text(err))
+}
+
 fn lower_first(s: &str) -> String {
     let mut chars = s.chars();
     match chars.next() {
@@ -143,6 +204,48 @@ pub fn join_host_port(host: &str, port: u16) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cut characters that kubelet's byte cuts leave show as Go's JSON
+    /// encoder shows them: one U+FFFD per byte (seen from kubelet v1.36.2
+    /// in the upstream hostile_objects case: a termination message of
+    /// `€`s cut to 4096 and then 2457 bytes ends in two).
+    #[test]
+    fn api_text_replaces_each_invalid_byte() {
+        assert_eq!(api_text("a€".as_bytes()), "a€");
+        // `€` is E2 82 AC: two bytes of it left at the end, one at the start.
+        assert_eq!(api_text(&"€€".as_bytes()[..5]), "€\u{fffd}\u{fffd}");
+        assert_eq!(api_text(&"€€".as_bytes()[2..]), "\u{fffd}€");
+        assert_eq!(
+            api_text(&[0xe2, 0x82, b'x', 0xff]),
+            "\u{fffd}\u{fffd}x\u{fffd}"
+        );
+        // A surrogate's encoding is invalid in Go as in Rust.
+        assert_eq!(api_text(&[0xed, 0xa0, 0x80]), "\u{fffd}\u{fffd}\u{fffd}");
+    }
+
+    #[test]
+    fn path_errors_read_like_go() {
+        let e = io::Error::from_raw_os_error(36);
+        assert_eq!(
+            path_error_text("mkdir", std::path::Path::new("/l/ns_p_u"), &e),
+            "mkdir /l/ns_p_u: file name too long"
+        );
+    }
+
+    #[test]
+    fn cut_api_text_cuts_bytes_as_kubelet() {
+        let raw = "x€€€".as_bytes();
+        for max in 0..=raw.len() + 1 {
+            let mut s = api_text(raw);
+            cut_api_text(&mut s, max);
+            assert_eq!(s, api_text(&raw[..max.min(raw.len())]), "cut at {max}");
+        }
+        // An already cut text is cut again at its byte count: unchanged.
+        let mut s = api_text(&raw[..6]);
+        let before = s.clone();
+        cut_api_text(&mut s, 6);
+        assert_eq!(s, before);
+    }
 
     #[test]
     fn quotes_like_go() {

@@ -103,7 +103,9 @@ pub(crate) async fn probe_exec(
     }
 }
 
-/// Stdout then stderr, cut at [`MAX_OUTPUT_BYTES`].
+/// Stdout then stderr, cut at [`MAX_OUTPUT_BYTES`] (a character may be
+/// cut), as the API server shows the bytes kubelet sends
+/// ([`gofmt::api_text`]).
 fn combined_output(output: &ExecOutput) -> String {
     let mut data =
         Vec::with_capacity((output.stdout.len() + output.stderr.len()).min(MAX_OUTPUT_BYTES));
@@ -111,7 +113,7 @@ fn combined_output(output: &ExecOutput) -> String {
         let room = MAX_OUTPUT_BYTES - data.len();
         data.extend_from_slice(&part[..part.len().min(room)]);
     }
-    String::from_utf8_lossy(&data).into_owned()
+    gofmt::api_text(&data)
 }
 
 #[cfg(test)]
@@ -186,6 +188,26 @@ mod tests {
             ProbeResult::Failure(out) => {
                 assert_eq!(out.len(), MAX_OUTPUT_BYTES);
                 assert_eq!(out.matches('b').count(), MAX_OUTPUT_BYTES - 8000);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// kubelet keeps the first 10 KiB of bytes (`LimitWriter`), cutting a
+    /// character, and the API server shows each byte left of it as U+FFFD
+    /// (the upstream hostile_objects case: "xx" then 4 MiB of `€`).
+    #[tokio::test]
+    async fn a_cut_character_shows_as_kubelets_does() {
+        let stdout = format!("xx{}", "€".repeat(MAX_OUTPUT_BYTES)).into_bytes();
+        let exec = canned(Ok(ExecOutput {
+            exit_code: 1,
+            stdout,
+            stderr: Vec::new(),
+        }));
+        match probe_exec(&exec, "cid", &cmd(), Duration::from_secs(1)).await {
+            ProbeResult::Failure(out) => {
+                let euros = (MAX_OUTPUT_BYTES - 2) / 3;
+                assert_eq!(out, format!("xx{}\u{fffd}\u{fffd}", "€".repeat(euros)));
             }
             other => panic!("unexpected {other:?}"),
         }

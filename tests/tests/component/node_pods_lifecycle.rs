@@ -393,6 +393,35 @@ async fn a_pod_rejected_by_admission_fails_without_running_and_others_start() {
     assert_eq!(sandboxes, vec!["admitted".to_string()]);
 }
 
+/// A pod name of 253 characters (the API server's limit) makes the log
+/// directory `<ns>_<name>_<uid>` longer than a file name may be: the
+/// sandbox fails with `os.MkdirAll`'s error as kubelet v1.36.2 prints it
+/// (`kuberuntime_sandbox.go` `createPodSandbox`; the upstream
+/// hostile_objects case), not Rust's `File name too long (os error 36)`.
+#[tokio::test(start_paused = true)]
+async fn a_name_too_long_for_the_log_directory_fails_the_sandbox_as_kubelets_does() {
+    let w = paused_world().await;
+    let name = format!("{}.{}", "a".repeat(126), "b".repeat(126));
+    w.create_pod(&name, busybox(json!({}))).await;
+    let dir_start = format!("_{name}_");
+    w.wait_event(
+        &name,
+        "FailedCreatePodSandBox",
+        "Failed to create pod sandbox: mkdir /",
+        T,
+    )
+    .await;
+    let events = w.events(&name).await;
+    let (_, message, _) = events
+        .iter()
+        .find(|(r, _, _)| r == "FailedCreatePodSandBox")
+        .unwrap();
+    assert!(
+        message.contains(&dir_start) && message.ends_with(": file name too long"),
+        "{message}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn host_users_false_fails_the_sandbox_instead_of_using_the_host_user_namespace() {
     let w = paused_world().await;

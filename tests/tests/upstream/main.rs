@@ -12,6 +12,7 @@ mod csi_cases;
 mod csi_pv_cases;
 mod device_cases;
 mod diagnose_cases;
+mod hostile_cases;
 mod migrate_cases;
 mod node_api_cases;
 mod node_cases;
@@ -43,6 +44,7 @@ fn main() -> std::process::ExitCode {
         volume_cases::CASES,
         csi_cases::CASES,
         csi_pv_cases::CASES,
+        hostile_cases::CASES,
     ]
     .concat();
     runner::main(&cases)

@@ -11,6 +11,8 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
+use keelson_common::gofmt;
+
 /// `MaxContainerTerminationMessageLength`.
 pub const MAX_TERMINATION_MESSAGE_LENGTH: u64 = 4 * 1024;
 /// `MaxContainerTerminationMessageLogLength`.
@@ -84,7 +86,8 @@ fn cri_line_content(line: &[u8]) -> Option<&[u8]> {
 }
 
 /// `readLastStringFromContainerLogs`: the text of the last 80 log lines,
-/// at most the last 2048 bytes of it.
+/// at most the last 2048 bytes of it (a character may be cut: shown as
+/// the API server shows kubelet's bytes, [`gofmt::api_text`]).
 pub fn last_log_text(path: &Path) -> String {
     let read = || -> std::io::Result<Vec<u8>> {
         let mut f = File::open(path)?;
@@ -116,7 +119,7 @@ pub fn last_log_text(path: &Path) -> String {
     let cut = text
         .len()
         .saturating_sub(MAX_TERMINATION_MESSAGE_LOG_LENGTH);
-    String::from_utf8_lossy(&text[cut..]).into_owned()
+    gofmt::api_text(&text[cut..])
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::SystemTime;
 
+use keelson_common::gofmt;
 use keelson_cri::api;
 
 use super::log_tail::{MAX_TERMINATION_MESSAGE_LENGTH, last_log_text, read_at_most};
@@ -236,10 +237,7 @@ fn termination_message(s: &api::ContainerStatus, path: &str, fallback: bool) -> 
         return match read_at_most(Path::new(&m.host_path), MAX_TERMINATION_MESSAGE_LENGTH) {
             Ok(data) => {
                 let empty = data.is_empty();
-                (
-                    String::from_utf8_lossy(&data).into_owned(),
-                    fallback && empty,
-                )
+                (gofmt::api_text(&data), fallback && empty)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), fallback),
             Err(e) => (

@@ -604,7 +604,11 @@ impl RuntimeManager {
         }
         let log_dir = pod_logs_dir(&self.settings.pod_logs_root, pod);
         if let Err(e) = tokio::fs::create_dir_all(&log_dir).await {
-            failed_event(&e.to_string());
+            // `os.MkdirAll`'s error as kubelet prints it (a pod name of
+            // 253 characters makes `<ns>_<name>_<uid>` too long a file
+            // name: `mkdir <dir>: file name too long`).
+            let e = gofmt::path_error_text("mkdir", &log_dir, &e);
+            failed_event(&e);
             return Err(fail(format!(
                 "Failed to create log directory for pod {}: {e}",
                 gofmt::quote(&podutil::format_pod(pod))
