@@ -14,9 +14,13 @@ const DNS1035_LABEL_MSG: &str = "a DNS-1035 label must consist of lower case alp
 
 /// RFC 1123 label (max 63).
 pub fn is_dns1123_label(s: &str) -> bool {
+    s.len() <= 63 && is_label_shaped(s)
+}
+
+/// The shape of a label, of any length.
+fn is_label_shaped(s: &str) -> bool {
     let b = s.as_bytes();
     !s.is_empty()
-        && s.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
         && s.bytes()
@@ -25,7 +29,10 @@ pub fn is_dns1123_label(s: &str) -> bool {
 
 /// RFC 1123 subdomain (max 253).
 pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(|p| is_dns1123_label(p) && !p.is_empty())
+    // `IsDNS1123Subdomain` checks the length of the whole name and the
+    // regex, not the length of each part: `<126 a>.<126 b>` is a valid
+    // pod name (the real API server takes it).
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_label_shaped)
 }
 
 /// RFC 1035 label (service names).
@@ -333,6 +340,11 @@ mod tests {
         assert!(!name("Service", "1abc").is_empty());
         assert!(!name("Namespace", "a.b").is_empty());
         assert_eq!(name("ConfigMap", "")[0].field, "metadata.name");
+        // Parts of a subdomain may be longer than a label; the whole is at
+        // most 253 (as the real API server checks pod names).
+        let long = format!("{}.{}", "a".repeat(126), "b".repeat(126));
+        assert!(name("Pod", &long).is_empty());
+        assert!(!name("Pod", &format!("{long}x")).is_empty());
     }
 
     #[test]
