@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::service_cases::check_service;
 use crate::support::{
-    busybox_pod, create_pod, events_for, http_get, namespace, wait_event, wait_pod, wait_pod_ready,
+    busybox_pod, create_pod, events_for, http_get, namespace, wait_event, wait_pod,
 };
 
 pub const CASES: &[Case] = &[Case {
@@ -92,7 +92,7 @@ async fn hostile_objects(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
 async fn run_corpus(env: &Env, agents: Agents, node: &ClusterNode, ns: &str) -> anyhow::Result<()> {
     let c = &env.admin;
     let started = Instant::now();
-    let rss_before = rss_kib(&node)?;
+    let rss_before = rss_kib(node)?;
 
     // The backend the Services below send to.
     let mut web = busybox_pod(
@@ -103,9 +103,9 @@ async fn run_corpus(env: &Env, agents: Agents, node: &ClusterNode, ns: &str) -> 
     web["metadata"]["labels"] = json!({"app": "hostile-web"});
     web["spec"]["containers"][0]["readinessProbe"] =
         json!({"tcpSocket": {"port": 8080}, "periodSeconds": 1});
-    create_pod(c, &ns, web).await?;
+    create_pod(c, ns, web).await?;
 
-    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), &ns);
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), ns);
     cms.create(
         &PostParams::default(),
         &serde_json::from_value(json!({
@@ -116,9 +116,9 @@ async fn run_corpus(env: &Env, agents: Agents, node: &ClusterNode, ns: &str) -> 
     .await
     .context("creating the 1 MiB ConfigMap")?;
 
-    let pods = corpus_pods(&node, &ns);
+    let pods = corpus_pods(node, ns);
     for (name, pod) in &pods {
-        create_pod(c, &ns, pod.clone())
+        create_pod(c, ns, pod.clone())
             .await
             .with_context(|| format!("the API server refused the corpus pod {name}"))?;
     }
@@ -141,12 +141,12 @@ async fn run_corpus(env: &Env, agents: Agents, node: &ClusterNode, ns: &str) -> 
     }
     check_services(c, ns, node).await?;
     let corpus_done = started.elapsed();
-    let rss_corpus = rss_kib(&node)?;
+    let rss_corpus = rss_kib(node)?;
 
     // Still serving: a new pod behind a new Service answers.
-    check_service(&env, &node).await?;
+    check_service(env, node).await?;
     node.check_running()?;
-    let rss_after = rss_kib(&node)?;
+    let rss_after = rss_kib(node)?;
     eprintln!(
         "hostile corpus on {}: pods checked after {:.1}s, Services after {:.1}s; {} RSS {} KiB before, {} KiB with the pods, {} KiB with the Services, {} KiB after the follow-up Service",
         node.name,
@@ -158,7 +158,7 @@ async fn run_corpus(env: &Env, agents: Agents, node: &ClusterNode, ns: &str) -> 
         rss_corpus,
         rss_after
     );
-    check_no_panic(&node)?;
+    check_no_panic(node)?;
     if agents == Agents::Keelson {
         let peak = rss_corpus.max(rss_after);
         ensure!(
