@@ -345,10 +345,12 @@ mod tests {
                     types::VolumeStats {
                         name: "scratch".into(),
                         fs: fs(1000, 600, Some(32)),
+                        ..Default::default()
                     },
                     types::VolumeStats {
                         name: "token".into(),
                         fs: fs(10, 10, Some(1)),
+                        ..Default::default()
                     },
                 ],
                 ..Default::default()
