@@ -217,11 +217,6 @@ struct RunningPod {
 }
 
 impl StatsProvider {
-    /// A provider reading this host's cgroups.
-    pub fn new(cfg: StatsConfig, cri: RuntimeClient) -> Arc<Self> {
-        Self::with_volumes(cfg, cri, None)
-    }
-
     /// A provider reading this host's cgroups, reporting the volume
     /// figures of `volumes`.
     pub fn with_volumes(

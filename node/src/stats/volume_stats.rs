@@ -35,7 +35,7 @@
 //!   which happens at every pod sync (`syncFrequency`, one minute), so
 //!   keelson measures them at every calculation like emptyDirs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -101,23 +101,6 @@ pub fn is_local_ephemeral_volume(v: &Volume) -> bool {
             .as_ref()
             .is_some_and(|e| e.medium.as_deref().unwrap_or_default().is_empty())
         || v.config_map.is_some()
-}
-
-/// The `pvcRef` of a pod volume (`volume_stat_calculator.go`): the claim
-/// of a `persistentVolumeClaim` volume, `<pod>-<volume>` for a generic
-/// `ephemeral` one.
-pub fn pvc_ref_of(pod_name: &str, namespace: &str, v: &Volume) -> Option<PvcReference> {
-    let name = if let Some(c) = &v.persistent_volume_claim {
-        c.claim_name.clone()
-    } else if v.ephemeral.is_some() {
-        format!("{pod_name}-{}", v.name)
-    } else {
-        return None;
-    };
-    Some(PvcReference {
-        name,
-        namespace: namespace.to_string(),
-    })
 }
 
 /// A pod's volume figures (kubelet's `PodVolumeStats`).
@@ -367,7 +350,7 @@ impl VolumeStatsCalculator {
 
     /// `updateCachedPodVolumeStats`.
     fn update_calculators(&self, lister: &Arc<dyn PodVolumeLister>, stop: &CancellationToken) {
-        let pods = lister.pods();
+        let pods: HashSet<String> = lister.pods().into_iter().collect();
         let mut running = lock(&self.inner.running);
         running.retain(|uid, token| {
             let keep = pods.contains(uid);
@@ -386,9 +369,18 @@ impl VolumeStatsCalculator {
             let (this, lister) = (self.clone(), lister.clone());
             tokio::spawn(async move {
                 loop {
-                    tokio::select! {
+                    let stats = tokio::select! {
                         _ = token.cancelled() => return,
-                        _ = this.calculate(lister.as_ref(), &uid) => {}
+                        s = this.measure_pod(lister.as_ref(), &uid) => s,
+                    };
+                    if let Some(stats) = stats {
+                        // Under the lock the analyzer stops calculators
+                        // with: a stopped pod's figures never come back.
+                        let _running = lock(&this.inner.running);
+                        if token.is_cancelled() {
+                            return;
+                        }
+                        lock(&this.inner.latest).insert(uid.clone(), stats);
                     }
                     // JitterUntil(period, 1.0): period + up to one period.
                     let jitter = this.inner.period.mul_f64(rand::rng().random::<f64>());
@@ -404,9 +396,16 @@ impl VolumeStatsCalculator {
     /// `calcAndStoreStats` for pod `uid`: measures its mounted volumes
     /// and keeps the result (nothing mounted: the previous one stays).
     pub async fn calculate(&self, lister: &dyn PodVolumeLister, uid: &str) {
+        if let Some(stats) = self.measure_pod(lister, uid).await {
+            lock(&self.inner.latest).insert(uid.to_string(), stats);
+        }
+    }
+
+    /// The figures of pod `uid`'s mounted volumes; `None` when none is.
+    async fn measure_pod(&self, lister: &dyn PodVolumeLister, uid: &str) -> Option<PodVolumeStats> {
         let volumes = lister.volumes(uid).await;
         if volumes.is_empty() {
-            return;
+            return None;
         }
         let mut out = PodVolumeStats::default();
         for v in volumes {
@@ -425,7 +424,7 @@ impl VolumeStatsCalculator {
                 out.persistent.push(s);
             }
         }
-        lock(&self.inner.latest).insert(uid.to_string(), out);
+        Some(out)
     }
 
     fn observe(&self, source: &str, since: std::time::Instant) {
@@ -543,28 +542,6 @@ mod tests {
         ] {
             assert_eq!(is_local_ephemeral_volume(&vol(v.clone())), want, "{v}");
         }
-    }
-
-    #[test]
-    fn pvc_refs_name_the_claim() {
-        let claim =
-            vol(serde_json::json!({"name": "data", "persistentVolumeClaim": {"claimName": "db"}}));
-        assert_eq!(
-            pvc_ref_of("web-0", "ns", &claim),
-            Some(PvcReference {
-                name: "db".into(),
-                namespace: "ns".into()
-            })
-        );
-        let eph = vol(
-            serde_json::json!({"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}),
-        );
-        assert_eq!(
-            pvc_ref_of("web-0", "ns", &eph).map(|r| r.name),
-            Some("web-0-scratch".to_string())
-        );
-        let dir = vol(serde_json::json!({"name": "d", "emptyDir": {}}));
-        assert_eq!(pvc_ref_of("web-0", "ns", &dir), None);
     }
 
     #[test]
