@@ -638,21 +638,30 @@ mod tests {
         assert_eq!(csi_metrics(t, &unknown).unwrap().capacity, Some(0));
     }
 
-    /// A lister of fixed volumes; `hold` keeps one pod's list empty.
-    struct Fixed(Vec<(String, Vec<PodVolume>)>);
+    /// A pod UID and its mounted volumes.
+    type Entry = (String, Vec<PodVolume>);
+
+    /// A lister of the pods and volumes a test sets.
+    #[derive(Clone, Default)]
+    struct Fixed(Arc<Mutex<Vec<Entry>>>);
+
+    impl Fixed {
+        fn of(entries: Vec<Entry>) -> Fixed {
+            Fixed(Arc::new(Mutex::new(entries)))
+        }
+    }
 
     impl PodVolumeLister for Fixed {
         fn pods(&self) -> Vec<String> {
-            self.0.iter().map(|(u, _)| u.clone()).collect()
+            lock(&self.0).iter().map(|(u, _)| u.clone()).collect()
         }
         fn volumes<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Vec<PodVolume>> {
-            Box::pin(async move {
-                self.0
-                    .iter()
-                    .find(|(u, _)| u == uid)
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_default()
-            })
+            let v = lock(&self.0)
+                .iter()
+                .find(|(u, _)| u == uid)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            Box::pin(async move { v })
         }
     }
 
@@ -666,7 +675,7 @@ mod tests {
             name: "data".into(),
             namespace: "ns".into(),
         };
-        let lister = Fixed(vec![(
+        let lister = Fixed::of(vec![(
             "u1".into(),
             vec![
                 PodVolume {
@@ -718,7 +727,7 @@ mod tests {
         );
         assert!(text.contains("metric_source=\"statfs\"} 1"), "{text}");
         // Nothing mounted any more: the previous figures stay.
-        let empty = Fixed(vec![("u1".into(), vec![])]);
+        let empty = Fixed::of(vec![("u1".into(), vec![])]);
         c.calculate(&empty, "u1").await;
         assert_eq!(c.get("u1"), Some(got));
     }
@@ -737,29 +746,11 @@ mod tests {
                 }],
             )
         };
-        let lister: Arc<Mutex<Vec<(String, Vec<PodVolume>)>>> =
-            Arc::new(Mutex::new(vec![one("a")]));
-        struct Shared(Arc<Mutex<Vec<(String, Vec<PodVolume>)>>>);
-        impl PodVolumeLister for Shared {
-            fn pods(&self) -> Vec<String> {
-                lock(&self.0).iter().map(|(u, _)| u.clone()).collect()
-            }
-            fn volumes<'a>(&'a self, uid: &'a str) -> BoxFuture<'a, Vec<PodVolume>> {
-                let v = lock(&self.0)
-                    .iter()
-                    .find(|(u, _)| u == uid)
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_default();
-                Box::pin(async move { v })
-            }
-        }
+        let pods = Fixed::of(vec![one("a")]);
         let period = Duration::from_secs(60);
         let c = VolumeStatsCalculator::new(period, None, None);
         let stop = CancellationToken::new();
-        let task = tokio::spawn(
-            c.clone()
-                .run(Arc::new(Shared(lister.clone())), stop.clone()),
-        );
+        let task = tokio::spawn(c.clone().run(Arc::new(pods.clone()), stop.clone()));
         let wait = |uid: &'static str, present: bool| {
             let c = c.clone();
             async move {
@@ -776,12 +767,12 @@ mod tests {
         wait("a", true).await;
         // A new pod gets its calculator at the analyzer's next round, at
         // most one period later.
-        lock(&lister).push(one("b"));
+        lock(&pods.0).push(one("b"));
         let before = tokio::time::Instant::now();
         wait("b", true).await;
         assert!(before.elapsed() <= period + Duration::from_secs(1));
         // A pod gone: its figures go at the next round.
-        lock(&lister).retain(|(u, _)| u != "a");
+        lock(&pods.0).retain(|(u, _)| u != "a");
         wait("a", false).await;
         assert!(c.get("b").is_some());
         stop.cancel();
