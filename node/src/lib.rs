@@ -366,10 +366,23 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
     // One sampler of the node's statistics: the node API's handlers read
     // its housekeeping snapshot, the eviction manager asks it for a fresh
     // round (kubelet's `updateStats=true`).
-    let stats = stats::StatsCache::new(stats::StatsProvider::new(
+    // The pods' volume figures, measured in the background every
+    // `volumeStatsAggPeriod` once the volume manager runs (kubelet's
+    // fsResourceAnalyzer), read by the summary and its metrics.
+    let volume_stats = stats::VolumeStatsCalculator::new(
+        n.volume_stats_agg_period.get(),
+        Some(csi.clone()),
+        Some(&ctx.registry),
+    );
+    let stats = stats::StatsCache::new(stats::StatsProvider::with_volumes(
         stats::StatsConfig::for_node(&ctx.node_name, n),
         cri.clone(),
+        Some(volume_stats.clone()),
     ));
+    keelson_common::observability::metrics::register(
+        &ctx.registry,
+        stats::volume_metrics::VolumeStatsCollector::new(stats.clone()),
+    );
     {
         let stats = stats.clone();
         let node_ips: Vec<std::net::IpAddr> =
@@ -460,6 +473,9 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
         let slot = pods_slot.clone();
         tasks.spawn(async move {
             let volumes = volumes::VolumeManager::for_node(&services);
+            tokio::spawn(
+                volume_stats.run(Arc::new(volumes.clone()), services.ctx.shutdown.clone()),
+            );
             match pods::start_for_node(&services, volumes, cgroups, systemd_bus).await {
                 Ok(pods) => {
                     introspector.set_pods(pods.clone());

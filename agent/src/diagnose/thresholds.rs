@@ -15,6 +15,7 @@ use crate::node::eviction::manager::EvictionConfig;
 use crate::node::eviction::signals;
 use crate::node::eviction::stats_summary::StatsSummary;
 use crate::node::eviction::summary::{Summary, SummaryProvider};
+use crate::node::volumes::stats_sources::OnDisk;
 
 /// One signal against one threshold.
 #[derive(Debug, Clone)]
@@ -38,7 +39,8 @@ pub struct Reading {
 pub async fn measure(ctx: &Context, pods: &[Arc<Pod>]) -> Option<(Summary, Vec<Reading>)> {
     let cri = ctx.cri.as_ref()?;
     let n = &ctx.config.node;
-    let stats = StatsSummary::standalone(&ctx.node, n, cri.clone());
+    let volumes = OnDisk::new(n.root_dir.clone(), pods.to_vec());
+    let stats = StatsSummary::standalone(&ctx.node, n, cri.clone(), &volumes).await;
     let summary = stats.summary(pods).await.ok()?;
     let observed = signals::observations(&summary);
     let readings = EvictionConfig::from_node_config(n)

@@ -278,6 +278,12 @@ pub fn validate(n: &super::NodeConfig, errs: &mut Vec<FieldError>) {
             "must be at least 1s (CPU rates are taken between samples at least 1s apart)",
         ));
     }
+    if n.volume_stats_agg_period.get().is_zero() {
+        errs.push(FieldError::new(
+            "node.volumeStatsAggPeriod",
+            "must be a positive duration such as \"1m\" (kubelet's default)",
+        ));
+    }
     match keelson_common::quantity::Quantity::parse(&n.container_log_max_size) {
         Ok(q) if i64::try_from(q.value()).is_err() => errs.push(FieldError::new(
             "node.containerLogMaxSize",

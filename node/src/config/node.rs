@@ -208,6 +208,11 @@ pub struct NodeConfig {
     /// `--housekeeping-interval`, cAdvisor's housekeeping; no
     /// KubeletConfiguration field).
     pub housekeeping_interval: KubeDuration,
+    /// How often each pod's volume usage is measured for `/stats/summary`
+    /// and the `kubelet_volume_stats_*` metrics (`volumeStatsAggPeriod`;
+    /// kubelet's `fsResourceAnalyzer` period, each pod's calculator
+    /// jittered up to twice it).
+    pub volume_stats_agg_period: KubeDuration,
     /// Kubeconfig used to request the node's client certificate when
     /// `kubeconfig` is missing or its certificate expired (kubelet
     /// `--bootstrap-kubeconfig`). Empty: no TLS bootstrap.
@@ -325,6 +330,7 @@ impl Default for NodeConfig {
             container_log_max_workers: 1,
             container_log_monitor_interval: KubeDuration::from_secs(10),
             housekeeping_interval: KubeDuration::from_secs(10),
+            volume_stats_agg_period: KubeDuration::from_secs(60),
             bootstrap_kubeconfig: None,
             rotate_certificates: true,
             server_tls_bootstrap: false,

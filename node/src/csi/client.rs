@@ -354,9 +354,6 @@ impl CsiClient {
         .await
     }
 
-    // Staging and volume stats serve PersistentVolume-backed CSI volumes,
-    // which are not wired yet (docs/volumes.md).
-    #[allow(dead_code)]
     /// `NodeGetVolumeStats`: (bytes used, bytes total, inodes used, inodes
     /// total) as far as the driver reports them.
     pub(crate) async fn node_get_volume_stats(
@@ -377,7 +374,10 @@ impl CsiClient {
                 .node_get_volume_stats(msg)
                 .await?
                 .into_inner();
-            let mut stats = VolumeStats::default();
+            let mut stats = VolumeStats {
+                any_usage: !r.usage.is_empty(),
+                ..Default::default()
+            };
             for u in r.usage {
                 let usage = Usage {
                     available: u.available,
@@ -398,7 +398,6 @@ impl CsiClient {
 }
 
 /// One `VolumeUsage`.
-#[allow(dead_code)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Usage {
     /// `available`.
@@ -410,13 +409,15 @@ pub(crate) struct Usage {
 }
 
 /// What `NodeGetVolumeStats` reports.
-#[allow(dead_code)]
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct VolumeStats {
     /// Usage in bytes.
     pub(crate) bytes: Option<Usage>,
     /// Usage in inodes.
     pub(crate) inodes: Option<Usage>,
+    /// The answer has usage entries (of any unit): kubelet refuses one
+    /// without.
+    pub(crate) any_usage: bool,
     /// The volume condition's message when the driver reports it abnormal.
     pub(crate) abnormal: Option<String>,
 }

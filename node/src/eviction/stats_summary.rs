@@ -31,7 +31,8 @@ use super::summary::{
     SummaryProvider, VolumeStats,
 };
 use crate::stats::types;
-use crate::stats::{StatsCache, StatsConfig, StatsProvider};
+use crate::stats::volume_stats::PodVolumeLister;
+use crate::stats::{StatsCache, StatsConfig, StatsProvider, VolumeStatsCalculator};
 
 /// [`SummaryProvider`] over the node's statistics cache.
 #[derive(Clone)]
@@ -61,15 +62,22 @@ impl StatsSummary {
     }
 
     /// Figures from a sampler of its own, for `node_name` configured as
-    /// `n` (`keelson diagnose`, beside or without the daemon).
-    pub fn standalone(
+    /// `n` (`keelson diagnose`, beside or without the daemon), with the
+    /// volumes of `volumes` measured once, now.
+    pub async fn standalone(
         node_name: &str,
         n: &crate::config::NodeConfig,
         cri: RuntimeClient,
+        volumes: &dyn PodVolumeLister,
     ) -> StatsSummary {
-        let sampler = StatsCache::new(StatsProvider::new(
+        let calculator = VolumeStatsCalculator::new(n.volume_stats_agg_period.get(), None, None);
+        for uid in volumes.pods() {
+            calculator.calculate(volumes, &uid).await;
+        }
+        let sampler = StatsCache::new(StatsProvider::with_volumes(
             StatsConfig::for_node(node_name, n),
             cri.clone(),
+            Some(calculator),
         ));
         StatsSummary::new(sampler, cri, n.root_dir.clone())
     }
@@ -345,10 +353,12 @@ mod tests {
                     types::VolumeStats {
                         name: "scratch".into(),
                         fs: fs(1000, 600, Some(32)),
+                        ..Default::default()
                     },
                     types::VolumeStats {
                         name: "token".into(),
                         fs: fs(10, 10, Some(1)),
+                        ..Default::default()
                     },
                 ],
                 ..Default::default()

@@ -15,17 +15,19 @@ pub struct DiskUsage {
 }
 
 /// Disk usage of a tree, like `du -x`: allocated bytes and inodes, not
-/// following symlinks and not crossing into other filesystems.
+/// following symlinks, not crossing into other filesystems, a file with
+/// several links counted once (`pkg/volume/util/fs/fs.go` `DiskUsage`).
 pub fn du(path: &Path) -> Option<DiskUsage> {
     let root = std::fs::symlink_metadata(path).ok()?;
     let dev = root.dev();
     let mut usage = DiskUsage::default();
+    let mut linked = std::collections::HashSet::new();
     let mut stack = vec![path.to_path_buf()];
     while let Some(p) = stack.pop() {
         let Ok(m) = std::fs::symlink_metadata(&p) else {
             continue;
         };
-        if m.dev() != dev {
+        if m.dev() != dev || (m.nlink() > 1 && !linked.insert(m.ino())) {
             continue;
         }
         usage.used_bytes = usage
@@ -54,5 +56,8 @@ mod tests {
         assert_eq!(u.inodes_used, 3);
         assert!(u.used_bytes >= 64 * 1024, "{u:?}");
         assert_eq!(du(&root.path().join("missing")), None);
+        // A second link to the same file costs nothing more.
+        std::fs::hard_link(root.path().join("d/f"), root.path().join("link")).expect("ln");
+        assert_eq!(du(root.path()).expect("du"), u);
     }
 }

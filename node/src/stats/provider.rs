@@ -13,9 +13,10 @@
 //!   (`kubepods[/<qos>]/pod<uid>`), each running container's cgroup below
 //!   it (`<pod cgroup>/<container id>`, containerd's cgroupfs layout; the
 //!   runtime's ListContainerStats figures when absent), the pod's network namespace through its
-//!   first process, writable layers (CRI), log and volume usage (walked
-//!   like `du`; logs at every round as kubelet measures them per request,
-//!   volumes cached for a minute as kubelet's volume stats are).
+//!   first process, writable layers (CRI), log usage (walked like `du` at
+//!   every round, as kubelet measures logs per request) and the volume
+//!   figures the pod's calculator measured last
+//!   ([`super::volume_stats`]).
 //!
 //! [`StatsProvider::sample`] takes one sample of everything: the runtime's
 //! lists and figures over CRI first, then every file read (cgroups, procfs,
@@ -25,7 +26,6 @@
 //! consecutive samples ([`super::cpu_rate`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -44,6 +44,7 @@ use super::disk::{DiskUsage, du};
 use super::error::StatsError;
 use super::machine::Machine;
 use super::types::*;
+use super::volume_stats::VolumeStatsCalculator;
 use crate::cgroups::{CgroupName, literal_name};
 use crate::pod::labels;
 use crate::status::Host;
@@ -90,9 +91,6 @@ impl StatsConfig {
     }
 }
 
-/// How long walked disk usage is reused (kubelet's volume stats period).
-const DU_TTL: Duration = Duration::from_secs(60);
-
 /// What one round asks the runtime: writable layers and CPU/memory by
 /// container ID (ListContainerStats), and its filesystems (ImageFsInfo).
 #[derive(Default)]
@@ -111,7 +109,8 @@ pub struct StatsProvider {
     layout: Option<Layout>,
     boot_time: String,
     cpu: Mutex<CpuRates>,
-    du_cache: Mutex<HashMap<PathBuf, (Instant, Option<DiskUsage>)>>,
+    /// The pods' volume figures (none: no volumes reported).
+    volumes: Option<VolumeStatsCalculator>,
     /// Sandbox ID → its image, asked once per sandbox (PodSandboxStatus).
     sandbox_images: Mutex<HashMap<String, String>>,
 }
@@ -218,8 +217,13 @@ struct RunningPod {
 }
 
 impl StatsProvider {
-    /// A provider reading this host's cgroups.
-    pub fn new(cfg: StatsConfig, cri: RuntimeClient) -> Arc<Self> {
+    /// A provider reading this host's cgroups, reporting the volume
+    /// figures of `volumes`.
+    pub fn with_volumes(
+        cfg: StatsConfig,
+        cri: RuntimeClient,
+        volumes: Option<VolumeStatsCalculator>,
+    ) -> Arc<Self> {
         let layout = match crate::cgroups::detect_mode(&cfg.proc_root.join("self/mountinfo")) {
             Ok(mode) => Some(Layout::from_mode(&mode)),
             Err(e) => {
@@ -227,11 +231,21 @@ impl StatsProvider {
                 None
             }
         };
-        Self::with_layout(cfg, cri, layout)
+        Self::build(cfg, cri, layout, volumes)
     }
 
     /// A provider reading cgroups from `layout` (tests give a fake tree).
+    #[cfg(test)]
     pub fn with_layout(cfg: StatsConfig, cri: RuntimeClient, layout: Option<Layout>) -> Arc<Self> {
+        Self::build(cfg, cri, layout, None)
+    }
+
+    fn build(
+        cfg: StatsConfig,
+        cri: RuntimeClient,
+        layout: Option<Layout>,
+        volumes: Option<VolumeStatsCalculator>,
+    ) -> Arc<Self> {
         let boot_time = std::fs::read_to_string(cfg.proc_root.join("stat"))
             .ok()
             .and_then(|s| stat_value(&s, "btime"))
@@ -243,7 +257,7 @@ impl StatsProvider {
             layout,
             boot_time,
             cpu: Mutex::new(CpuRates::default()),
-            du_cache: Mutex::new(HashMap::new()),
+            volumes,
             sandbox_images: Mutex::new(HashMap::new()),
         })
     }
@@ -503,71 +517,6 @@ impl StatsProvider {
             );
         }
         Ok(pods.into_values().collect())
-    }
-
-    /// Disk usage of `path`, walked at most once a minute (blocking).
-    fn du_cached(&self, path: PathBuf) -> Option<DiskUsage> {
-        if let Some((at, v)) = self
-            .du_cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&path)
-            .copied()
-            && at.elapsed() < DU_TTL
-        {
-            return v;
-        }
-        let v = du(&path);
-        let mut cache = self.du_cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() > 10_000 {
-            cache.retain(|_, (at, _)| at.elapsed() < DU_TTL);
-        }
-        cache.insert(path, (Instant::now(), v));
-        v
-    }
-
-    /// Volumes of a pod from `rootDir/pods/<uid>/volumes/<plugin>/<name>`:
-    /// (name, usage stats, counts as local ephemeral storage).
-    fn volumes(&self, uid: &str) -> Vec<(VolumeStats, Option<DiskUsage>, bool)> {
-        let base = self.cfg.root_dir.join("pods").join(uid).join("volumes");
-        let mut out = Vec::new();
-        let Ok(plugins) = std::fs::read_dir(&base) else {
-            return out;
-        };
-        for plugin in plugins.flatten() {
-            let pname = plugin.file_name().to_string_lossy().to_string();
-            let local_kind = matches!(
-                pname.as_str(),
-                "kubernetes.io~empty-dir"
-                    | "kubernetes.io~configmap"
-                    | "kubernetes.io~downward-api"
-            );
-            let Ok(vols) = std::fs::read_dir(plugin.path()) else {
-                continue;
-            };
-            for v in vols.flatten() {
-                let path = v.path();
-                let name = v.file_name().to_string_lossy().to_string();
-                // A volume that is its own mount (tmpfs: Memory emptyDirs,
-                // secrets, projected) is not disk of the node.
-                let own_mount = match (std::fs::metadata(&path), std::fs::metadata(plugin.path())) {
-                    (Ok(a), Ok(b)) => a.dev() != b.dev(),
-                    _ => false,
-                };
-                let usage = self.du_cached(path.clone());
-                let mut fs = fs_of(&path).unwrap_or_else(|| FsStats {
-                    time: now_str(),
-                    ..Default::default()
-                });
-                if let Some(u) = usage {
-                    fs.used_bytes = Some(u.used_bytes);
-                    fs.inodes_used = Some(u.inodes_used);
-                }
-                out.push((VolumeStats { fs, name }, usage, local_kind && !own_mount));
-            }
-        }
-        out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-        out
     }
 
     /// One sample of everything the Summary API reports: the runtime's
@@ -865,12 +814,14 @@ impl StatsProvider {
             });
             stats.network = self.pod_network(l, rel);
         }
-        for (v, usage, local) in self.volumes(&p.uid) {
-            if local && let Some(u) = usage {
-                ephemeral.used_bytes += u.used_bytes;
-                ephemeral.inodes_used += u.inodes_used;
+        // `makePodStorageStats`: the local ephemeral volumes first, then
+        // the others; only the former count in `ephemeral-storage`.
+        if let Some(v) = self.volumes.as_ref().and_then(|c| c.get(&p.uid)) {
+            for s in &v.ephemeral {
+                ephemeral.used_bytes += s.fs.used_bytes.unwrap_or(0);
+                ephemeral.inodes_used += s.fs.inodes_used.unwrap_or(0);
             }
-            stats.volume_stats.push(v);
+            stats.volume_stats = v.ephemeral.into_iter().chain(v.persistent).collect();
         }
         stats.ephemeral_storage = Some(usage_on(&self.cfg.root_dir, ephemeral));
         stats

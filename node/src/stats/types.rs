@@ -274,6 +274,30 @@ pub struct VolumeStats {
     pub fs: FsStats,
     /// Volume name.
     pub name: String,
+    /// The claim behind a `persistentVolumeClaim` or generic `ephemeral`
+    /// volume.
+    #[serde(rename = "pvcRef", skip_serializing_if = "Option::is_none")]
+    pub pvc_ref: Option<PvcReference>,
+    /// The CSI volume condition (kubelet's CSIVolumeHealth gate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume_health_stats: Option<VolumeHealthStats>,
+}
+
+/// `PVCReference`.
+#[derive(Debug, Clone, Serialize, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PvcReference {
+    /// The claim's name.
+    pub name: String,
+    /// The claim's namespace (the pod's).
+    pub namespace: String,
+}
+
+/// `VolumeHealthStats`.
+#[derive(Debug, Clone, Copy, Serialize, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeHealthStats {
+    /// The driver reports the volume abnormal.
+    pub abnormal: bool,
 }
 
 /// `FsStats`.

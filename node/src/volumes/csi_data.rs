@@ -41,6 +41,13 @@ impl VolData {
     }
 }
 
+/// (driver, volume handle) of the CSI volume published at `mount_dir`,
+/// from the `vol_data.json` beside it: what `NodeGetVolumeStats` needs.
+pub(super) fn stats_identity(mount_dir: &Path) -> Option<(String, String)> {
+    let d = load_vol_data(mount_dir.parent()?).ok()?;
+    Some((d.driver, d.volume_handle))
+}
+
 /// Reads `<dir>/vol_data.json`.
 pub(super) fn load_vol_data(dir: &Path) -> Result<VolData, String> {
     let path = dir.join(VOL_DATA_FILE);

@@ -49,6 +49,7 @@ mod projected;
 mod reconciler;
 pub mod references;
 pub mod removal;
+pub mod stats_sources;
 pub mod subpath;
 mod teardown;
 pub mod tokens;

@@ -111,8 +111,18 @@ fn driver_entry(n: &CSINode) -> Option<(String, Vec<String>)> {
 
 async fn csi_hostpath_inline(env: Arc<Env>, agents: Agents) -> anyhow::Result<()> {
     let (plugin_bin, registrar_bin) = binaries().map_err(|e| anyhow!(e))?;
+    // Volume stats every 5 s (both agents), for the stats check below.
+    let spec = NodeSpec {
+        keelson: Some(Arc::new(|c| {
+            c.node.volume_stats_agg_period = keelson::config::KubeDuration::from_secs(5);
+        })),
+        kubelet: Some(Arc::new(|m| {
+            m.insert("volumeStatsAggPeriod".into(), "5s".into());
+        })),
+        ..NodeSpec::of(agents)
+    };
     let node = env
-        .start_node(&format!("{}-csi", agents.name()), NodeSpec::of(agents))
+        .start_node(&format!("{}-csi", agents.name()), spec)
         .await?;
     node.wait_ready(&env.admin).await?;
     let c = &env.admin;
@@ -253,6 +263,10 @@ async fn csi_hostpath_inline(env: Arc<Env>, agents: Agents) -> anyhow::Result<()
         "vol_data.json {data:?}"
     );
 
+    inline_volume_stats(&env, &node.name, &ns)
+        .await
+        .with_context(|| format!("{}\n{}", driver.log_tails(30), node.log_tails(40)))?;
+
     // A driver that is not registered on the node: FailedMount in
     // kubelet's words, the pod stays ContainerCreating.
     let mut absent = busybox_pod("absent", &node.name, "sleep 3600");
@@ -375,5 +389,64 @@ async fn csi_hostpath_inline(env: Arc<Env>, agents: Agents) -> anyhow::Result<()
     )
     .await?;
     drop(driver);
+    Ok(())
+}
+
+/// The inline volume's figures in `/stats/summary`: the driver's
+/// `NodeGetVolumeStats` (hostpathplugin has `GET_VOLUME_STATS` and
+/// reports statfs of its volume's directory), all six figures, no
+/// `pvcRef`; no `volumeHealthStats` without the CSIVolumeHealth gate.
+async fn inline_volume_stats(env: &Env, node: &str, ns: &str) -> anyhow::Result<()> {
+    let path = format!("/api/v1/nodes/{node}/proxy/stats/summary");
+    let vol = wait_for(
+        "the inline volume's figures in the summary",
+        Duration::from_secs(90),
+        Duration::from_millis(500),
+        || async {
+            let out = keelson_tests::node_api::kubectl(
+                env.cp.admin_kubeconfig(),
+                &["get", "--raw", &path],
+                None,
+                Duration::from_secs(30),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            let s: serde_json::Value =
+                serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {out:?}"))?;
+            s["pods"]
+                .as_array()
+                .and_then(|ps| {
+                    ps.iter()
+                        .find(|p| p["podRef"]["name"] == "inline" && p["podRef"]["namespace"] == ns)
+                })
+                .and_then(|p| {
+                    p["volume"]
+                        .as_array()?
+                        .iter()
+                        .find(|v| v["name"] == "data")
+                        .cloned()
+                })
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await?;
+    for f in [
+        "availableBytes",
+        "capacityBytes",
+        "usedBytes",
+        "inodesFree",
+        "inodes",
+        "inodesUsed",
+    ] {
+        ensure!(vol[f].is_u64(), "{f} of {vol}");
+    }
+    ensure!(
+        vol["capacityBytes"].as_u64() > Some(0) && vol["inodes"].as_u64() > Some(0),
+        "{vol}"
+    );
+    ensure!(
+        vol.get("pvcRef").is_none() && vol.get("volumeHealthStats").is_none(),
+        "{vol}"
+    );
     Ok(())
 }

@@ -23,6 +23,7 @@ mod serving_bootstrap_cases;
 mod shutdown_cases;
 mod support;
 mod volume_cases;
+mod volume_stats_cases;
 
 use keelson_tests::upstream::Case;
 use keelson_tests::upstream::runner;
@@ -42,6 +43,7 @@ fn main() -> std::process::ExitCode {
         device_cases::CASES,
         shutdown_cases::CASES,
         volume_cases::CASES,
+        volume_stats_cases::CASES,
         csi_cases::CASES,
         csi_pv_cases::CASES,
         hostile_cases::CASES,

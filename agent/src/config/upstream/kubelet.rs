@@ -181,11 +181,10 @@ pub fn apply(cfg: &mut Config, doc: Value, dir: &Path, report: &mut Report) {
     if let Some(v) = o.get::<i32>("imageGCLowThresholdPercent", report) {
         n.image_gc_low_threshold_percent = v;
     }
-    o.unimplemented(
-        "volumeStatsAggPeriod",
-        Default::Duration(KubeDuration::from_secs(60)),
-        "no volume stats",
-        report,
+    // v1beta1 defaulting: zero is one minute.
+    set(
+        &mut n.volume_stats_agg_period,
+        o.duration("volumeStatsAggPeriod", report),
     );
     o.unimplemented(
         "kubeletCgroups",

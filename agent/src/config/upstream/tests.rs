@@ -157,11 +157,18 @@ fn kubeadm_kubelet_file_runs_with_upstream_defaults() {
         "authentication is read, not ignored: {:?}",
         loaded.ignored
     );
-    for f in [
-        "httpCheckFrequency",
-        "volumeStatsAggPeriod",
-        "memorySwap.swapBehavior",
-    ] {
+    // kubeadm writes `volumeStatsAggPeriod: 0s`: kubelet's defaulting
+    // makes it one minute.
+    assert_eq!(n.volume_stats_agg_period, KubeDuration::from_secs(60));
+    assert!(
+        !loaded
+            .ignored
+            .iter()
+            .any(|i| i.ends_with(": volumeStatsAggPeriod")),
+        "volumeStatsAggPeriod is read, not ignored: {:?}",
+        loaded.ignored
+    );
+    for f in ["httpCheckFrequency", "memorySwap.swapBehavior"] {
         assert!(
             loaded
                 .ignored
