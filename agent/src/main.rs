@@ -163,6 +163,10 @@ fn main() -> ExitCode {
             }
             match sources.load() {
                 Ok(loaded) => {
+                    if let Err(e) = check_credential_providers(&loaded.config.node) {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(2);
+                    }
                     if !loaded.ignored.is_empty() {
                         eprintln!(
                             "warning: accepted with upstream's default value, not implemented by keelson: {}",
@@ -296,4 +300,26 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
         run::run(cfg, &files, shutdown).await?;
         Ok(())
     })
+}
+
+/// `keelson check-config` also runs the credential provider checks the
+/// node role runs at start (bin dir, configuration, executables).
+fn check_credential_providers(n: &keelson::config::NodeConfig) -> Result<(), String> {
+    if !n.enabled
+        || (n.image_credential_provider_config.is_none()
+            && n.image_credential_provider_bin_dir.is_none())
+    {
+        return Ok(());
+    }
+    let empty = std::path::Path::new("");
+    keelson::node::credentials::CredentialProviders::check(
+        n.image_credential_provider_config
+            .as_deref()
+            .unwrap_or(empty),
+        n.image_credential_provider_bin_dir
+            .as_deref()
+            .unwrap_or(empty),
+    )
+    .map(|_| ())
+    .map_err(|e| format!("failed to register CRI auth plugins: {e}"))
 }

@@ -54,12 +54,12 @@ impl Plugin {
         Plugin { dir }
     }
 
-    fn respond(&self, password: &str, key_type: &str) {
+    fn respond(&self, password: &str, key_type: &str, cache_duration: &str) {
         let r = json!({
             "kind": "CredentialProviderResponse",
             "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
             "cacheKeyType": key_type,
-            "cacheDuration": "5m",
+            "cacheDuration": cache_duration,
             "auth": {"*.example": {"username": "team", "password": password}},
         });
         std::fs::write(self.dir.path().join("response.json"), r.to_string()).unwrap();
@@ -123,19 +123,21 @@ fn pod_spec(image: &str, policy: &str) -> serde_json::Value {
 }
 
 fn metric(w: &World, name: &str) -> f64 {
+    use prometheus::proto::MetricType;
     w.registry
         .gather()
         .iter()
         .filter(|f| f.name() == name)
-        .flat_map(|f| f.get_metric().to_vec())
-        .map(|m| {
-            if m.has_counter() {
-                m.get_counter().value()
-            } else if m.has_histogram() {
-                m.get_histogram().get_sample_count() as f64
-            } else {
-                m.get_gauge().value()
-            }
+        .map(|f| {
+            let kind = f.get_field_type();
+            f.get_metric()
+                .iter()
+                .map(|m| match kind {
+                    MetricType::COUNTER => m.get_counter().value(),
+                    MetricType::HISTOGRAM => m.get_histogram().get_sample_count() as f64,
+                    _ => m.get_gauge().value(),
+                })
+                .sum::<f64>()
         })
         .sum()
 }
@@ -160,7 +162,7 @@ async fn wait_err_image_pull(w: &World, pod: &str) -> String {
 #[tokio::test]
 async fn a_plugin_supplies_the_credentials_a_private_image_needs() {
     let plugin = Plugin::new(provider(json!({})));
-    plugin.respond("s3cret", "Registry");
+    plugin.respond("s3cret", "Registry", "5m");
     let w = world_with(&plugin).await;
     w.fake.add_registry_image(PRIVATE, Some(("team", "s3cret")));
     w.fake.add_registry_image(OTHER, Some(("team", "s3cret")));
@@ -208,9 +210,9 @@ async fn a_plugin_supplies_the_credentials_a_private_image_needs() {
 
 #[tokio::test]
 async fn without_the_plugin_credentials_the_pull_is_refused() {
-    let plugin = Plugin::new(provider(json!({"defaultCacheDuration": "0s"})));
-    // Wrong credentials: the registry refuses.
-    plugin.respond("wrong", "Image");
+    let plugin = Plugin::new(provider(json!({})));
+    // Wrong credentials (not cached): the registry refuses.
+    plugin.respond("wrong", "Image", "0s");
     let w = world_with(&plugin).await;
     w.fake.add_registry_image(PRIVATE, Some(("team", "s3cret")));
     w.create_pod("wrong", pod_spec(PRIVATE, "IfNotPresent"))
@@ -247,7 +249,7 @@ async fn token_mode_sends_a_token_bound_to_the_pod() {
             "cacheType": "ServiceAccount",
         },
     })));
-    plugin.respond("s3cret", "Registry");
+    plugin.respond("s3cret", "Registry", "5m");
     let w = world_with(&plugin).await;
     w.fake.add_registry_image(PRIVATE, Some(("team", "s3cret")));
     let sa: ServiceAccount = serde_json::from_value(json!({
@@ -304,4 +306,72 @@ fn jwt_claims(token: &str) -> serde_json::Value {
     let bytes =
         base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, part).unwrap();
     serde_json::from_slice(&bytes).unwrap()
+}
+
+/// `keelson check-config` runs the checks the node role runs at start and
+/// says what is wrong in kubelet's words, once.
+#[test]
+fn check_config_refuses_a_bad_plugin_configuration() {
+    let bin = keelson_tests::node_harness::keelson_bin().expect("built keelson binary");
+    let plugin = Plugin::new(provider(
+        json!({"defaultCacheDuration": "-1m", "name": "a b"}),
+    ));
+    let (config, dir) = plugin.paths();
+    let out = std::process::Command::new(&bin)
+        .arg("check-config")
+        .arg("--image-credential-provider-config")
+        .arg(&config)
+        .arg("--image-credential-provider-bin-dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim(),
+        "error: failed to register CRI auth plugins: failed to validate credential provider config: [providers.name: Invalid value: \"a b\": provider name cannot contain spaces, providers.defaultCacheDuration: Invalid value: \"-1m0s\": must be greater than or equal to 0]"
+    );
+
+    // A valid configuration whose executable is missing.
+    let plugin = Plugin::new(provider(json!({"name": "missing"})));
+    let (config, dir) = plugin.paths();
+    let out = std::process::Command::new(&bin)
+        .args(["check-config", "--image-credential-provider-config"])
+        .arg(&config)
+        .arg("--image-credential-provider-bin-dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        format!(
+            "error: failed to register CRI auth plugins: plugin binary executable {} did not exist",
+            dir.join("missing").display()
+        )
+    );
+
+    // A good one passes and shows in the effective configuration.
+    let plugin = Plugin::new(provider(json!({})));
+    let (config, dir) = plugin.paths();
+    let out = std::process::Command::new(&bin)
+        .args(["check-config", "--image-credential-provider-config"])
+        .arg(&config)
+        .arg("--image-credential-provider-bin-dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let yaml = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        yaml.contains(&format!(
+            "imageCredentialProviderConfig: {}",
+            config.display()
+        )),
+        "{yaml}"
+    );
 }
