@@ -24,7 +24,7 @@ pub struct KeyBuilder(String);
 
 impl KeyBuilder {
     /// Adds a string.
-    pub fn add(mut self, s: &str) -> Self {
+    pub fn push(mut self, s: &str) -> Self {
         self.0.push_str(&format!("{}:{s}", s.len()));
         self
     }
@@ -33,7 +33,7 @@ impl KeyBuilder {
     pub fn add_map(mut self, m: &std::collections::BTreeMap<String, String>) -> Self {
         self.0.push_str(&format!("{}#", m.len()));
         for (k, v) in m {
-            self = self.add(k).add(v);
+            self = self.push(k).push(v);
         }
         self
     }
@@ -48,8 +48,8 @@ impl KeyBuilder {
 /// service account part (empty outside token mode).
 pub fn cache_key(base: &str, service_account_key: &str) -> String {
     KeyBuilder::default()
-        .add(base)
-        .add(service_account_key)
+        .push(base)
+        .push(service_account_key)
         .build()
 }
 
@@ -125,6 +125,7 @@ impl ResponseCache {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
     use crate::credentials::docker_keyring::Credentials;

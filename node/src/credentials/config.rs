@@ -490,6 +490,7 @@ fn annotation_keys(path: &str, keys: &[String], errs: &mut Vec<String>) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

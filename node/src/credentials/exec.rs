@@ -241,6 +241,7 @@ fn signal_name(s: nix::sys::signal::Signal) -> &'static str {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;

@@ -210,8 +210,8 @@ impl PluginProvider {
         }
         let flight_key = match &account {
             Some(a) => KeyBuilder::default()
-                .add(image)
-                .add(&token_hash(&a.token))
+                .push(image)
+                .push(&token_hash(&a.token))
                 .add_map(&a.annotations)
                 .build(),
             None => image.to_string(),
@@ -370,12 +370,12 @@ impl PluginProvider {
             .and_then(|s| s.token)
             .unwrap_or_default();
         let mut key = KeyBuilder::default()
-            .add(&pod.namespace)
-            .add(&pod.service_account)
-            .add(&sa_uid)
+            .push(&pod.namespace)
+            .push(&pod.service_account)
+            .push(&sa_uid)
             .add_map(&annotations);
         if attrs.cache_type == "Token" {
-            key = key.add("token").add(&token_hash(&token));
+            key = key.push("token").push(&token_hash(&token));
         }
         Ok(Some(AccountPart {
             token,
@@ -408,4 +408,5 @@ fn token_hash(token: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests;

@@ -356,6 +356,7 @@ fn check_syntax(p: &[char]) -> Result<(), BadPattern> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -541,8 +541,8 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         cfg.serialize_image_pulls,
         cfg.max_parallel_image_pulls,
         pull_records,
-        providers,
-    );
+    )
+    .with_credential_providers(providers);
     let legacy_log_dir = cfg.pod_logs_dir.parent().map(|p| p.join("containers"));
     let runtime = Arc::new(RuntimeManager::new(RuntimeParts {
         cri: deps.cri.clone(),

@@ -80,7 +80,6 @@ impl ImageManager {
         serialize: bool,
         max_parallel: Option<i32>,
         records: Arc<PullManager>,
-        providers: CredentialProviders,
     ) -> Self {
         let pulls = if serialize {
             Some(Arc::new(Semaphore::new(1)))
@@ -97,8 +96,14 @@ impl ImageManager {
             pulls,
             records,
             last_errors: std::sync::Mutex::new(std::collections::HashMap::new()),
-            providers,
+            providers: CredentialProviders::none(),
         }
+    }
+
+    /// Asks `providers` (credential provider plugins) for credentials too.
+    pub fn with_credential_providers(mut self, providers: CredentialProviders) -> Self {
+        self.providers = providers;
+        self
     }
 
     /// The image id of a present image (`""` when absent).

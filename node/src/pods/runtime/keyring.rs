@@ -146,6 +146,7 @@ pub async fn lookup_tracked(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
     use k8s_openapi::ByteString;
