@@ -308,59 +308,48 @@ fn jwt_claims(token: &str) -> serde_json::Value {
     serde_json::from_slice(&bytes).unwrap()
 }
 
-/// `keelson check-config` runs the checks the node role runs at start and
-/// says what is wrong in kubelet's words, once.
-#[test]
-fn check_config_refuses_a_bad_plugin_configuration() {
+/// Runs `keelson check-config` with the plugin's two flags.
+fn check_config(plugin: &Plugin) -> std::process::Output {
     let bin = keelson_tests::node_harness::keelson_bin().expect("built keelson binary");
-    let plugin = Plugin::new(provider(
-        json!({"defaultCacheDuration": "-1m", "name": "a b"}),
-    ));
     let (config, dir) = plugin.paths();
-    let out = std::process::Command::new(&bin)
-        .arg("check-config")
-        .arg("--image-credential-provider-config")
+    std::process::Command::new(&bin)
+        .args(["check-config", "--image-credential-provider-config"])
         .arg(&config)
         .arg("--image-credential-provider-bin-dir")
         .arg(&dir)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// `keelson check-config` runs the checks the node role runs at start and
+/// says what is wrong in kubelet's words, once.
+#[test]
+fn check_config_refuses_a_bad_plugin_configuration() {
+    let plugin = Plugin::new(provider(
+        json!({"defaultCacheDuration": "-1m", "name": "a b"}),
+    ));
+    let out = check_config(&plugin);
     assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
-        err.trim(),
+        String::from_utf8_lossy(&out.stderr).trim(),
         "error: failed to register CRI auth plugins: failed to validate credential provider config: [providers.name: Invalid value: \"a b\": provider name cannot contain spaces, providers.defaultCacheDuration: Invalid value: \"-1m0s\": must be greater than or equal to 0]"
     );
 
     // A valid configuration whose executable is missing.
     let plugin = Plugin::new(provider(json!({"name": "missing"})));
-    let (config, dir) = plugin.paths();
-    let out = std::process::Command::new(&bin)
-        .args(["check-config", "--image-credential-provider-config"])
-        .arg(&config)
-        .arg("--image-credential-provider-bin-dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let out = check_config(&plugin);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim(),
         format!(
             "error: failed to register CRI auth plugins: plugin binary executable {} did not exist",
-            dir.join("missing").display()
+            plugin.paths().1.join("missing").display()
         )
     );
 
     // A good one passes and shows in the effective configuration.
     let plugin = Plugin::new(provider(json!({})));
-    let (config, dir) = plugin.paths();
-    let out = std::process::Command::new(&bin)
-        .args(["check-config", "--image-credential-provider-config"])
-        .arg(&config)
-        .arg("--image-credential-provider-bin-dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let out = check_config(&plugin);
     assert!(
         out.status.success(),
         "{}",
@@ -370,7 +359,7 @@ fn check_config_refuses_a_bad_plugin_configuration() {
     assert!(
         yaml.contains(&format!(
             "imageCredentialProviderConfig: {}",
-            config.display()
+            plugin.paths().0.display()
         )),
         "{yaml}"
     );

@@ -70,6 +70,20 @@ fn config(default_cache: u64, token: Option<TokenAttributes>) -> CredentialProvi
     }
 }
 
+/// A provider of `config` running the recording plugin in `dir`.
+fn recording(
+    dir: &Path,
+    config: CredentialProvider,
+    sources: Option<TokenSources>,
+) -> PluginProvider {
+    PluginProvider::new(
+        &config,
+        plugin(dir),
+        sources,
+        CredentialProviderMetrics::unregistered(),
+    )
+}
+
 fn pod(sa: &str) -> PodRef {
     PodRef {
         namespace: "ns".into(),
@@ -87,12 +101,7 @@ fn password(c: &DockerConfig) -> Option<&str> {
 async fn only_matching_images_reach_the_plugin() {
     let dir = tempfile::tempdir().unwrap();
     respond(dir.path(), "Image", None, "p1");
-    let p = PluginProvider::new(
-        &config(0, None),
-        plugin(dir.path()),
-        None,
-        CredentialProviderMetrics::unregistered(),
-    );
+    let p = recording(dir.path(), config(0, None), None);
     let (c, src) = p.provide("a.reg.io/app", &pod("")).await;
     assert_eq!(password(&c), Some("p1"));
     assert_eq!(src, None, "node credentials, not bound to a pod");
@@ -119,12 +128,7 @@ async fn only_matching_images_reach_the_plugin() {
 #[tokio::test]
 async fn cache_key_types_and_durations() {
     let dir = tempfile::tempdir().unwrap();
-    let p = PluginProvider::new(
-        &config(0, None),
-        plugin(dir.path()),
-        None,
-        CredentialProviderMetrics::unregistered(),
-    );
+    let p = recording(dir.path(), config(0, None), None);
     // defaultCacheDuration 0 and no cacheDuration: never cached.
     respond(dir.path(), "Registry", None, "p1");
     p.provide("a.reg.io/x", &pod("")).await;
@@ -184,12 +188,7 @@ async fn cache_key_types_and_durations() {
 #[tokio::test]
 async fn an_unknown_cache_key_type_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let p = PluginProvider::new(
-        &config(60, None),
-        plugin(dir.path()),
-        None,
-        CredentialProviderMetrics::unregistered(),
-    );
+    let p = recording(dir.path(), config(60, None), None);
     respond(dir.path(), "Pod", Some("1h"), "p7");
     assert!(p.provide("a.reg.io/x", &pod("")).await.0.is_empty());
     assert_eq!(p.cached(), 0);
@@ -201,12 +200,7 @@ async fn an_unknown_cache_key_type_is_refused() {
 #[tokio::test]
 async fn default_duration_applies_and_entries_expire() {
     let dir = tempfile::tempdir().unwrap();
-    let p = PluginProvider::new(
-        &config(1, None),
-        plugin(dir.path()),
-        None,
-        CredentialProviderMetrics::unregistered(),
-    );
+    let p = recording(dir.path(), config(1, None), None);
     respond(dir.path(), "Image", None, "p1");
     p.provide("a.reg.io/x", &pod("")).await;
     p.provide("a.reg.io/x", &pod("")).await;
@@ -222,12 +216,7 @@ async fn default_duration_applies_and_entries_expire() {
 async fn concurrent_requests_share_one_run() {
     let dir = tempfile::tempdir().unwrap();
     respond(dir.path(), "Image", Some("0s"), "p1");
-    let p = PluginProvider::new(
-        &config(0, None),
-        plugin(dir.path()),
-        None,
-        CredentialProviderMetrics::unregistered(),
-    );
+    let p = recording(dir.path(), config(0, None), None);
     let who = pod("");
     let (a, b) = tokio::join!(p.provide("a.reg.io/x", &who), p.provide("a.reg.io/x", &who));
     assert_eq!(password(&a.0), Some("p1"));
@@ -328,12 +317,7 @@ async fn token_mode_sends_a_bound_token_and_the_annotations() {
             ("other", "x"),
         ],
     );
-    let p = PluginProvider::new(
-        &config(0, Some(attrs)),
-        plugin(dir.path()),
-        Some(sources),
-        CredentialProviderMetrics::unregistered(),
-    );
+    let p = recording(dir.path(), config(0, Some(attrs)), Some(sources));
     let (c, src) = p.provide("a.reg.io/x", &pod("builder")).await;
     assert_eq!(password(&c), Some("registry-secret"));
     assert_eq!(
@@ -375,12 +359,7 @@ async fn token_mode_skips_pods_it_cannot_serve() {
     respond(dir.path(), "Registry", Some("1h"), "x");
     // No required annotation on the account: no call.
     let (attrs, sources, _) = token_mode("ServiceAccount", true, &[]);
-    let p = PluginProvider::new(
-        &config(0, Some(attrs)),
-        plugin(dir.path()),
-        Some(sources),
-        CredentialProviderMetrics::unregistered(),
-    );
+    let p = recording(dir.path(), config(0, Some(attrs)), Some(sources));
     assert!(p.provide("a.reg.io/x", &pod("builder")).await.0.is_empty());
     // A pod without a service account while one is required: no call.
     assert!(p.provide("a.reg.io/x", &pod("")).await.0.is_empty());
@@ -390,12 +369,7 @@ async fn token_mode_skips_pods_it_cannot_serve() {
     // requireServiceAccount false: called without a token.
     let (mut attrs, sources, _) = token_mode("ServiceAccount", false, &[]);
     attrs.required_service_account_annotation_keys.clear();
-    let p = PluginProvider::new(
-        &config(0, Some(attrs)),
-        plugin(dir.path()),
-        Some(sources),
-        CredentialProviderMetrics::unregistered(),
-    );
+    let p = recording(dir.path(), config(0, Some(attrs)), Some(sources));
     let (c, src) = p.provide("a.reg.io/x", &pod("")).await;
     assert!(!c.is_empty());
     assert_eq!(src, None);
@@ -407,20 +381,10 @@ async fn an_echoed_token_is_refused_unless_cache_type_is_token() {
     let dir = tempfile::tempdir().unwrap();
     respond(dir.path(), "Image", Some("1h"), "tok-1");
     let (attrs, sources, _) = token_mode("ServiceAccount", true, &[("reg.io/role", "r")]);
-    let p = PluginProvider::new(
-        &config(0, Some(attrs)),
-        plugin(dir.path()),
-        Some(sources),
-        CredentialProviderMetrics::unregistered(),
-    );
+    let p = recording(dir.path(), config(0, Some(attrs)), Some(sources));
     assert!(p.provide("a.reg.io/x", &pod("builder")).await.0.is_empty());
     let (attrs, sources, _) = token_mode("Token", true, &[("reg.io/role", "r")]);
-    let p = PluginProvider::new(
-        &config(0, Some(attrs)),
-        plugin(dir.path()),
-        Some(sources),
-        CredentialProviderMetrics::unregistered(),
-    );
+    let p = recording(dir.path(), config(0, Some(attrs)), Some(sources));
     assert_eq!(
         password(&p.provide("a.reg.io/x", &pod("builder")).await.0),
         Some("tok-1")
