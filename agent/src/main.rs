@@ -90,6 +90,15 @@ struct SourceArgs {
     /// (kubelet's --cloud-provider; node.cloudProvider).
     #[arg(long, value_name = "NAME")]
     cloud_provider: Option<String>,
+    /// Credential provider plugin configuration, a file or a directory
+    /// (kubelet's --image-credential-provider-config;
+    /// node.imageCredentialProviderConfig; docs/credential-providers.md).
+    #[arg(long, value_name = "PATH")]
+    image_credential_provider_config: Option<PathBuf>,
+    /// Where the credential provider plugins' executables are (kubelet's
+    /// --image-credential-provider-bin-dir; node.imageCredentialProviderBinDir).
+    #[arg(long, value_name = "DIR")]
+    image_credential_provider_bin_dir: Option<PathBuf>,
     /// Run only the node role (kubelet).
     #[arg(long, conflicts_with = "proxy_only")]
     node_only: bool,
@@ -119,6 +128,8 @@ impl SourceArgs {
                 node_ip: self.node_ip,
                 node_name: self.node_name.clone(),
                 cloud_provider: self.cloud_provider.clone(),
+                image_credential_provider_config: self.image_credential_provider_config.clone(),
+                image_credential_provider_bin_dir: self.image_credential_provider_bin_dir.clone(),
                 node_only: self.node_only,
                 proxy_only: self.proxy_only,
                 log_format: self.log_format,
@@ -152,6 +163,10 @@ fn main() -> ExitCode {
             }
             match sources.load() {
                 Ok(loaded) => {
+                    if let Err(e) = check_credential_providers(&loaded.config.node) {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(2);
+                    }
                     if !loaded.ignored.is_empty() {
                         eprintln!(
                             "warning: accepted with upstream's default value, not implemented by keelson: {}",
@@ -285,4 +300,26 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
         run::run(cfg, &files, shutdown).await?;
         Ok(())
     })
+}
+
+/// `keelson check-config` also runs the credential provider checks the
+/// node role runs at start (bin dir, configuration, executables).
+fn check_credential_providers(n: &keelson::config::NodeConfig) -> Result<(), String> {
+    if !n.enabled
+        || (n.image_credential_provider_config.is_none()
+            && n.image_credential_provider_bin_dir.is_none())
+    {
+        return Ok(());
+    }
+    let empty = std::path::Path::new("");
+    keelson::node::credentials::CredentialProviders::check(
+        n.image_credential_provider_config
+            .as_deref()
+            .unwrap_or(empty),
+        n.image_credential_provider_bin_dir
+            .as_deref()
+            .unwrap_or(empty),
+    )
+    .map(|_| ())
+    .map_err(|e| format!("failed to register CRI auth plugins: {e}"))
 }

@@ -14,6 +14,7 @@
 pub mod certificates;
 pub mod cgroups;
 pub mod config;
+pub mod credentials;
 pub mod csi;
 pub mod devices;
 pub(crate) mod downward;
@@ -64,6 +65,9 @@ use status::{Host, NodeStatusHandle, PressureSource, RealHost, RuntimeState};
 /// Why the node role stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
+    /// The credential provider plugins cannot be registered.
+    #[error("failed to register CRI auth plugins: {0}")]
+    CredentialProviders(credentials::RegisterError),
     /// The CRI endpoint is malformed.
     #[error("node.containerRuntimeEndpoint: {0}")]
     Runtime(CriError),
@@ -206,6 +210,20 @@ pub async fn run_with(ctx: NodeContext, overrides: NodeOverrides) -> Result<(), 
     let cfg = ctx.config.clone();
     let n = &*cfg;
     preflight::check(n.fail_swap_on, n.fail_cgroup_v1)?;
+    // kubelet exits when the credential provider plugins cannot be
+    // registered (`kuberuntime_manager.go`); the same checks, first.
+    if n.image_credential_provider_config.is_some() || n.image_credential_provider_bin_dir.is_some()
+    {
+        credentials::CredentialProviders::check(
+            n.image_credential_provider_config
+                .as_deref()
+                .unwrap_or(std::path::Path::new("")),
+            n.image_credential_provider_bin_dir
+                .as_deref()
+                .unwrap_or(std::path::Path::new("")),
+        )
+        .map_err(NodeError::CredentialProviders)?;
+    }
     std::fs::create_dir_all(&n.root_dir).map_err(|error| NodeError::RootDir {
         path: n.root_dir.display().to_string(),
         error,

@@ -95,6 +95,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
             "eviction",
             "shutdown",
             "volumes",
+            "credentials",
             "pods",
             "introspect",
             "lease",

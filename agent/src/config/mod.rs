@@ -209,6 +209,12 @@ pub struct Overrides {
     pub node_name: Option<String>,
     /// `--cloud-provider` (kubelet's flag): `node.cloudProvider`.
     pub cloud_provider: Option<String>,
+    /// `--image-credential-provider-config` (kubelet's flag):
+    /// `node.imageCredentialProviderConfig`.
+    pub image_credential_provider_config: Option<PathBuf>,
+    /// `--image-credential-provider-bin-dir` (kubelet's flag):
+    /// `node.imageCredentialProviderBinDir`.
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
     /// `--node-only`.
     pub node_only: bool,
     /// `--proxy-only`.
@@ -289,6 +295,12 @@ impl Config {
         }
         if let Some(c) = &o.cloud_provider {
             self.node.cloud_provider = c.clone();
+        }
+        if let Some(p) = &o.image_credential_provider_config {
+            self.node.image_credential_provider_config = Some(p.clone());
+        }
+        if let Some(p) = &o.image_credential_provider_bin_dir {
+            self.node.image_credential_provider_bin_dir = Some(p.clone());
         }
         if o.node_only {
             self.node.enabled = true;

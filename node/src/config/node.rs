@@ -168,6 +168,14 @@ pub struct NodeConfig {
     /// Images (names, or `registry/path/*`) any pod may use under
     /// `NeverVerifyAllowlistedImages` (`preloadedImagesVerificationAllowlist`).
     pub preloaded_images_verification_allowlist: Vec<String>,
+    /// Credential provider plugin configuration, a file or a directory of
+    /// `*.json`/`*.yaml`/`*.yml` files (kubelet's
+    /// `--image-credential-provider-config`). Setting it or the bin dir
+    /// turns the plugins on.
+    pub image_credential_provider_config: Option<PathBuf>,
+    /// Where the plugins' executables are (kubelet's
+    /// `--image-credential-provider-bin-dir`).
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
     /// Address the node API (kubelet's HTTPS server) listens on (`address`).
     pub address: String,
     /// Port of the node API (`port`).
@@ -314,6 +322,8 @@ impl Default for NodeConfig {
             allowed_unsafe_sysctls: Vec::new(),
             image_pull_credentials_verification_policy: "NeverVerifyPreloadedImages".to_string(),
             preloaded_images_verification_allowlist: Vec::new(),
+            image_credential_provider_config: None,
+            image_credential_provider_bin_dir: None,
             address: "0.0.0.0".to_string(),
             port: 10250,
             read_only_port: 0,

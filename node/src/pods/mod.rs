@@ -91,6 +91,10 @@ pub enum PodsError {
     /// Shut down while waiting for the runtime.
     #[error("stopped before the container runtime answered")]
     Stopped,
+    /// The credential provider plugins could not be registered (kubelet
+    /// exits then).
+    #[error("failed to register CRI auth plugins: {0}")]
+    CredentialProviders(crate::credentials::RegisterError),
 }
 
 /// kubelet's `/healthz` `syncloop` failure: the pod dispatcher has not gone
@@ -388,6 +392,51 @@ async fn runtime_name(cri: &RuntimeClient, stop: &CancellationToken) -> Result<S
     }
 }
 
+/// kubelet's `RegisterCredentialProviderPlugins` when either credential
+/// provider setting is given (`kuberuntime_manager.go`); token mode reads
+/// ServiceAccounts and requests tokens with the node's client.
+fn credential_providers(
+    deps: &PodsDeps,
+    clock: SharedClock,
+    stop: &CancellationToken,
+) -> Result<crate::credentials::CredentialProviders, PodsError> {
+    use crate::credentials::CredentialProviders;
+    use crate::credentials::provider::{ApiServiceAccounts, TokenSources};
+    use crate::volumes::tokens::{ApiTokenRequester, GC_PERIOD, TokenManager};
+    let cfg = &deps.config;
+    if cfg.image_credential_provider_config.is_none()
+        && cfg.image_credential_provider_bin_dir.is_none()
+    {
+        return Ok(CredentialProviders::none());
+    }
+    let tokens = TokenManager::new(Arc::new(ApiTokenRequester::new(deps.client.clone())), clock);
+    let providers = CredentialProviders::register(
+        cfg.image_credential_provider_config
+            .as_deref()
+            .unwrap_or(std::path::Path::new("")),
+        cfg.image_credential_provider_bin_dir
+            .as_deref()
+            .unwrap_or(std::path::Path::new("")),
+        &deps.registry,
+        Some(TokenSources {
+            accounts: Arc::new(ApiServiceAccounts(deps.client.clone())),
+            tokens: tokens.clone(),
+        }),
+    )
+    .map_err(PodsError::CredentialProviders)?;
+    // Expired plugin tokens are dropped as the token manager drops them.
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(GC_PERIOD) => tokens.cleanup(),
+            }
+        }
+    });
+    Ok(providers)
+}
+
 /// Starts the pod lifecycle; everything stops with `stop`.
 pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle, PodsError> {
     let cfg = &deps.config;
@@ -483,6 +532,7 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
             Err(e) => tracing::warn!(error = %e, "failed to list images"),
         }
     }
+    let providers = credential_providers(&deps, clock.clone(), &stop)?;
     let images = ImageManager::new(
         deps.cri.clone(),
         image_backoff,
@@ -491,7 +541,8 @@ pub async fn start(deps: PodsDeps, stop: CancellationToken) -> Result<PodsHandle
         cfg.serialize_image_pulls,
         cfg.max_parallel_image_pulls,
         pull_records,
-    );
+    )
+    .with_credential_providers(providers);
     let legacy_log_dir = cfg.pod_logs_dir.parent().map(|p| p.join("containers"));
     let runtime = Arc::new(RuntimeManager::new(RuntimeParts {
         cri: deps.cri.clone(),

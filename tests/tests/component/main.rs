@@ -44,6 +44,7 @@ mod node_log_rotation;
 mod node_pods_admission;
 mod node_pods_adoption;
 mod node_pods_backoff;
+mod node_pods_credential_providers;
 mod node_pods_deadline;
 mod node_pods_ephemeral;
 mod node_pods_image_credentials;

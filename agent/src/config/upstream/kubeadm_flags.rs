@@ -33,6 +33,10 @@ pub struct KubeletFlags {
     pub cloud_provider: Option<String>,
     /// `--provider-id` (deprecated flag of `providerID`).
     pub provider_id: Option<String>,
+    /// `--image-credential-provider-config`.
+    pub image_credential_provider_config: Option<std::path::PathBuf>,
+    /// `--image-credential-provider-bin-dir`.
+    pub image_credential_provider_bin_dir: Option<std::path::PathBuf>,
 }
 
 /// Reads the variables of a systemd environment file: `NAME=value`,
@@ -150,6 +154,12 @@ fn apply_flag(flags: &mut KubeletFlags, var: &str, name: &str, value: &str, repo
             Err(e) => report.error(path, e),
         },
         "provider-id" => flags.provider_id = Some(value.trim().to_string()),
+        "image-credential-provider-config" => {
+            flags.image_credential_provider_config = Some(value.trim().into());
+        }
+        "image-credential-provider-bin-dir" => {
+            flags.image_credential_provider_bin_dir = Some(value.trim().into());
+        }
         // Removed from kubelet in 1.35; before that it only kept the image
         // from garbage collection. The sandbox image is the runtime's.
         "pod-infra-container-image" => report.notes.push(format!(
@@ -158,7 +168,7 @@ fn apply_flag(flags: &mut KubeletFlags, var: &str, name: &str, value: &str, repo
         other => report.error(
             path,
             format!(
-                "keelson does not read kubelet flag --{other} from this file (it reads --container-runtime-endpoint, --node-ip, --node-labels, --hostname-override, --register-with-taints, --cloud-provider, --provider-id, --pod-infra-container-image); move the setting into the configuration"
+                "keelson does not read kubelet flag --{other} from this file (it reads --container-runtime-endpoint, --node-ip, --node-labels, --hostname-override, --register-with-taints, --cloud-provider, --provider-id, --image-credential-provider-config, --image-credential-provider-bin-dir, --pod-infra-container-image); move the setting into the configuration"
             ),
         ),
     }
@@ -215,6 +225,12 @@ pub fn apply(cfg: &mut Config, flags: KubeletFlags) {
     if let Some(p) = flags.provider_id {
         cfg.node.provider_id = p;
     }
+    if let Some(p) = flags.image_credential_provider_config {
+        cfg.node.image_credential_provider_config = Some(p);
+    }
+    if let Some(p) = flags.image_credential_provider_bin_dir {
+        cfg.node.image_credential_provider_bin_dir = Some(p);
+    }
 }
 
 #[cfg(test)]
@@ -265,6 +281,27 @@ mod tests {
                 "KUBELET_KUBEADM_ARGS: --node-ip",
                 "KUBELET_EXTRA_ARGS: --register-with-taints"
             ]
+        );
+    }
+
+    #[test]
+    fn credential_provider_flags_are_read() {
+        // As EKS-style nodes set them in KUBELET_EXTRA_ARGS.
+        let text = "KUBELET_EXTRA_ARGS=\"--image-credential-provider-config /etc/eks/image-credential-provider/config.json --image-credential-provider-bin-dir=/etc/eks/image-credential-provider\"\n";
+        let mut r = Report::default();
+        let f = parse(text, &mut r);
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        let mut cfg = Config::default();
+        apply(&mut cfg, f);
+        assert_eq!(
+            cfg.node.image_credential_provider_config.as_deref(),
+            Some(std::path::Path::new(
+                "/etc/eks/image-credential-provider/config.json"
+            ))
+        );
+        assert_eq!(
+            cfg.node.image_credential_provider_bin_dir.as_deref(),
+            Some(std::path::Path::new("/etc/eks/image-credential-provider"))
         );
     }
 

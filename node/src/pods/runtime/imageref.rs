@@ -28,6 +28,41 @@ pub fn apply_default_tag(image: &str) -> Result<String, ReferenceError> {
     }
 }
 
+/// The repository an image pulls from as `ParseImageName` gives it
+/// (distribution's `ParseNormalizedNamed(image).Name()`): the registry
+/// host (`docker.io` for short names, `index.docker.io` read as
+/// `docker.io`, `library/` before official images) and the path, without
+/// tag or digest. This is what kubelet looks credentials up for.
+pub fn repository_name(image: &str) -> Result<String, ReferenceError> {
+    parse(image)?;
+    let without_digest = image.split('@').next().unwrap_or_default();
+    let name = match without_digest.rfind(':') {
+        Some(i) if !without_digest[i..].contains('/') => &without_digest[..i],
+        _ => without_digest,
+    };
+    let (domain, remainder) = match name.split_once('/') {
+        Some((first, rest))
+            if first.contains(['.', ':'])
+                || first == "localhost"
+                || first.to_lowercase() != first =>
+        {
+            (first, rest.to_string())
+        }
+        _ => ("docker.io", name.to_string()),
+    };
+    let domain = if domain == "index.docker.io" {
+        "docker.io"
+    } else {
+        domain
+    };
+    let remainder = if domain == "docker.io" && !remainder.contains('/') {
+        format!("library/{remainder}")
+    } else {
+        remainder
+    };
+    Ok(format!("{domain}/{remainder}"))
+}
+
 struct Parsed<'a> {
     tag: Option<&'a str>,
     digest: Option<&'a str>,
@@ -164,8 +199,27 @@ fn valid_path_component(c: &str) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn repository_names_as_parse_image_name() {
+        for (image, repo) in [
+            ("busybox", "docker.io/library/busybox"),
+            ("busybox:1.36", "docker.io/library/busybox"),
+            ("team/app:1", "docker.io/team/app"),
+            ("index.docker.io/busybox", "docker.io/library/busybox"),
+            ("reg.io:5000/team/app:1", "reg.io:5000/team/app"),
+            ("localhost/app", "localhost/app"),
+            (
+                "reg.io/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                "reg.io/app",
+            ),
+        ] {
+            assert_eq!(repository_name(image).unwrap(), repo, "{image}");
+        }
+    }
 
     #[test]
     fn default_tag_and_validation() {

@@ -1,5 +1,7 @@
-//! kubelet's image manager (`EnsureImageExists`): the pull policy, pull
-//! secrets, a present image used only with credentials that could pull it
+//! kubelet's image manager (`EnsureImageExists`): the pull policy, the
+//! credentials (pull Secrets, then credential provider plugins, looked up
+//! once and only when needed: `keyring`), a present image used only with
+//! credentials that could pull it
 //! (KubeletEnsureSecretPulledImages, `pull_records`), per-image backoff
 //! (ErrImagePull → ImagePullBackOff, 10 s doubling to 5 min, the waiting
 //! message keeping the pull's error), serialized or bounded parallel
@@ -18,9 +20,14 @@ use super::errors::{
     ERR_IMAGE_NEVER_PULL, ERR_IMAGE_PULL, IMAGE_INSPECT_ERROR, IMAGE_PULL_BACK_OFF,
     INVALID_IMAGE_NAME, REGISTRY_UNAVAILABLE, StepError, grpc_text,
 };
-use super::imageref::apply_default_tag;
+use super::imageref::{apply_default_tag, repository_name};
 use super::keyring;
-use super::pull_records::{PullCredentials, PullManager, PullSecret};
+use super::pull_records::{
+    PullCheck, PullCredentials, PullManager, PullSecret, PullServiceAccount,
+};
+use crate::credentials::CredentialProviders;
+use crate::credentials::docker_keyring::Source;
+use crate::credentials::provider::PodRef;
 use crate::pod::podutil;
 use crate::pods::backoff::Backoff;
 use crate::pods::events::{self as reasons, PodEvents};
@@ -40,6 +47,8 @@ pub struct ImageManager {
     records: Arc<PullManager>,
     /// The last pull error per backoff key (`prevPullErrMsg`).
     last_errors: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// Credential provider plugins.
+    providers: CredentialProviders,
 }
 
 /// What an image ensure did (for the pod start SLI).
@@ -87,7 +96,14 @@ impl ImageManager {
             pulls,
             records,
             last_errors: std::sync::Mutex::new(std::collections::HashMap::new()),
+            providers: CredentialProviders::none(),
         }
+    }
+
+    /// Asks `providers` (credential provider plugins) for credentials too.
+    pub fn with_credential_providers(mut self, providers: CredentialProviders) -> Self {
+        self.providers = providers;
+        self
     }
 
     /// The image id of a present image (`""` when absent).
@@ -149,15 +165,24 @@ impl ImageManager {
         if present_ref.is_empty() && policy == "Never" {
             return Err(self.not_present_on_never(pod, name, requested));
         }
-        let tracked = keyring::lookup_tracked(&image, pull_secrets);
+        let mut tracked: Option<Vec<keyring::Tracked>> = None;
         if !present_ref.is_empty() {
             // KubeletEnsureSecretPulledImages: the pod may use the image
             // only with credentials that could pull it.
-            let pod_secrets: Vec<PullSecret> = tracked.iter().map(|t| t.source.clone()).collect();
-            if !self
-                .records
-                .must_attempt_pull(requested, &present_ref, &pod_secrets)
-            {
+            let must_pull = match self.records.check_pull(requested, &present_ref, None) {
+                PullCheck::Decided(pull) => pull,
+                PullCheck::NeedsPodCredentials => {
+                    let found = self.lookup_credentials(pod, &image, pull_secrets).await;
+                    let (secrets, account) = pod_credentials(&found);
+                    tracked = Some(found);
+                    self.records.check_pull(
+                        requested,
+                        &present_ref,
+                        Some((&secrets, account.as_ref())),
+                    ) != PullCheck::Decided(false)
+                }
+            };
+            if !must_pull {
                 let msg = format!(
                     "Container image {} already present on machine and can be accessed by the pod",
                     gofmt::quote(requested)
@@ -174,8 +199,35 @@ impl ImageManager {
             // that its presence is not revealed.
             return Err(self.not_present_on_never(pod, name, requested));
         }
+        let tracked = match tracked {
+            Some(t) => t,
+            None => self.lookup_credentials(pod, &image, pull_secrets).await,
+        };
         self.pull_image(pod, name, requested, &image, &tracked, sandbox_config)
             .await
+    }
+
+    /// `makeLookupPullCredentialsFunc`: the pull Secrets' and the plugins'
+    /// credentials for the image's repository, for this pod.
+    async fn lookup_credentials(
+        &self,
+        pod: &Pod,
+        image: &str,
+        pull_secrets: &[Secret],
+    ) -> Vec<keyring::Tracked> {
+        // `image` passed apply_default_tag, so it parses.
+        let repository = repository_name(image).unwrap_or_else(|_| image.to_string());
+        let pod_ref = PodRef {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: podutil::uid(pod).to_string(),
+            service_account: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.service_account_name.clone())
+                .unwrap_or_default(),
+        };
+        keyring::lookup_tracked(&repository, pull_secrets, &self.providers, &pod_ref).await
     }
 
     fn not_present_on_never(&self, pod: &Pod, name: &str, requested: &str) -> StepError {
@@ -216,10 +268,13 @@ impl ImageManager {
             .pull_after_backoff(pod, name, requested, image, tracked, sandbox_config)
             .await;
         match &outcome {
-            Ok((ensured, source)) => self.records.record_image_pulled(
+            Ok((ensured, used)) => self.records.record_image_pulled(
                 requested,
                 &ensured.image_ref,
-                &PullCredentials::used(source.clone()),
+                &match used {
+                    Some(t) => PullCredentials::from_source(t.source.as_ref(), &t.hash),
+                    None => PullCredentials::used(None),
+                },
             ),
             Err(_) => self.records.record_image_pull_failed(requested),
         }
@@ -234,7 +289,7 @@ impl ImageManager {
         image: &str,
         tracked: &[keyring::Tracked],
         sandbox_config: Option<&api::PodSandboxConfig>,
-    ) -> Result<(EnsuredImage, Option<PullSecret>), StepError> {
+    ) -> Result<(EnsuredImage, Option<keyring::Tracked>), StepError> {
         let event = |kind: EventType, reason: &str, msg: &str| {
             self.events.container(pod, name, "", kind, reason, msg);
         };
@@ -267,8 +322,7 @@ impl ImageManager {
         let pull_duration = pull_start.elapsed();
         drop(_permit);
         match result {
-            Err(e) => {
-                let text = grpc_text(&e);
+            Err(text) => {
                 event(
                     EventType::Warning,
                     reasons::FAILED,
@@ -337,14 +391,16 @@ impl ImageManager {
         self.backoff.now()
     }
 
-    /// Pulls with each matching credential in turn (none: anonymously);
-    /// returns the image id and the Secret whose credentials worked.
+    /// Pulls with each matching credential in turn (none: anonymously;
+    /// when all fail, no anonymous try), as kubelet's `PullImage`; returns
+    /// the image id and the credentials that worked, or the errors as
+    /// kubelet aggregates them.
     async fn pull(
         &self,
         image: &str,
         tracked: &[keyring::Tracked],
         sandbox: Option<&api::PodSandboxConfig>,
-    ) -> Result<(String, Option<PullSecret>), keelson_cri::CriError> {
+    ) -> Result<(String, Option<keyring::Tracked>), String> {
         let spec = keelson_cri::image_spec(image);
         if tracked.is_empty() {
             return self
@@ -354,9 +410,10 @@ impl ImageManager {
                     self.cri.pull_image(spec, None, sandbox.cloned()),
                 )
                 .await
-                .map(|r| (r, None));
+                .map(|r| (r, None))
+                .map_err(|e| grpc_text(&e));
         }
-        let mut last = None;
+        let mut errors: Vec<String> = Vec::new();
         for t in tracked {
             match self
                 .metrics
@@ -367,15 +424,55 @@ impl ImageManager {
                 )
                 .await
             {
-                Ok(r) => return Ok((r, Some(t.source.clone()))),
-                Err(e) => last = Some(e),
+                Ok(r) => return Ok((r, Some(t.clone()))),
+                Err(e) => {
+                    let text = grpc_text(&e);
+                    if !errors.contains(&text) {
+                        errors.push(text);
+                    }
+                }
             }
         }
-        Err(last.unwrap_or(keelson_cri::CriError::MissingField {
-            method: "PullImage",
-            field: "image_ref",
-        }))
+        // utilerrors.NewAggregate: one message alone, several in brackets.
+        Err(match errors.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        })
     }
+}
+
+/// `getPodCredentials`: the pod's Secrets and the first service account
+/// among the credentials (node credentials are left out).
+fn pod_credentials(tracked: &[keyring::Tracked]) -> (Vec<PullSecret>, Option<PullServiceAccount>) {
+    let mut secrets = Vec::new();
+    let mut account = None;
+    for t in tracked {
+        match &t.source {
+            Some(Source::Secret {
+                uid,
+                namespace,
+                name,
+            }) => secrets.push(PullSecret {
+                uid: uid.clone(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+                credential_hash: t.hash.clone(),
+            }),
+            Some(Source::ServiceAccount {
+                uid,
+                namespace,
+                name,
+            }) if account.is_none() => {
+                account = Some(PullServiceAccount {
+                    uid: uid.clone(),
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                });
+            }
+            _ => {}
+        }
+    }
+    (secrets, account)
 }
 
 fn truncate_ms(d: Duration) -> Duration {

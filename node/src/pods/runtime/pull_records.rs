@@ -235,7 +235,7 @@ pub struct PullSecret {
 }
 
 /// A ServiceAccount whose token pulled an image (credential provider
-/// plugins; kept when read, never written by keelson).
+/// plugins in service account token mode).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PullServiceAccount {
@@ -262,7 +262,57 @@ pub struct PullCredentials {
     pub node_pods_accessible: bool,
 }
 
+/// What [`PullManager::check_pull`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullCheck {
+    /// Pull (`true`) or use the image on the node (`false`).
+    Decided(bool),
+    /// The pod's credentials are needed to decide.
+    NeedsPodCredentials,
+}
+
 impl PullCredentials {
+    /// What a pull recorded for credentials from `source` with `hash`
+    /// (`trackedToImagePullCreds`): a Secret, a service account, or the
+    /// node's (accessible to every pod).
+    pub fn from_source(
+        source: Option<&crate::credentials::docker_keyring::Source>,
+        hash: &str,
+    ) -> Self {
+        use crate::credentials::docker_keyring::Source;
+        match source {
+            None => PullCredentials {
+                node_pods_accessible: true,
+                ..Default::default()
+            },
+            Some(Source::Secret {
+                uid,
+                namespace,
+                name,
+            }) => PullCredentials {
+                kubernetes_secrets: vec![PullSecret {
+                    uid: uid.clone(),
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    credential_hash: hash.to_string(),
+                }],
+                ..Default::default()
+            },
+            Some(Source::ServiceAccount {
+                uid,
+                namespace,
+                name,
+            }) => PullCredentials {
+                kubernetes_service_accounts: vec![PullServiceAccount {
+                    uid: uid.clone(),
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                }],
+                ..Default::default()
+            },
+        }
+    }
+
     /// What a pull recorded: the Secret whose credentials worked, or no
     /// credentials at all (`trackedToImagePullCreds`).
     pub fn used(secret: Option<PullSecret>) -> Self {
@@ -613,8 +663,40 @@ impl PullManager {
         image_ref: &str,
         pod_secrets: &[PullSecret],
     ) -> bool {
+        match self.check_pull(image, image_ref, Some((pod_secrets, None))) {
+            PullCheck::Decided(pull) => pull,
+            PullCheck::NeedsPodCredentials => true,
+        }
+    }
+
+    /// `MustAttemptImagePull` with the pod's credentials looked up only
+    /// when the record needs them (kubelet's `getPodCredentials` runs
+    /// lazily, so that credential provider plugins are not called for
+    /// images any pod may use): with `pod_credentials` `None`, answers
+    /// [`PullCheck::NeedsPodCredentials`] where kubelet would look them
+    /// up; call again with them.
+    pub fn check_pull(
+        &self,
+        image: &str,
+        image_ref: &str,
+        pod_credentials: Option<(&[PullSecret], Option<&PullServiceAccount>)>,
+    ) -> PullCheck {
+        PullCheck::Decided(
+            match self.check_pull_inner(image, image_ref, pod_credentials) {
+                Some(pull) => pull,
+                None => return PullCheck::NeedsPodCredentials,
+            },
+        )
+    }
+
+    fn check_pull_inner(
+        &self,
+        image: &str,
+        image_ref: &str,
+        pod_credentials: Option<(&[PullSecret], Option<&PullServiceAccount>)>,
+    ) -> Option<bool> {
         if image_ref.is_empty() {
-            return true;
+            return Some(true);
         }
         let intents = self.lock();
         let (record, pulled_by_node) = match self.read_pulled(image_ref) {
@@ -623,29 +705,34 @@ impl PullManager {
             Err(e) => {
                 tracing::warn!(error = %e, "unable to access cache records about image pulls");
                 self.count("error");
-                return true;
+                return Some(true);
             }
         };
         if !self.policy.require_verification(image, pulled_by_node) {
             self.count("credentialPolicyAllowed");
-            return false;
+            return Some(false);
         }
         let Some(record) = record else {
             self.count("mustAuthenticate");
-            return true;
+            return Some(true);
         };
         let Ok(name) = trim_tag_digest(image) else {
             self.count("error");
-            return true;
+            return Some(true);
         };
         let Some(cached) = record.credential_mapping.get(&name) else {
             self.count("mustAuthenticate");
-            return true;
+            return Some(true);
         };
         if cached.node_pods_accessible {
             self.count("credentialRecordFound");
-            return false;
+            return Some(false);
         }
+        if cached.kubernetes_secrets.is_empty() && cached.kubernetes_service_accounts.is_empty() {
+            self.count("mustAuthenticate");
+            return Some(true);
+        }
+        let (pod_secrets, pod_account) = pod_credentials?;
         for pod_secret in pod_secrets {
             for cached_secret in &cached.kubernetes_secrets {
                 let hashes = !cached_secret.credential_hash.is_empty()
@@ -667,12 +754,18 @@ impl PullManager {
                         tracing::warn!(image, error = %e, "failed to write an image pulled record");
                     }
                     self.count("credentialRecordFound");
-                    return false;
+                    return Some(false);
                 }
             }
         }
+        if let Some(account) = pod_account
+            && cached.kubernetes_service_accounts.contains(account)
+        {
+            self.count("credentialRecordFound");
+            return Some(false);
+        }
         self.count("mustAuthenticate");
-        true
+        Some(true)
     }
 
     /// Whether a pull of `image` is in flight or was left by an earlier
