@@ -1,9 +1,12 @@
-//! `keelson run`: start the enabled roles, serve health and metrics, tell
-//! systemd when ready, and shut everything down in order on a signal.
+//! `keelson run` (and `keelson-proxy run`): start the enabled roles, serve
+//! health and metrics, tell systemd when ready, and shut everything down in
+//! order on a signal. The binary names its node role ([`NodeRole`]).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus::Registry;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -12,7 +15,7 @@ use crate::config::{self, Config};
 use crate::introspection::Introspection;
 use crate::observability::{self, Health};
 use crate::role::RoleContext;
-use crate::{certificates, lifecycle, node, proxy};
+use crate::{lifecycle, proxy};
 
 /// Why `keelson run` stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +44,11 @@ pub enum RunError {
     /// store); the text holds the whole cause.
     #[error("node role: {0}")]
     Credentials(String),
+    /// The configuration enables the node role in a binary without it.
+    #[error(
+        "node role: this binary has none (keelson-proxy runs the proxy role alone); run keelson for the node role"
+    )]
+    NoNodeRole,
     /// The health or metrics server could not listen.
     #[error(transparent)]
     Serve(#[from] observability::server::ServeError),
@@ -71,6 +79,34 @@ pub enum RoleError {
     Panicked(#[from] tokio::task::JoinError),
 }
 
+/// What the process needs to start a node role.
+pub struct NodeStart<'a> {
+    /// The effective configuration (its node role enabled).
+    pub config: &'a Config,
+    /// This node's name.
+    pub node_name: &'a str,
+    /// The shared health registry.
+    pub health: &'a Health,
+    /// The shared metrics registry.
+    pub registry: &'a Registry,
+    /// Stops the credential machinery (rotation, bootstrap).
+    pub shutdown: CancellationToken,
+    /// Where the role's API calls are logged for `keelson diagnose`.
+    pub introspection: &'a Introspection,
+}
+
+/// A node role a binary can start (`crate::node_role`: kubelet's, or
+/// none). What the binary never names, the linker leaves out.
+pub trait NodeRole: Sized + Send + 'static {
+    /// Sets up the node's credentials and API client; a broken kubeconfig
+    /// is a start-up error.
+    fn start(start: NodeStart<'_>) -> impl Future<Output = Result<Self, RunError>>;
+    /// The API client the role's context carries.
+    fn client(&self) -> kube::Client;
+    /// Runs the role until `ctx.shutdown`.
+    fn run(self, ctx: RoleContext) -> impl Future<Output = Result<(), RoleError>> + Send;
+}
+
 /// What `keelson diagnose` needs of this daemon's start: its effective
 /// configuration and the kubeconfigs its command line may have given.
 fn started_with(
@@ -86,9 +122,6 @@ fn started_with(
         config: config.to_yaml(),
     }
 }
-
-/// How the node role gets credentials.
-const NODE_CREDENTIALS: &str = "--kubeconfig FILE (or node.kubeconfig) with the node's credentials, or --bootstrap-kubeconfig FILE to request them";
 
 /// How the proxy role gets credentials. With the node role, `--kubeconfig`
 /// is the node's, whose rights (the Node authorizer's) do not cover what
@@ -109,7 +142,8 @@ fn proxy_credentials(config: &Config) -> String {
 
 /// Runs until `shutdown` is cancelled (or a role fails). `files` are the
 /// configuration files `config` was read from, for `keelson diagnose`.
-pub async fn run(
+/// `N` is the binary's node role, started when `config` enables it.
+pub async fn run<N: NodeRole>(
     config: Config,
     files: &[std::path::PathBuf],
     shutdown: CancellationToken,
@@ -150,25 +184,17 @@ pub async fn run(
     // Build clients first: a broken kubeconfig is a start-up error.
     // The node's client may manage its certificate (bootstrap, rotation):
     // kubelet's wiring, in `certificates::node`.
-    let node_client = if config.node.enabled {
+    let node_role = if config.node.enabled {
         Some(
-            certificates::node::start(
-                &config.node,
-                &node_name,
-                &health,
-                &registry,
-                shutdown.child_token(),
-                Some(introspection.api_log()),
-            )
-            .await
-            .map_err(|e| match e {
-                crate::certificates::CertError::NoCredentials(found) => RunError::NoCredentials {
-                    role: "node",
-                    how: NODE_CREDENTIALS.to_string(),
-                    found,
-                },
-                e => RunError::Credentials(crate::error_chain::error_chain(&e)),
-            })?,
+            N::start(NodeStart {
+                config: &config,
+                node_name: &node_name,
+                health: &health,
+                registry: &registry,
+                shutdown: shutdown.child_token(),
+                introspection: &introspection,
+            })
+            .await?,
         )
     } else {
         None
@@ -233,19 +259,9 @@ pub async fn run(
         introspection: introspection.clone(),
         shutdown: roles_stop.clone(),
     };
-    if let Some(nc) = node_client {
-        let c = ctx(nc.client.clone());
-        let stop = roles_stop.clone();
-        roles.spawn(async move {
-            // A bootstrapping node starts once it has its certificate.
-            if !nc.ready(&stop).await {
-                return ("node", Ok(()));
-            }
-            (
-                "node",
-                node::run(c.node_context()).await.map_err(RoleError::from),
-            )
-        });
+    if let Some(node) = node_role {
+        let c = ctx(node.client());
+        roles.spawn(async move { ("node", node.run(c).await) });
     }
     if let Some(client) = proxy_client {
         let c = ctx(client);

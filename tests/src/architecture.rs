@@ -106,7 +106,19 @@ pub const LAYERS: &[(&str, &[&str])] = &[
     (
         "agent/src",
         &[
-            "config", "logging", "role", "proxy", "diagnose", "migrate", "run",
+            "config",
+            "logging",
+            "cli",
+            "role",
+            "proxy",
+            "diagnose",
+            "migrate",
+            "run",
+            "node_role",
+            "commands",
+            // The binaries' mains (src/bin/keelson-proxy.rs; src/main.rs is
+            // the crate root).
+            "bin",
         ],
     ),
 ];

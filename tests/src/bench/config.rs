@@ -22,6 +22,9 @@ pub struct BenchConfig {
     pub contestants: Vec<ContestantKind>,
     /// The `keelson` binary.
     pub keelson_bin: PathBuf,
+    /// The `keelson-proxy` binary (the proxy role alone).
+    #[serde(default)]
+    pub keelson_proxy_bin: Option<PathBuf>,
     /// The `kube-proxy` binary.
     pub kube_proxy_bin: Option<PathBuf>,
     /// An outside cluster instead of the test API server.
@@ -81,6 +84,7 @@ impl BenchConfig {
             backends: 2,
             contestants: vec![ContestantKind::KeelsonNftables, ContestantKind::KeelsonEbpf],
             keelson_bin,
+            keelson_proxy_bin: None,
             kube_proxy_bin: None,
             kubeconfig: None,
             upstream_bin: None,
@@ -150,7 +154,24 @@ impl BenchConfig {
         if self.contestants.iter().any(|c| c.is_kube_proxy()) && self.kube_proxy_bin.is_none() {
             return bad("kube-proxy contestants need --kube-proxy PATH".into());
         }
-        if !self.keelson_bin.is_file() && self.contestants.iter().any(|c| !c.is_kube_proxy()) {
+        if self.contestants.iter().any(|c| c.is_keelson_proxy()) && self.keelson_proxy_bin.is_none()
+        {
+            return bad("keelson-proxy contestants need --keelson-proxy PATH".into());
+        }
+        if let Some(kp) = &self.keelson_proxy_bin
+            && !kp.is_file()
+        {
+            return bad(format!(
+                "keelson-proxy binary {} not found (cargo build --release -p keelson)",
+                kp.display()
+            ));
+        }
+        if !self.keelson_bin.is_file()
+            && self
+                .contestants
+                .iter()
+                .any(|c| !c.is_kube_proxy() && !c.is_keelson_proxy())
+        {
             return bad(format!(
                 "keelson binary {} not found (cargo build --release -p keelson, or --keelson PATH)",
                 self.keelson_bin.display()

@@ -1,7 +1,8 @@
 //! The contestants: the real `keelson run --proxy-only` binary in nftables
-//! and eBPF mode, and (when given) the real kube-proxy binary in nftables
-//! and iptables mode, each started with `nsenter --net` in its own node
-//! namespace and stopped by PID.
+//! and eBPF mode, (when given) the proxy-only `keelson-proxy run` binary in
+//! the same two modes, and (when given) the real kube-proxy binary in
+//! nftables and iptables mode, each started with `nsenter --net` in its
+//! own node namespace and stopped by PID.
 
 use std::fmt;
 use std::fs::File;
@@ -16,7 +17,7 @@ use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
 use super::error::{BenchError, Result};
-use super::procstat::{self, ProcSample};
+use super::procstat::{self, MemPeaks, MemSampler, ProcSample};
 use crate::netns::{NetNs, unique_suffix};
 
 /// Where a contestant serves `/metrics` inside its namespace (both
@@ -31,6 +32,10 @@ pub enum ContestantKind {
     KeelsonNftables,
     /// `keelson run --proxy-only`, `proxy.mode: ebpf`.
     KeelsonEbpf,
+    /// `keelson-proxy run`, `proxy.mode: nftables`.
+    KeelsonProxyNftables,
+    /// `keelson-proxy run`, `proxy.mode: ebpf`.
+    KeelsonProxyEbpf,
     /// `kube-proxy --proxy-mode=nftables`.
     KubeProxyNftables,
     /// `kube-proxy --proxy-mode=iptables`.
@@ -39,9 +44,11 @@ pub enum ContestantKind {
 
 impl ContestantKind {
     /// Every kind, in report order.
-    pub const ALL: [ContestantKind; 4] = [
+    pub const ALL: [ContestantKind; 6] = [
         ContestantKind::KeelsonNftables,
         ContestantKind::KeelsonEbpf,
+        ContestantKind::KeelsonProxyNftables,
+        ContestantKind::KeelsonProxyEbpf,
         ContestantKind::KubeProxyNftables,
         ContestantKind::KubeProxyIptables,
     ];
@@ -51,6 +58,8 @@ impl ContestantKind {
         match self {
             ContestantKind::KeelsonNftables => "keelson-nftables",
             ContestantKind::KeelsonEbpf => "keelson-ebpf",
+            ContestantKind::KeelsonProxyNftables => "keelson-proxy-nftables",
+            ContestantKind::KeelsonProxyEbpf => "keelson-proxy-ebpf",
             ContestantKind::KubeProxyNftables => "kube-proxy-nftables",
             ContestantKind::KubeProxyIptables => "kube-proxy-iptables",
         }
@@ -61,6 +70,8 @@ impl ContestantKind {
         match self {
             ContestantKind::KeelsonNftables => "keelson nftables",
             ContestantKind::KeelsonEbpf => "keelson eBPF",
+            ContestantKind::KeelsonProxyNftables => "keelson-proxy nftables",
+            ContestantKind::KeelsonProxyEbpf => "keelson-proxy eBPF",
             ContestantKind::KubeProxyNftables => "kube-proxy nftables",
             ContestantKind::KubeProxyIptables => "kube-proxy iptables",
         }
@@ -78,6 +89,22 @@ impl ContestantKind {
             ContestantKind::KubeProxyNftables | ContestantKind::KubeProxyIptables
         )
     }
+
+    /// The `keelson-proxy` binary (not `keelson`).
+    pub fn is_keelson_proxy(self) -> bool {
+        matches!(
+            self,
+            ContestantKind::KeelsonProxyNftables | ContestantKind::KeelsonProxyEbpf
+        )
+    }
+
+    /// A keelson binary in eBPF mode (it needs a cgroup and a bpffs).
+    pub fn is_ebpf(self) -> bool {
+        matches!(
+            self,
+            ContestantKind::KeelsonEbpf | ContestantKind::KeelsonProxyEbpf
+        )
+    }
 }
 
 impl fmt::Display for ContestantKind {
@@ -91,6 +118,8 @@ impl fmt::Display for ContestantKind {
 pub struct ContestantSettings {
     /// The `keelson` binary.
     pub keelson_bin: PathBuf,
+    /// The `keelson-proxy` binary, if it takes part.
+    pub keelson_proxy_bin: Option<PathBuf>,
     /// The `kube-proxy` binary, if kube-proxy takes part.
     pub kube_proxy_bin: Option<PathBuf>,
     /// `minSyncPeriod` / `--iptables-min-sync-period` for every contestant.
@@ -208,13 +237,15 @@ pub fn keelson_config(
         cfg.proxy.client_connection.burst = i32::try_from(b).unwrap_or(i32::MAX);
     }
     cfg.proxy.mode = match kind {
-        ContestantKind::KeelsonNftables => ProxyMode::Nftables,
-        ContestantKind::KeelsonEbpf => ProxyMode::Ebpf,
+        ContestantKind::KeelsonNftables | ContestantKind::KeelsonProxyNftables => {
+            ProxyMode::Nftables
+        }
+        ContestantKind::KeelsonEbpf | ContestantKind::KeelsonProxyEbpf => ProxyMode::Ebpf,
         other => {
             return Err(BenchError::Invalid(format!("{other} is not keelson")));
         }
     };
-    if kind == ContestantKind::KeelsonEbpf {
+    if kind.is_ebpf() {
         let env = ebpf.ok_or_else(|| BenchError::Invalid("eBPF run without its cgroup".into()))?;
         cfg.proxy.ebpf.cgroup_path = Some(env.cgroup().to_path_buf());
         cfg.proxy.ebpf.bpffs_path = env.bpffs_path().to_path_buf();
@@ -329,6 +360,16 @@ pub struct ProxyProcess {
     child: Child,
     log: PathBuf,
     last: Option<ProcSample>,
+    memory: MemSampler,
+}
+
+/// What a stopped contestant used.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stopped {
+    /// The last sample before the stop (CPU, `VmHWM`, RSS at the end).
+    pub last: Option<ProcSample>,
+    /// The largest anonymous and file-backed RSS sampled while it ran.
+    pub memory: MemPeaks,
 }
 
 impl ProxyProcess {
@@ -363,7 +404,15 @@ impl ProxyProcess {
             let path = work_dir.join(format!("{}.yaml", kind.slug()));
             std::fs::write(&path, cfg.to_yaml())
                 .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
-            cmd.arg(&settings.keelson_bin)
+            let bin = if kind.is_keelson_proxy() {
+                settings.keelson_proxy_bin.as_ref().ok_or_else(|| {
+                    BenchError::Invalid(format!("{kind} needs --keelson-proxy PATH"))
+                })?
+            } else {
+                &settings.keelson_bin
+            };
+            // keelson-proxy takes `keelson run --proxy-only`'s command line.
+            cmd.arg(bin)
                 .arg("run")
                 .arg("--proxy-only")
                 .arg("--config")
@@ -384,11 +433,13 @@ impl ProxyProcess {
                 name: kind.label().into(),
                 message: format!("starting: {e}"),
             })?;
+        let memory = MemSampler::start(child.id());
         Ok(ProxyProcess {
             kind,
             child,
             log: log.to_path_buf(),
             last: None,
+            memory,
         })
     }
 
@@ -425,11 +476,12 @@ impl ProxyProcess {
     }
 
     /// SIGTERM, then SIGKILL after `grace`; returns the last sample taken
-    /// before it exited.
-    pub fn stop(mut self, grace: Duration) -> Option<ProcSample> {
+    /// before, and the memory peaks sampled until, the signal.
+    pub fn stop(mut self, grace: Duration) -> Stopped {
         let last = self.sample();
+        let memory = self.memory.finish();
         self.terminate(grace);
-        last
+        Stopped { last, memory }
     }
 
     fn terminate(&mut self, grace: Duration) {
@@ -463,6 +515,7 @@ mod tests {
     fn settings() -> ContestantSettings {
         ContestantSettings {
             keelson_bin: "/bin/keelson".into(),
+            keelson_proxy_bin: Some("/bin/keelson-proxy".into()),
             kube_proxy_bin: Some("/bin/kube-proxy".into()),
             min_sync_period: KubeDuration::from_millis(0),
             json_only_api: true,
@@ -480,6 +533,29 @@ mod tests {
         assert_eq!(ContestantKind::from_slug("ipvs"), None);
         assert!(ContestantKind::KubeProxyIptables.is_kube_proxy());
         assert!(!ContestantKind::KeelsonEbpf.is_kube_proxy());
+        assert!(ContestantKind::KeelsonProxyEbpf.is_keelson_proxy());
+        assert!(!ContestantKind::KeelsonEbpf.is_keelson_proxy());
+        assert!(ContestantKind::KeelsonProxyEbpf.is_ebpf());
+        assert!(!ContestantKind::KeelsonProxyNftables.is_ebpf());
+        let modes = ContestantKind::ALL
+            .into_iter()
+            .filter(|k| !k.is_kube_proxy())
+            .map(|k| {
+                keelson_config(k, &settings(), "n", Path::new("/kc"), None)
+                    .map(|c| c.proxy.mode)
+                    .ok()
+            })
+            .collect::<Vec<_>>();
+        // eBPF kinds need their cgroup; the nftables ones get nftables.
+        assert_eq!(
+            modes,
+            [
+                Some(ProxyMode::Nftables),
+                None,
+                Some(ProxyMode::Nftables),
+                None
+            ]
+        );
     }
 
     #[test]

@@ -69,7 +69,7 @@ pub async fn run_contestant(ctx: RunContext<'_>, kind: ContestantKind) -> RunRes
 async fn run_inner(ctx: RunContext<'_>, kind: ContestantKind, r: &mut RunResult) -> Result<()> {
     reset_node(&ctx.node.node.ns, ctx.cfg.iptables_legacy);
     let ebpf = match kind {
-        ContestantKind::KeelsonEbpf => Some(EbpfEnv::create()?),
+        k if k.is_ebpf() => Some(EbpfEnv::create()?),
         _ => None,
     };
     let agent = Agent::spawn(
@@ -312,10 +312,15 @@ async fn phases(
         api.delete_service(svc).await?;
     }
     proc.check_alive()?;
-    let last = proc.stop(Duration::from_secs(10));
+    let stopped = proc.stop(Duration::from_secs(10));
+    let last = stopped.last;
     r.total_cpu_s = last.map(|s| s.cpu.as_secs_f64());
     r.peak_rss_bytes = last.map(|s| s.peak_rss_bytes);
     r.end_rss_bytes = last.map(|s| s.rss_bytes);
+    if stopped.memory.samples > 0 {
+        r.peak_rss_anon_bytes = Some(stopped.memory.anon_bytes);
+        r.peak_rss_file_bytes = Some(stopped.memory.file_bytes);
+    }
 
     // Warm restart: the rules stay while the proxy is down; a new process
     // lists the objects and adopts what the kernel holds. The sampled
@@ -340,7 +345,7 @@ async fn phases(
     }
     let after = verify_sample(agent, &sample_targets).await?;
     r.warm_restart_vips = Some((stopped, after, sample_targets.len()));
-    let last = again.stop(Duration::from_secs(10));
+    let last = again.stop(Duration::from_secs(10)).last;
     r.warm_restart_peak_rss_bytes = last.map(|s| s.peak_rss_bytes);
     Ok(())
 }

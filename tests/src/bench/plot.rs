@@ -31,6 +31,8 @@ fn color_of(kind: Option<ContestantKind>) -> usize {
         Some(ContestantKind::KubeProxyNftables) => 2,
         Some(ContestantKind::KubeProxyIptables) => 3,
         None => 4,
+        Some(ContestantKind::KeelsonProxyNftables) => 5,
+        Some(ContestantKind::KeelsonProxyEbpf) => 6,
     }
 }
 
@@ -41,7 +43,9 @@ fn palette(i: usize) -> RGBColor {
         RGBColor(214, 39, 40),
         RGBColor(148, 103, 189),
         RGBColor(60, 60, 60),
-    ][i % 5]
+        RGBColor(23, 190, 207),
+        RGBColor(188, 189, 34),
+    ][i % 7]
 }
 
 /// The lines of both panels.

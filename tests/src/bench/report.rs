@@ -265,6 +265,22 @@ fn table(
             .collect(),
         dash(),
     );
+    let anon_ref = refv(&|r| r.peak_rss_anon_bytes.map(|b| b as f64));
+    let file_ref = refv(&|r| r.peak_rss_file_bytes.map(|b| b as f64));
+    row(
+        "proxy RSS peak, sampled: anonymous / file-backed",
+        runs.iter()
+            .map(|r| match (r.peak_rss_anon_bytes, r.peak_rss_file_bytes) {
+                (Some(a), Some(f)) => format!(
+                    "{} / {}",
+                    with_ratio(fmt_mib(a), Some(a as f64), anon_ref),
+                    with_ratio(fmt_mib(f), Some(f as f64), file_ref)
+                ),
+                _ => dash(),
+            })
+            .collect(),
+        dash(),
+    );
     let cr_ref = refv(&|r| r.kernel.as_ref().map(|k| k.chains_and_rules() as f64));
     row(
         "kernel: nft chains + rules (chains / rules)",
@@ -352,10 +368,11 @@ pub fn markdown(report: &BenchReport) -> String {
     let _ = writeln!(out, "- started: {}", report.started);
     let _ = writeln!(
         out,
-        "- machine: Linux {}, {} CPUs, load at start {}, {}",
+        "- machine: Linux {}, {} CPUs, load at start {}, at the end {}, {}",
         report.machine.kernel,
         report.machine.cpus,
         report.machine.load_at_start,
+        report.machine.load_at_end,
         report.machine.nft
     );
     if let Some(kp) = &report.machine.kube_proxy {

@@ -107,6 +107,14 @@ pub struct RunResult {
     /// Resident memory at the end of the run (steady state), bytes.
     #[serde(default)]
     pub end_rss_bytes: Option<u64>,
+    /// Largest anonymous RSS (`RssAnon`) sampled during the run, bytes
+    /// (procstat::MemSampler).
+    #[serde(default)]
+    pub peak_rss_anon_bytes: Option<u64>,
+    /// Largest file-backed RSS (`RssFile`: mostly the binary's text)
+    /// sampled during the run, bytes.
+    #[serde(default)]
+    pub peak_rss_file_bytes: Option<u64>,
     /// Kernel objects after the run.
     pub kernel: Option<KernelCounts>,
     /// The contestant's own metrics.
@@ -142,6 +150,8 @@ impl RunResult {
             total_cpu_s: None,
             peak_rss_bytes: None,
             end_rss_bytes: None,
+            peak_rss_anon_bytes: None,
+            peak_rss_file_bytes: None,
             kernel: None,
             self_reported: SelfReported::default(),
             errors: Vec::new(),
@@ -177,6 +187,9 @@ pub struct Machine {
     pub cpus: usize,
     /// `/proc/loadavg` at start.
     pub load_at_start: String,
+    /// `/proc/loadavg` at the end (other work on the machine shows here).
+    #[serde(default)]
+    pub load_at_end: String,
     /// `nft --version`.
     pub nft: String,
     /// kube-proxy `--version`, when given.

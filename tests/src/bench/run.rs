@@ -30,7 +30,7 @@ pub async fn run(cfg: BenchConfig, exe: &Path, command: String) -> Result<BenchR
         std::fs::create_dir_all(d)
             .map_err(|e| BenchError::io(format!("creating {}", d.display()), e))?;
     }
-    let machine = machine(&cfg);
+    let mut machine = machine(&cfg);
     let started = super::api::now_rfc3339();
 
     let namespace = if cfg.kubeconfig.is_some() {
@@ -99,6 +99,7 @@ pub async fn run(cfg: BenchConfig, exe: &Path, command: String) -> Result<BenchR
 
     let settings = ContestantSettings {
         keelson_bin: cfg.keelson_bin.clone(),
+        keelson_proxy_bin: cfg.keelson_proxy_bin.clone(),
         kube_proxy_bin: cfg.kube_proxy_bin.clone(),
         min_sync_period: cfg.min_sync_period_kube(),
         json_only_api: api.is_test_server(),
@@ -144,6 +145,10 @@ pub async fn run(cfg: BenchConfig, exe: &Path, command: String) -> Result<BenchR
     drop(api);
     drop(control_plane);
     let (baselines, runs) = result?;
+    machine.load_at_end = std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
     Ok(BenchReport {
         command,
         started,
@@ -258,6 +263,7 @@ fn machine(cfg: &BenchConfig) -> Machine {
         kernel: read("/proc/sys/kernel/osrelease"),
         cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
         load_at_start: read("/proc/loadavg"),
+        load_at_end: String::new(),
         nft: run_cmd("nft", &["--version"])
             .unwrap_or_default()
             .trim()

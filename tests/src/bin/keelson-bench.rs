@@ -61,13 +61,19 @@ struct Opts {
     #[arg(long)]
     backends: Option<u8>,
     /// Contestants, comma separated: keelson-nftables, keelson-ebpf,
-    /// kube-proxy-nftables, kube-proxy-iptables. Default: both keelson
-    /// modes, plus both kube-proxy modes with --kube-proxy.
+    /// keelson-proxy-nftables, keelson-proxy-ebpf, kube-proxy-nftables,
+    /// kube-proxy-iptables. Default: both keelson modes, plus both
+    /// keelson-proxy modes with --keelson-proxy and both kube-proxy modes
+    /// with --kube-proxy.
     #[arg(long, value_delimiter = ',')]
     contestants: Option<Vec<String>>,
     /// The keelson binary (default: $KEELSON_BIN, else next to this binary).
     #[arg(long, value_name = "PATH")]
     keelson: Option<PathBuf>,
+    /// The proxy-only keelson-proxy binary, run as `keelson-proxy run
+    /// --proxy-only --config FILE` (two more contestants).
+    #[arg(long = "keelson-proxy", value_name = "PATH")]
+    keelson_proxy: Option<PathBuf>,
     /// A kube-proxy binary to compare with (never built or downloaded here).
     #[arg(long = "kube-proxy", value_name = "PATH")]
     kube_proxy: Option<PathBuf>,
@@ -155,6 +161,7 @@ fn config(opts: &Opts) -> Result<BenchConfig> {
         c.backends = v;
     }
     c.kube_proxy_bin = opts.kube_proxy.clone();
+    c.keelson_proxy_bin = opts.keelson_proxy.clone();
     c.kubeconfig = opts.kubeconfig.clone();
     c.upstream_bin = opts.upstream.clone();
     if c.upstream_bin.is_some() {
@@ -211,8 +218,11 @@ fn config(opts: &Opts) -> Result<BenchConfig> {
                     .with_context(|| format!("unknown contestant {s:?}"))
             })
             .collect::<Result<_>>()?,
-        None if c.kube_proxy_bin.is_some() => ContestantKind::ALL.to_vec(),
-        None => vec![ContestantKind::KeelsonNftables, ContestantKind::KeelsonEbpf],
+        None => ContestantKind::ALL
+            .into_iter()
+            .filter(|k| !k.is_kube_proxy() || c.kube_proxy_bin.is_some())
+            .filter(|k| !k.is_keelson_proxy() || c.keelson_proxy_bin.is_some())
+            .collect(),
     };
     c.validate()?;
     Ok(c)

@@ -1,7 +1,8 @@
 //! The component tier: keelson's node role in-process against the test API
 //! server (`keelson_tests::testapi`) and the fake CRI runtime
 //! (`keelson_cri::fake`), the test API server itself, `keelson migrate`
-//! against a fake kubeadm node, and the packaging that needs no
+//! against a fake kubeadm node, the `keelson-proxy` binary beside
+//! `keelson run --proxy-only`, and the packaging that needs no
 //! containerd. One test binary; each module is what used to be a test
 //! binary of its own and keeps that name, so
 //! `cargo test -p keelson-tests --test component node_pods_lifecycle::`
@@ -72,6 +73,7 @@ mod node_volumes_support;
 mod node_volumes_updates;
 mod packaging_install;
 mod packaging_manifests;
+mod proxy_binary;
 mod testapi_binary;
 mod testapi_knobs;
 mod testapi_kube;

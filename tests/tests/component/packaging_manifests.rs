@@ -268,9 +268,10 @@ fn daemon_set_runs_the_proxy_role_beside_kubelet() {
         .unwrap_or_default();
     assert_eq!(caps, BTreeSet::from(["NET_ADMIN", "BPF", "SYS_ADMIN"]));
 
-    // The command: --proxy-only, the ConfigMap's config, the node's name.
+    // The command: the proxy-only binary's run, the ConfigMap's config,
+    // the node's name.
     let cmd = c.command.clone().expect("command");
-    assert!(cmd.contains(&"--proxy-only".to_string()));
+    assert_eq!(cmd[..2], ["/usr/local/bin/keelson-proxy", "run"]);
     assert!(cmd.contains(&"--node-name=$(NODE_NAME)".to_string()));
     let node_name = c
         .env
@@ -593,7 +594,7 @@ fn stages(text: &str) -> Vec<Stage> {
 }
 
 #[test]
-fn containerfile_builds_a_static_keelson_with_nft_and_nothing_else() {
+fn containerfile_builds_a_static_keelson_proxy_with_nft_and_nothing_else() {
     let text = read("packaging/Containerfile");
     let st = stages(&text);
     assert_eq!(st.len(), 3, "build, nft and the image: {st:#?}");
@@ -634,9 +635,12 @@ fn containerfile_builds_a_static_keelson_with_nft_and_nothing_else() {
         "the DaemonSet runs the image's binary"
     );
     assert_eq!(cmd[0], "run");
-    assert!(cmd.contains(&"--proxy-only".to_string()));
+    assert!(
+        cmd.iter().any(|a| a.starts_with("--config=")),
+        "the image's command names its configuration: {cmd:?}"
+    );
 
-    // The build stage: a release build of the keelson crate against musl,
+    // The build stage: a release build of keelson-proxy against musl,
     // with the packages the build needs (the same ones scripts/install-deps
     // installs for a host build).
     let build = st
@@ -650,7 +654,9 @@ fn containerfile_builds_a_static_keelson_with_nft_and_nothing_else() {
         .map(|(_, a)| a.as_str())
         .collect::<Vec<_>>()
         .join("\n");
-    assert!(runs.contains("cargo build --release --locked -p keelson --target"));
+    assert!(
+        runs.contains("cargo build --release --locked -p keelson --bin keelson-proxy --target")
+    );
     assert!(runs.contains("unknown-linux-musl"));
     let deps = read("scripts/install-deps");
     for pkg in ["protobuf-compiler", "clang", "llvm", "libbpf-dev"] {

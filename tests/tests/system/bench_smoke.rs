@@ -1,5 +1,5 @@
 //! Smoke test of the benchmark: `keelson-bench --quick` runs every keelson
-//! contestant (and kube-proxy when `KEELSON_BENCH_KUBE_PROXY` names a
+//! contestant, `keelson` and the proxy-only `keelson-proxy` (and kube-proxy when `KEELSON_BENCH_KUBE_PROXY` names a
 //! binary) on a few dozen Services and must find that each one programmed
 //! the scenario correctly: every VIP lands on its own endpoints, every
 //! endpoint answers, after the cold sync and again after the churn, and
@@ -19,11 +19,19 @@ fn quick_bench_programs_every_contestant_correctly() {
         return;
     }
     let keelson = keelson_bin().expect("keelson binary (cargo build -p keelson)");
+    let keelson_proxy = keelson.with_file_name("keelson-proxy");
+    assert!(
+        keelson_proxy.is_file(),
+        "{} missing: cargo build -p keelson --bins",
+        keelson_proxy.display()
+    );
     let out = tempfile::tempdir().expect("output dir");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_keelson-bench"));
     cmd.arg("--quick")
         .arg("--keelson")
         .arg(&keelson)
+        .arg("--keelson-proxy")
+        .arg(&keelson_proxy)
         .arg("--out")
         .arg(out.path());
     let kube_proxy = std::env::var_os("KEELSON_BENCH_KUBE_PROXY");
@@ -35,7 +43,12 @@ fn quick_bench_programs_every_contestant_correctly() {
     let text = std::fs::read_to_string(out.path().join("results.json"))
         .unwrap_or_else(|e| panic!("keelson-bench ({status}) wrote no results.json: {e}"));
     let report: BenchReport = serde_json::from_str(&text).expect("results.json");
-    let mut expected = vec![ContestantKind::KeelsonNftables, ContestantKind::KeelsonEbpf];
+    let mut expected = vec![
+        ContestantKind::KeelsonNftables,
+        ContestantKind::KeelsonEbpf,
+        ContestantKind::KeelsonProxyNftables,
+        ContestantKind::KeelsonProxyEbpf,
+    ];
     if kube_proxy.is_some() {
         expected.extend([
             ContestantKind::KubeProxyNftables,
@@ -54,6 +67,17 @@ fn quick_bench_programs_every_contestant_correctly() {
             r.errors
         );
         assert_eq!(r.correct_after_sync.checked, r.services);
+        // The memory split was sampled: heap and mapped text both resident.
+        let (anon, file, peak) = (
+            r.peak_rss_anon_bytes.unwrap_or(0),
+            r.peak_rss_file_bytes.unwrap_or(0),
+            r.peak_rss_bytes.unwrap_or(0),
+        );
+        assert!(
+            anon > 0 && file > 0 && anon.max(file) <= peak,
+            "{}: anonymous {anon} / file-backed {file} of peak {peak}",
+            r.contestant
+        );
         assert!(
             r.connect.n > 0,
             "{}: no connection through a VIP was timed",

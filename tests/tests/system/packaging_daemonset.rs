@@ -2,8 +2,8 @@
 //! (system test): its manifests applied with kubectl, its pod started by
 //! keelson's node role (playing the upstream kubelet it sits beside) on a
 //! private containerd, from an image with the Containerfile's layout
-//! (keelson at the ENTRYPOINT path, `nft`, and the shared objects both
-//! load). The containerized proxy authenticates with the pod's
+//! (keelson-proxy at the ENTRYPOINT path, `nft`, and the shared objects
+//! both load). The containerized proxy authenticates with the pod's
 //! ServiceAccount token through the ConfigMap's kubeconfig, programs the
 //! node's nftables table (hostNetwork), answers its liveness probe on
 //! `/livez`, makes a ClusterIP work, and asks the API server for nothing its
@@ -57,21 +57,17 @@ fn keelson_bin() -> PathBuf {
 }
 
 /// The image the Containerfile describes, assembled from this host's
-/// keelson build and nft: the same paths, entrypoint and command.
+/// keelson-proxy build and nft: the same paths, entrypoint and command.
 fn build_image(dir: &Path, name: &str) -> PathBuf {
-    let keelson = keelson_bin();
+    let proxy = keelson_bin().with_file_name("keelson-proxy");
     let mut fs = RootFs::new(Layout::Split).expect("rootfs");
-    fs.host_binary("usr/local/bin/keelson", &keelson)
-        .expect("keelson");
+    fs.host_binary("usr/local/bin/keelson-proxy", &proxy)
+        .expect("keelson-proxy (cargo build --workspace --bins)");
     fs.host_binary("usr/sbin/nft", Path::new("/usr/sbin/nft"))
         .expect("nft");
     let config = ImageConfig {
-        entrypoint: vec!["/usr/local/bin/keelson".into()],
-        cmd: vec![
-            "run".into(),
-            "--proxy-only".into(),
-            "--config=/etc/keelson/config.yaml".into(),
-        ],
+        entrypoint: vec!["/usr/local/bin/keelson-proxy".into()],
+        cmd: vec!["run".into(), "--config=/etc/keelson/config.yaml".into()],
         working_dir: "/".into(),
         ..Default::default()
     };
