@@ -153,6 +153,26 @@ struct PodState {
     active: bool,
 }
 
+impl PodState {
+    /// Records a failed attempt for volume `name`: retried after kubelet's
+    /// backoff (0.5 s doubling to 2 m 2 s), `message` kept for the pod.
+    fn back_off(&mut self, name: &str, message: String) {
+        let delay = self
+            .failures
+            .get(name)
+            .map(|f| (f.delay * 2).min(BACKOFF_MAX))
+            .unwrap_or(BACKOFF_INITIAL);
+        self.failures.insert(
+            name.to_string(),
+            Failure {
+                message,
+                retry_at: Instant::now() + delay,
+                delay,
+            },
+        );
+    }
+}
+
 struct PodSlot {
     pod: Mutex<Arc<Pod>>,
     registered: Mutex<bool>,
@@ -595,19 +615,7 @@ impl VolumeManager {
                         tracing::info!(pod = %pod_name(&pod), volume = %name, reason = %e, "waiting for the volume to be attached");
                         let msg =
                             format!("MountVolume.WaitForAttach for volume {spec_name:?} : {e}");
-                        let delay = st
-                            .failures
-                            .get(&name)
-                            .map(|f| (f.delay * 2).min(BACKOFF_MAX))
-                            .unwrap_or(BACKOFF_INITIAL);
-                        st.failures.insert(
-                            name.clone(),
-                            Failure {
-                                message: msg.clone(),
-                                retry_at: Instant::now() + delay,
-                                delay,
-                            },
-                        );
+                        st.back_off(&name, msg.clone());
                         unmounted.push(name);
                         messages.push(msg);
                         continue;
@@ -668,19 +676,7 @@ impl VolumeManager {
                     let msg = format!("{prefix} for volume {spec_name:?} : {e}");
                     tracing::warn!(pod = %pod_name(&pod), volume = %name, error = %e, "volume setup failed");
                     self.event(&pod, EventType::Warning, "FailedMount", msg.clone());
-                    let delay = st
-                        .failures
-                        .get(&name)
-                        .map(|f| (f.delay * 2).min(BACKOFF_MAX))
-                        .unwrap_or(BACKOFF_INITIAL);
-                    st.failures.insert(
-                        name.clone(),
-                        Failure {
-                            message: msg.clone(),
-                            retry_at: Instant::now() + delay,
-                            delay,
-                        },
-                    );
+                    st.back_off(&name, msg.clone());
                     if !was_mounted {
                         unmounted.push(name);
                         messages.push(msg);

@@ -33,7 +33,14 @@ pub const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
 #[derive(Debug)]
 pub struct ControlPlaneNet {
     ns: NetNs,
-    used: Mutex<Vec<u8>>,
+    links: Mutex<Links>,
+}
+
+/// The link indexes in use, and the last one handed out.
+#[derive(Debug, Default)]
+struct Links {
+    used: Vec<u8>,
+    last: u8,
 }
 
 /// One node's link to the control plane (removed with the node's namespace).
@@ -57,7 +64,7 @@ impl ControlPlaneNet {
         write_sysctl(&ns, "net/ipv4/ip_forward", "1")?;
         Ok(ControlPlaneNet {
             ns,
-            used: Mutex::new(Vec::new()),
+            links: Mutex::new(Links::default()),
         })
     }
 
@@ -68,16 +75,19 @@ impl ControlPlaneNet {
 
     /// The pod CIDR the next [`ControlPlaneNet::attach`] would route, for
     /// starting the node's containerd with it.
+    ///
+    /// Indexes are handed out in turn, not lowest first: the kernel removes
+    /// a gone node's veth (and so the control plane's `nd<N>` end and its
+    /// routes) asynchronously after its namespace is deleted, so an index
+    /// just released may still name a link for a moment.
     pub fn reserve(&self) -> Result<(u8, String), UpstreamError> {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        let index =
-            (1..=250u8)
-                .find(|i| !used.contains(i))
-                .ok_or_else(|| UpstreamError::Setup {
-                    context: "attaching a node".into(),
-                    message: "250 nodes already".into(),
-                })?;
-        used.push(index);
+        let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        let index = next_index(&links.used, links.last).ok_or_else(|| UpstreamError::Setup {
+            context: "attaching a node".into(),
+            message: "250 nodes already".into(),
+        })?;
+        links.used.push(index);
+        links.last = index;
         Ok((index, format!("10.244.{index}.0/24")))
     }
 
@@ -123,10 +133,17 @@ impl ControlPlaneNet {
 
     /// Gives a link's index back once its node is gone.
     pub fn release(&self, index: u8) {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        used.retain(|i| *i != index);
+        let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        links.used.retain(|i| *i != index);
         // The veth went with the node's namespace, and its routes with it.
     }
+}
+
+/// The first index in 1..=250 after `last` (wrapping) not in `used`.
+fn next_index(used: &[u8], last: u8) -> Option<u8> {
+    (1..=250u16)
+        .map(|k| ((u16::from(last) + k - 1) % 250 + 1) as u8)
+        .find(|i| !used.contains(i))
 }
 
 /// Writes `/proc/sys/<key>` from inside `ns` (net.* keys are per namespace).
@@ -258,5 +275,22 @@ impl Drop for HostRelay {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_index;
+
+    #[test]
+    fn indexes_go_round_and_skip_those_in_use() {
+        assert_eq!(next_index(&[], 0), Some(1));
+        // 3 was just released: 4 comes next, not 3.
+        assert_eq!(next_index(&[1, 2], 3), Some(4));
+        assert_eq!(next_index(&[1], 250), Some(2));
+        let all: Vec<u8> = (1..=250).collect();
+        assert_eq!(next_index(&all, 7), None);
+        let but_five: Vec<u8> = (1..=250).filter(|i| *i != 5).collect();
+        assert_eq!(next_index(&but_five, 5), Some(5));
     }
 }
