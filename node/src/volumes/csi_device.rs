@@ -62,9 +62,9 @@ impl Devices {
     }
 }
 
-/// Whether some pod directory still holds a persistent CSI volume of
-/// `driver`/`handle` (its `vol_data.json`).
-fn pods_using(layout: &Layout, driver: &str, handle: &str) -> Vec<PathBuf> {
+/// Every persistent CSI volume in a pod directory: its volume directory
+/// and its `vol_data.json`.
+fn pod_persistent_volumes(layout: &Layout) -> Vec<(PathBuf, VolData)> {
     let mut out = Vec::new();
     for pod in std::fs::read_dir(layout.pods_dir())
         .into_iter()
@@ -76,14 +76,22 @@ fn pods_using(layout: &Layout, driver: &str, handle: &str) -> Vec<PathBuf> {
         for vol in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             if let Ok(d) = load_vol_data(&vol.path())
                 && d.is_persistent()
-                && d.driver == driver
-                && d.volume_handle == handle
             {
-                out.push(vol.path());
+                out.push((vol.path(), d));
             }
         }
     }
     out
+}
+
+/// Whether some pod directory still holds a persistent CSI volume of
+/// `driver`/`handle` (its `vol_data.json`).
+fn pods_using(layout: &Layout, driver: &str, handle: &str) -> Vec<PathBuf> {
+    pod_persistent_volumes(layout)
+        .into_iter()
+        .filter(|(_, d)| d.driver == driver && d.volume_handle == handle)
+        .map(|(path, _)| path)
+        .collect()
 }
 
 /// The devices staged on disk (their `vol_data.json` beside `globalmount`).
@@ -111,22 +119,10 @@ fn staged_on_disk(layout: &Layout) -> Vec<VolData> {
 /// Every persistent CSI volume on disk: those of pods and staged devices
 /// (reconstruction after a restart).
 fn persistent_on_disk(layout: &Layout) -> Vec<VolData> {
-    let mut out = Vec::new();
-    for pod in std::fs::read_dir(layout.pods_dir())
+    let mut out: Vec<VolData> = pod_persistent_volumes(layout)
         .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let uid = pod.file_name().to_string_lossy().into_owned();
-        let dir = layout.pod_volumes_dir(&uid).join(CSI_DIR);
-        for vol in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if let Ok(d) = load_vol_data(&vol.path())
-                && d.is_persistent()
-            {
-                out.push(d);
-            }
-        }
-    }
+        .map(|(_, d)| d)
+        .collect();
     out.extend(staged_on_disk(layout));
     out
 }
